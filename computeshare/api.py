@@ -1,0 +1,184 @@
+"""API plumbing shared by every app: the error shape, pagination and Idempotency-Key replays."""
+
+import hashlib
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
+from django.core.exceptions import ValidationError as DjangoValidationError
+from django.db import IntegrityError, transaction
+from django.http import Http404, HttpRequest, JsonResponse
+from rest_framework import exceptions as drf_exceptions
+from rest_framework import serializers
+from rest_framework.pagination import PageNumberPagination
+from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from computeshare.errors import (
+    ApplicationError,
+    IdempotencyKeyReused,
+    NotFound,
+    PermissionDenied,
+    ValidationFailed,
+)
+from computeshare.models import IdempotencyRecord
+
+logger = logging.getLogger(__name__)
+
+
+class Pagination(PageNumberPagination):
+    page_size = 50
+    page_size_query_param = "page_size"
+    max_page_size = 200
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The one shape of every error answer (for the OpenAPI schema)."""
+
+    detail = serializers.CharField()
+    code = serializers.CharField()
+    extra = serializers.DictField()
+
+
+def _error_body(detail: str, code: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {"detail": detail, "code": code, "extra": extra or {}}
+
+
+def _field_messages(detail: Any) -> dict[str, list[str]]:
+    """Flattens DRF's nested validation detail into `{field: [messages]}`."""
+    if isinstance(detail, dict):
+        fields: dict[str, list[str]] = {}
+        for name, value in detail.items():
+            nested = _field_messages(value)
+            if set(nested) == {"non_field_errors"}:
+                fields[str(name)] = nested["non_field_errors"]
+            else:
+                for sub, messages in nested.items():
+                    key = str(name) if sub == "non_field_errors" else f"{name}.{sub}"
+                    fields.setdefault(key, []).extend(messages)
+        return fields
+    if isinstance(detail, list):
+        if all(not isinstance(item, dict | list) for item in detail):
+            return {"non_field_errors": [str(item) for item in detail]}
+        merged: dict[str, list[str]] = {}
+        for index, item in enumerate(detail):
+            for sub, messages in _field_messages(item).items():
+                key = str(index) if sub == "non_field_errors" else f"{index}.{sub}"
+                merged.setdefault(key, []).extend(messages)
+        return merged
+    return {"non_field_errors": [str(detail)]}
+
+
+_DRF_CODES = {
+    drf_exceptions.ParseError: "malformed_request",
+    drf_exceptions.NotAuthenticated: "not_authenticated",
+    drf_exceptions.AuthenticationFailed: "authentication_failed",
+    drf_exceptions.PermissionDenied: "permission_denied",
+    drf_exceptions.NotFound: "not_found",
+    drf_exceptions.MethodNotAllowed: "method_not_allowed",
+    drf_exceptions.NotAcceptable: "not_acceptable",
+    drf_exceptions.UnsupportedMediaType: "unsupported_media_type",
+    drf_exceptions.Throttled: "throttled",
+}
+
+
+def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | None:
+    """Renders every error as `{"detail", "code", "extra"}`; anything else (a real bug) is left
+    to Django so that it is logged and answered with a 500."""
+    if isinstance(exc, DjangoValidationError):
+        exc = ValidationFailed(fields={"non_field_errors": list(exc.messages)})
+    elif isinstance(exc, Http404):
+        exc = NotFound()
+    elif isinstance(exc, DjangoPermissionDenied):
+        exc = PermissionDenied()
+
+    if isinstance(exc, ApplicationError):
+        return Response(_error_body(exc.detail, exc.code, exc.extra), status=exc.status_code)
+
+    if isinstance(exc, drf_exceptions.ValidationError):
+        fields = _field_messages(exc.detail)
+        return Response(
+            _error_body("The input is not valid.", "invalid", {"fields": fields}), status=400
+        )
+
+    if isinstance(exc, drf_exceptions.APIException):
+        code = next(
+            (code for cls, code in _DRF_CODES.items() if isinstance(exc, cls)),
+            str(exc.default_code),
+        )
+        extra: dict[str, Any] = {}
+        headers: dict[str, str] = {}
+        if isinstance(exc, drf_exceptions.Throttled) and exc.wait is not None:
+            extra["retry_after_seconds"] = int(exc.wait)
+            headers["Retry-After"] = str(int(exc.wait))
+        if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
+            # DRF answers 403 here when no authenticator names a scheme; the token one does.
+            headers["WWW-Authenticate"] = "Token"
+            return Response(_error_body(str(exc.detail), code), status=401, headers=headers)
+        return Response(
+            _error_body(str(exc.detail), code, extra), status=exc.status_code, headers=headers
+        )
+    return None
+
+
+def json_not_found(request: HttpRequest, exception: Exception | None = None) -> JsonResponse:
+    return JsonResponse(_error_body("Not found.", "not_found"), status=404)
+
+
+def json_server_error(request: HttpRequest) -> JsonResponse:
+    return JsonResponse(
+        _error_body("The server failed to answer this request.", "server_error"), status=500
+    )
+
+
+def _request_fingerprint(request: Request) -> str:
+    body = request.data if isinstance(request.data, dict | list) else {}
+    canonical = json.dumps(
+        {"method": request.method, "path": request.path, "body": body},
+        sort_keys=True,
+        default=str,
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _replay(record: IdempotencyRecord, fingerprint: str) -> Response:
+    if record.request_fingerprint != fingerprint:
+        raise IdempotencyKeyReused(extra={"key": record.key})
+    return Response(record.response_body, status=record.response_status)
+
+
+def idempotent(request: Request, create: Callable[[], Response]) -> Response:
+    """Runs `create` at most once per (user, Idempotency-Key).
+
+    The record of the answer is written in the same transaction as whatever `create` writes, so
+    a crash leaves either both or neither. Two concurrent requests with the same key meet on the
+    unique index: the loser's work is rolled back and it answers with the winner's response."""
+    key = request.headers.get("Idempotency-Key")
+    if not key:
+        return create()
+    if len(key) > 255:
+        raise ValidationFailed(fields={"Idempotency-Key": ["At most 255 characters."]})
+    fingerprint = _request_fingerprint(request)
+    record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
+    if record is not None:
+        return _replay(record, fingerprint)
+    try:
+        with transaction.atomic():
+            response = create()
+            body = json.loads(JSONRenderer().render(response.data) or b"null")
+            IdempotencyRecord.objects.create(
+                user=request.user,
+                key=key,
+                request_fingerprint=fingerprint,
+                response_status=response.status_code,
+                response_body=body,
+            )
+    except IntegrityError:
+        record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
+        if record is None:
+            raise
+        return _replay(record, fingerprint)
+    return response

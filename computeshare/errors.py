@@ -1,0 +1,83 @@
+"""The exception hierarchy of the platform. Services raise these; the API's exception handler
+renders them as `{"detail", "code", "extra"}` with the status each class names, and the HTML
+views show `detail` to the user. `code` values are part of the public contract."""
+
+from typing import Any
+
+
+class ApplicationError(Exception):
+    status_code = 400
+    code = "error"
+    default_detail = "The request could not be completed."
+
+    def __init__(self, detail: str | None = None, *, extra: dict[str, Any] | None = None) -> None:
+        self.detail = detail or self.default_detail
+        self.extra = extra or {}
+        super().__init__(self.detail)
+
+
+class ValidationFailed(ApplicationError):
+    """Input that cannot be accepted. `fields` maps each field to its messages."""
+
+    code = "invalid"
+    default_detail = "The input is not valid."
+
+    def __init__(
+        self,
+        detail: str | None = None,
+        *,
+        fields: dict[str, list[str]] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        extra = dict(extra or {})
+        extra["fields"] = fields or {}
+        super().__init__(detail, extra=extra)
+
+
+class InvalidCredentials(ApplicationError):
+    code = "invalid_credentials"
+    default_detail = "Unable to log in with the username and password given."
+
+
+class PermissionDenied(ApplicationError):
+    status_code = 403
+    code = "permission_denied"
+    default_detail = "Your role does not allow this."
+
+
+class NotFound(ApplicationError):
+    status_code = 404
+    code = "not_found"
+    default_detail = "Not found."
+
+
+class Conflict(ApplicationError):
+    """The object's current state does not allow the request."""
+
+    status_code = 409
+    code = "conflict"
+    default_detail = "The request conflicts with the current state."
+
+
+class AlreadyMember(Conflict):
+    code = "already_member"
+    default_detail = "This user is already a member of the organization."
+
+
+class IdempotencyKeyReused(Conflict):
+    code = "idempotency_key_reused"
+    default_detail = "This Idempotency-Key was already used with a different request."
+
+
+class PaymentRequired(ApplicationError):
+    """Not enough money, budget or allocation."""
+
+    status_code = 402
+    code = "payment_required"
+    default_detail = "Not enough funds."
+
+
+class ServiceUnavailable(ApplicationError):
+    status_code = 503
+    code = "service_unavailable"
+    default_detail = "A part of the platform is not answering."

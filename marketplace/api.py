@@ -1,0 +1,147 @@
+"""REST endpoints for identity and organizations (API.md: Identity and organizations)."""
+
+from django.contrib.auth import authenticate
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import status
+from rest_framework.authtoken.models import Token
+from rest_framework.permissions import AllowAny
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from computeshare.api import ErrorSerializer, Pagination, idempotent
+from computeshare.errors import InvalidCredentials
+from marketplace import selectors, services
+from marketplace.serializers import (
+    MemberAddSerializer,
+    MemberSerializer,
+    MeSerializer,
+    OrganizationCreateSerializer,
+    OrganizationDetailSerializer,
+    OrganizationRoleSerializer,
+    TokenRequestSerializer,
+    TokenSerializer,
+)
+
+IDEMPOTENCY_KEY = OpenApiParameter(
+    "Idempotency-Key",
+    str,
+    OpenApiParameter.HEADER,
+    required=False,
+    description="Replays the first answer for the same key and body; 409 for another body.",
+)
+ERRORS = {
+    400: ErrorSerializer,
+    401: ErrorSerializer,
+    403: ErrorSerializer,
+    404: ErrorSerializer,
+    409: ErrorSerializer,
+}
+
+
+class AuthTokenApi(APIView):
+    authentication_classes: list[type] = []
+    permission_classes = [AllowAny]
+    throttle_scope = "login"
+
+    @extend_schema(
+        request=TokenRequestSerializer,
+        responses={200: TokenSerializer, 400: ErrorSerializer, 429: ErrorSerializer},
+        auth=[],
+    )
+    def post(self, request: Request) -> Response:
+        payload = TokenRequestSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        user = authenticate(
+            request._request,
+            username=payload.validated_data["username"],
+            password=payload.validated_data["password"],
+        )
+        if user is None:
+            raise InvalidCredentials()
+        token, _ = Token.objects.get_or_create(user=user)
+        return Response({"token": token.key})
+
+
+class MeApi(APIView):
+    @extend_schema(responses={200: MeSerializer, 401: ErrorSerializer})
+    def get(self, request: Request) -> Response:
+        user = request.user
+        data = {
+            "uuid": user.uuid,
+            "username": user.username,
+            "email": user.email,
+            "organizations": selectors.organization_list_for_user(user),
+        }
+        return Response(MeSerializer(data).data)
+
+
+class OrganizationListCreateApi(APIView):
+    @extend_schema(responses={200: OrganizationRoleSerializer(many=True), 401: ErrorSerializer})
+    def get(self, request: Request) -> Response:
+        paginator = Pagination()
+        page = paginator.paginate_queryset(
+            selectors.organization_list_for_user(request.user), request, view=self
+        )
+        return paginator.get_paginated_response(OrganizationRoleSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=OrganizationCreateSerializer,
+        responses={201: OrganizationDetailSerializer, **ERRORS},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    def post(self, request: Request) -> Response:
+        def create() -> Response:
+            payload = OrganizationCreateSerializer(data=request.data)
+            payload.is_valid(raise_exception=True)
+            membership = services.organization_create(
+                creator=request.user, name=payload.validated_data["name"]
+            )
+            return Response(
+                OrganizationDetailSerializer(membership).data, status=status.HTTP_201_CREATED
+            )
+
+        return idempotent(request, create)
+
+
+class OrganizationDetailApi(APIView):
+    @extend_schema(
+        responses={200: OrganizationDetailSerializer, 401: ErrorSerializer, 404: ErrorSerializer}
+    )
+    def get(self, request: Request, organization_id: str) -> Response:
+        membership = selectors.membership_get_for_user(request.user, organization_id)
+        return Response(OrganizationDetailSerializer(membership).data)
+
+
+class OrganizationMemberListCreateApi(APIView):
+    @extend_schema(
+        responses={200: MemberSerializer(many=True), 401: ErrorSerializer, 404: ErrorSerializer}
+    )
+    def get(self, request: Request, organization_id: str) -> Response:
+        membership = selectors.membership_get_for_user(request.user, organization_id)
+        paginator = Pagination()
+        page = paginator.paginate_queryset(
+            selectors.membership_list(membership.organization), request, view=self
+        )
+        return paginator.get_paginated_response(MemberSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=MemberAddSerializer,
+        responses={201: MemberSerializer, **ERRORS},
+        parameters=[IDEMPOTENCY_KEY],
+    )
+    def post(self, request: Request, organization_id: str) -> Response:
+        # Visible (404), allowed (403), then input (400).
+        actor = selectors.membership_get_admin(request.user, organization_id)
+
+        def create() -> Response:
+            payload = MemberAddSerializer(data=request.data)
+            payload.is_valid(raise_exception=True)
+            membership = services.membership_add(
+                actor=actor,
+                username=payload.validated_data["username"],
+                role=payload.validated_data["role"],
+            )
+            return Response(MemberSerializer(membership).data, status=status.HTTP_201_CREATED)
+
+        return idempotent(request, create)

@@ -1,0 +1,53 @@
+"""Input and output shapes of the identity and organization endpoints. They translate; the
+services decide."""
+
+from rest_framework import serializers
+
+from marketplace.models import Membership
+
+
+class TokenRequestSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    password = serializers.CharField(max_length=4096, trim_whitespace=False)
+
+
+class TokenSerializer(serializers.Serializer):
+    token = serializers.CharField()
+
+
+class OrganizationRoleSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="uuid")
+    name = serializers.CharField()
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+
+
+class MeSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="uuid")
+    username = serializers.CharField()
+    email = serializers.EmailField()
+    organizations = OrganizationRoleSerializer(many=True)
+
+
+class OrganizationCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=120)
+
+
+class OrganizationDetailSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="organization.uuid")
+    name = serializers.CharField(source="organization.name")
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+    created_at = serializers.DateTimeField(source="organization.created_at")
+
+
+class MemberAddSerializer(serializers.Serializer):
+    username = serializers.CharField(max_length=150)
+    role = serializers.ChoiceField(choices=Membership.Role.choices, default=Membership.Role.MEMBER)
+
+
+class MemberSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="uuid")
+    organization = serializers.UUIDField(source="organization.uuid")
+    user = serializers.UUIDField(source="user.uuid")
+    username = serializers.CharField(source="user.username")
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+    created_at = serializers.DateTimeField()

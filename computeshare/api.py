@@ -153,9 +153,10 @@ def _replay(record: IdempotencyRecord, fingerprint: str) -> Response:
 def idempotent(request: Request, create: Callable[[], Response]) -> Response:
     """Runs `create` at most once per (user, Idempotency-Key).
 
-    The record of the answer is written in the same transaction as whatever `create` writes, so
-    a crash leaves either both or neither. Two concurrent requests with the same key meet on the
-    unique index: the loser's work is rolled back and it answers with the winner's response."""
+    The key is claimed first, by inserting its record at the start of the transaction: a
+    concurrent request with the same key waits on the unique index until the first commits (and
+    then replays its answer) or rolls back (and then runs itself). The answer is stored in the
+    same transaction as whatever `create` writes, so a crash leaves both or neither."""
     key = request.headers.get("Idempotency-Key")
     if not key:
         return create()
@@ -165,20 +166,21 @@ def idempotent(request: Request, create: Callable[[], Response]) -> Response:
     record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
     if record is not None:
         return _replay(record, fingerprint)
-    try:
-        with transaction.atomic():
-            response = create()
-            body = json.loads(JSONRenderer().render(response.data) or b"null")
-            IdempotencyRecord.objects.create(
-                user=request.user,
-                key=key,
-                request_fingerprint=fingerprint,
-                response_status=response.status_code,
-                response_body=body,
-            )
-    except IntegrityError:
-        record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
-        if record is None:
-            raise
-        return _replay(record, fingerprint)
+    with transaction.atomic():
+        try:
+            with transaction.atomic():
+                record = IdempotencyRecord.objects.create(
+                    user=request.user,
+                    key=key,
+                    request_fingerprint=fingerprint,
+                    response_status=0,
+                    response_body={},
+                )
+        except IntegrityError:
+            record = IdempotencyRecord.objects.get(user=request.user, key=key)
+            return _replay(record, fingerprint)
+        response = create()
+        record.response_status = response.status_code
+        record.response_body = json.loads(JSONRenderer().render(response.data) or b"null")
+        record.save(update_fields=["response_status", "response_body"])
     return response

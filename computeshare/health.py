@@ -2,6 +2,7 @@
 
 import logging
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
@@ -27,7 +28,7 @@ def _database_status() -> str:
 
 def _broker_status() -> str:
     try:
-        with celery_app.connection_for_write() as broker:
+        with celery_app.connection_for_write(url=settings.CELERY_BROKER_URL) as broker:
             broker.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_SECONDS)
     except Exception as error:
         logger.warning("health: broker is not answering: %s", error)

@@ -89,7 +89,7 @@ USE_I18N = True
 USE_TZ = True
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT = Path(env("STATIC_ROOT", default=str(BASE_DIR / "staticfiles")))
 NODE_MODULES = BASE_DIR / "node_modules"
 # The pages' libraries come from npm (package.json) and are served from node_modules as they
 # are: nothing vendored into the repository, nothing fetched from a CDN.

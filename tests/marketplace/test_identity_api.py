@@ -1,0 +1,420 @@
+"""The identity and organization endpoints of API.md, with their refusals. Every refusal also
+checks that nothing was written."""
+
+import uuid
+
+import pytest
+from rest_framework.authtoken.models import Token
+
+from computeshare.models import IdempotencyRecord, User
+from marketplace.models import Membership, Organization
+from tests.conftest import client_for
+from tests.factories import PASSWORD, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def snapshot() -> tuple[int, int, int, int, int]:
+    return (
+        User.objects.count(),
+        Organization.objects.count(),
+        Membership.objects.count(),
+        Token.objects.count(),
+        IdempotencyRecord.objects.count(),
+    )
+
+
+# --- tokens -------------------------------------------------------------------------------
+
+
+def test_token_is_issued_for_the_right_password_and_is_stable(api_client, user):
+    first = api_client.post(
+        "/api/v1/auth/token/", {"username": user.username, "password": PASSWORD}, format="json"
+    )
+    second = api_client.post(
+        "/api/v1/auth/token/", {"username": user.username, "password": PASSWORD}, format="json"
+    )
+
+    assert first.status_code == 200
+    assert first.json() == {"token": Token.objects.get(user=user).key}
+    assert second.json() == first.json()
+
+
+def test_wrong_password_is_invalid_credentials_and_writes_nothing(api_client, user):
+    before = snapshot()
+
+    response = api_client.post(
+        "/api/v1/auth/token/", {"username": user.username, "password": "nope"}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json() == {
+        "detail": "Unable to log in with the username and password given.",
+        "code": "invalid_credentials",
+        "extra": {},
+    }
+    assert snapshot() == before
+
+
+def test_inactive_user_gets_no_token(api_client, user):
+    user.is_active = False
+    user.save()
+    before = snapshot()
+
+    response = api_client.post(
+        "/api/v1/auth/token/", {"username": user.username, "password": PASSWORD}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid_credentials"
+    assert "token" not in response.json()
+    assert snapshot() == before
+
+
+def test_token_request_missing_fields_is_invalid(api_client, db):
+    response = api_client.post("/api/v1/auth/token/", {"username": "x"}, format="json")
+
+    assert response.status_code == 400
+    body = response.json()
+    assert body["code"] == "invalid"
+    assert body["extra"]["fields"] == {"password": ["This field is required."]}
+
+
+def test_malformed_json_is_400_and_writes_nothing(api_client, team):
+    client = client_for(team.admin)
+    before = snapshot()
+
+    response = client.post(
+        "/api/v1/organizations/", data='{"name": "Broken', content_type="application/json"
+    )
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "malformed_request"
+    assert set(response.json()) == {"detail", "code", "extra"}
+    assert snapshot() == before
+
+
+def test_a_json_array_body_is_invalid_not_a_crash(team):
+    response = client_for(team.admin).post("/api/v1/organizations/", [1, 2], format="json")
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid"
+
+
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("get", "/api/v1/me/"),
+        ("get", "/api/v1/organizations/"),
+        ("post", "/api/v1/organizations/"),
+        ("get", "/api/v1/organizations/{org}/"),
+        ("get", "/api/v1/organizations/{org}/members/"),
+        ("post", "/api/v1/organizations/{org}/members/"),
+    ],
+)
+def test_missing_or_wrong_token_is_401(api_client, team, method, path):
+    path = path.format(org=team.organization.uuid)
+    before = snapshot()
+
+    anonymous = getattr(api_client, method)(path, {"name": "X"}, format="json")
+    api_client.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
+    wrong = getattr(api_client, method)(path, {"name": "X"}, format="json")
+
+    assert anonymous.status_code == 401
+    assert anonymous.json()["code"] == "not_authenticated"
+    assert anonymous["WWW-Authenticate"] == "Token"
+    assert wrong.status_code == 401
+    assert wrong.json()["code"] == "authentication_failed"
+    assert snapshot() == before
+
+
+# --- me and organizations ----------------------------------------------------------------
+
+
+def test_me_lists_the_callers_organizations_with_roles(team):
+    response = client_for(team.member).get("/api/v1/me/")
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "id": str(team.member.uuid),
+        "username": team.member.username,
+        "email": team.member.email,
+        "organizations": [
+            {"id": str(team.organization.uuid), "name": "Quantum Lab", "role": "member"}
+        ],
+    }
+
+
+def test_create_organization_makes_the_caller_admin(user):
+    response = client_for(user).post(
+        "/api/v1/organizations/", {"name": "  Photon   Lab "}, format="json"
+    )
+
+    assert response.status_code == 201
+    organization = Organization.objects.get()
+    assert response.json()["id"] == str(organization.uuid)
+    assert response.json()["name"] == "Photon Lab"
+    assert response.json()["role"] == "admin"
+    assert Membership.objects.get(organization=organization).user == user
+    assert Membership.objects.get(organization=organization).role == "admin"
+
+
+@pytest.mark.parametrize("name", ["", "   ", "x" * 121])
+def test_create_organization_with_a_bad_name_is_invalid_and_writes_nothing(user, name):
+    before = snapshot()
+
+    response = client_for(user).post("/api/v1/organizations/", {"name": name}, format="json")
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid"
+    assert "name" in response.json()["extra"]["fields"]
+    assert snapshot() == before
+
+
+def test_organization_names_are_unique_whatever_their_case(team, user):
+    before = snapshot()
+
+    response = client_for(user).post(
+        "/api/v1/organizations/", {"name": "QUANTUM lab"}, format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json()["extra"]["fields"] == {
+        "name": ["An organization with this name exists."]
+    }
+    assert snapshot() == before
+
+
+def test_organization_list_shows_only_the_callers_and_is_paginated(team):
+    response = client_for(team.admin).get("/api/v1/organizations/?page_size=1")
+
+    assert response.status_code == 200
+    assert response.json() == {
+        "count": 1,
+        "next": None,
+        "previous": None,
+        "results": [{"id": str(team.organization.uuid), "name": "Quantum Lab", "role": "admin"}],
+    }
+
+
+def test_organization_list_query_count_does_not_grow_with_organizations(
+    user, django_assert_max_num_queries
+):
+    from tests.factories import MembershipFactory
+
+    for _ in range(30):
+        MembershipFactory(user=user)
+    client = client_for(user)
+
+    with django_assert_max_num_queries(4):
+        response = client.get("/api/v1/organizations/?page_size=200")
+
+    assert response.json()["count"] == 30
+
+
+def test_organization_detail_for_a_member(team):
+    response = client_for(team.member).get(f"/api/v1/organizations/{team.organization.uuid}/")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["id"] == str(team.organization.uuid)
+    assert body["name"] == "Quantum Lab"
+    assert body["role"] == "member"
+
+
+def test_another_organizations_id_is_404(team):
+    response = client_for(team.outsider).get(f"/api/v1/organizations/{team.organization.uuid}/")
+
+    assert response.status_code == 404
+    assert response.json() == {"detail": "No such organization.", "code": "not_found", "extra": {}}
+
+
+def test_an_unknown_or_malformed_id_is_404_in_the_error_shape(team):
+    client = client_for(team.admin)
+
+    unknown = client.get(f"/api/v1/organizations/{uuid.uuid4()}/")
+    malformed = client.get("/api/v1/organizations/not-a-uuid/")
+
+    assert unknown.status_code == 404
+    assert unknown.json()["code"] == "not_found"
+    assert malformed.status_code == 404
+    assert malformed.json()["code"] == "not_found"
+
+
+# --- members -------------------------------------------------------------------------------
+
+
+def test_admin_adds_a_member(team):
+    newcomer = UserFactory(username="newcomer")
+
+    response = client_for(team.admin).post(
+        f"/api/v1/organizations/{team.organization.uuid}/members/",
+        {"username": "newcomer", "role": "member"},
+        format="json",
+    )
+
+    assert response.status_code == 201
+    membership = Membership.objects.get(organization=team.organization, user=newcomer)
+    assert response.json()["id"] == str(membership.uuid)
+    assert response.json()["username"] == "newcomer"
+    assert response.json()["role"] == "member"
+    assert membership.added_by == team.admin
+
+
+def test_admin_adds_another_admin(team):
+    UserFactory(username="second-admin")
+
+    response = client_for(team.admin).post(
+        f"/api/v1/organizations/{team.organization.uuid}/members/",
+        {"username": "second-admin", "role": "admin"},
+        format="json",
+    )
+
+    assert response.status_code == 201
+    assert response.json()["role"] == "admin"
+
+
+def test_a_member_adding_members_is_403_and_writes_nothing(team):
+    UserFactory(username="newcomer")
+    before = snapshot()
+
+    response = client_for(team.member).post(
+        f"/api/v1/organizations/{team.organization.uuid}/members/",
+        {"username": "newcomer", "role": "member"},
+        format="json",
+    )
+
+    assert response.status_code == 403
+    assert response.json()["code"] == "permission_denied"
+    assert snapshot() == before
+
+
+def test_an_outsider_adding_members_is_404_even_with_a_bad_body(team):
+    before = snapshot()
+
+    response = client_for(team.outsider).post(
+        f"/api/v1/organizations/{team.organization.uuid}/members/",
+        {"role": "owner"},
+        format="json",
+    )
+
+    assert response.status_code == 404
+    assert snapshot() == before
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"username": "ghost", "role": "member"}, "username"),
+        ({"username": "newcomer", "role": "owner"}, "role"),
+        ({"role": "member"}, "username"),
+    ],
+)
+def test_adding_with_bad_input_is_invalid_and_writes_nothing(team, body, field):
+    UserFactory(username="newcomer")
+    before = snapshot()
+
+    response = client_for(team.admin).post(
+        f"/api/v1/organizations/{team.organization.uuid}/members/", body, format="json"
+    )
+
+    assert response.status_code == 400
+    assert response.json()["code"] == "invalid"
+    assert field in response.json()["extra"]["fields"]
+    assert snapshot() == before
+
+
+def test_adding_an_existing_member_is_409(team):
+    before = snapshot()
+
+    response = client_for(team.admin).post(
+        f"/api/v1/organizations/{team.organization.uuid}/members/",
+        {"username": team.member.username, "role": "admin"},
+        format="json",
+    )
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "already_member"
+    assert Membership.objects.get(organization=team.organization, user=team.member).role == "member"
+    assert snapshot() == before
+
+
+def test_members_list_is_visible_to_members_only(team):
+    path = f"/api/v1/organizations/{team.organization.uuid}/members/"
+
+    as_member = client_for(team.member).get(path)
+    as_outsider = client_for(team.outsider).get(path)
+
+    assert as_member.status_code == 200
+    assert sorted(row["role"] for row in as_member.json()["results"]) == ["admin", "member"]
+    assert as_outsider.status_code == 404
+
+
+# --- Idempotency-Key ---------------------------------------------------------------------------
+
+
+def test_same_idempotency_key_and_body_replays_the_first_answer(user):
+    client = client_for(user)
+
+    first = client.post(
+        "/api/v1/organizations/",
+        {"name": "Replay Lab"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="key-1",
+    )
+    second = client.post(
+        "/api/v1/organizations/",
+        {"name": "Replay Lab"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="key-1",
+    )
+
+    assert first.status_code == second.status_code == 201
+    assert second.json() == first.json()
+    assert Organization.objects.count() == 1
+
+
+def test_same_idempotency_key_with_another_body_is_409(user):
+    client = client_for(user)
+    client.post(
+        "/api/v1/organizations/",
+        {"name": "Replay Lab"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="key-1",
+    )
+
+    response = client.post(
+        "/api/v1/organizations/", {"name": "Other Lab"}, format="json", HTTP_IDEMPOTENCY_KEY="key-1"
+    )
+
+    assert response.status_code == 409
+    assert response.json()["code"] == "idempotency_key_reused"
+    assert list(Organization.objects.values_list("name", flat=True)) == ["Replay Lab"]
+
+
+def test_idempotency_keys_belong_to_their_user(user):
+    other = UserFactory()
+
+    client_for(user).post(
+        "/api/v1/organizations/", {"name": "Lab A"}, format="json", HTTP_IDEMPOTENCY_KEY="shared"
+    )
+    response = client_for(other).post(
+        "/api/v1/organizations/", {"name": "Lab B"}, format="json", HTTP_IDEMPOTENCY_KEY="shared"
+    )
+
+    assert response.status_code == 201
+    assert Organization.objects.count() == 2
+
+
+def test_a_refused_request_does_not_burn_its_idempotency_key(user):
+    client = client_for(user)
+
+    refused = client.post(
+        "/api/v1/organizations/", {"name": ""}, format="json", HTTP_IDEMPOTENCY_KEY="retry-me"
+    )
+    retried = client.post(
+        "/api/v1/organizations/", {"name": ""}, format="json", HTTP_IDEMPOTENCY_KEY="retry-me"
+    )
+
+    assert refused.status_code == retried.status_code == 400
+    assert IdempotencyRecord.objects.count() == 0

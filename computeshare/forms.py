@@ -21,10 +21,10 @@ class StyledFormMixin:
                 css = "form-check-input"
             widget.attrs["class"] = f"{widget.attrs.get('class', '')} {css}".strip()
 
-    def full_clean(self) -> None:
-        super().full_clean()  # type: ignore[misc]
+    def add_error(self, field: str | None, error: Any) -> None:
+        # Every error passes here, from the form's own cleaning and from services' refusals.
+        super().add_error(field, error)  # type: ignore[misc]
         for name in self.errors:
-            if name in self.fields:
-                widget = self.fields[name].widget
+            widget = self.fields[name].widget if name in self.fields else None
+            if widget is not None and "is-invalid" not in widget.attrs.get("class", ""):
                 widget.attrs["class"] = f"{widget.attrs.get('class', '')} is-invalid".strip()
-                widget.attrs["aria-invalid"] = "true"

@@ -14,7 +14,7 @@ from django.views import View
 from django.views.generic import FormView, TemplateView
 from rest_framework.authtoken.models import Token
 
-from computeshare.errors import ApplicationError, ValidationFailed
+from computeshare.errors import ApplicationError, Conflict, ValidationFailed
 from marketplace import selectors, services
 from marketplace.forms import MemberAddForm, OrganizationForm, SignUpForm
 
@@ -108,9 +108,7 @@ class OrganizationDetailView(LoginRequiredMixin, View):
                     username=form.cleaned_data["username"],
                     role=form.cleaned_data["role"],
                 )
-            except ApplicationError as error:
-                if error.status_code == 404:
-                    raise
+            except (ValidationFailed, Conflict) as error:
                 form_add_service_error(form, error)
             else:
                 messages.success(

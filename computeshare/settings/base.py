@@ -46,6 +46,7 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    "computeshare.middleware.ApplicationErrorMiddleware",
 ]
 
 ROOT_URLCONF = "computeshare.urls"

@@ -1,0 +1,103 @@
+"""A newcomer's first visit in headless Chromium: sign up, log in, create an organization,
+add a member and read the API token, then use it."""
+
+import re
+
+import pytest
+from playwright.sync_api import Page, expect
+
+from marketplace.models import Membership
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+PASSWORD = "a-long-passphrase-42"
+
+
+def navigation(page: Page):
+    return page.locator("#main-nav")
+
+
+def sign_up(page: Page, base: str, username: str) -> None:
+    page.goto(f"{base}/")
+    navigation(page).get_by_role("link", name="Sign up").click()
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Email").fill(f"{username}@example.org")
+    page.get_by_label("Password", exact=True).fill(PASSWORD)
+    page.get_by_label("Password confirmation").fill(PASSWORD)
+    page.get_by_role("button", name="Sign up").click()
+    expect(page.get_by_text(f"Welcome to ComputeShare, {username}.")).to_be_visible()
+
+
+def log_out(page: Page) -> None:
+    page.get_by_role("button", name="Log out").click()
+    expect(navigation(page).get_by_role("link", name="Log in")).to_be_visible()
+
+
+def test_newcomer_signs_up_creates_an_organization_adds_a_member_and_uses_a_token(
+    page: Page, live_server
+):
+    base = live_server.url
+    sign_up(page, base, "bob")
+    log_out(page)
+
+    # Alice signs up, logs out and logs in again.
+    sign_up(page, base, "alice")
+    log_out(page)
+    navigation(page).get_by_role("link", name="Log in").click()
+    page.get_by_label("Username").fill("alice")
+    page.get_by_label("Password").fill("wrong password")
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_text("Please enter a correct username and password")).to_be_visible()
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    expect(page.get_by_role("heading", name="Your organizations")).to_be_visible()
+
+    # She creates an organization and is its admin.
+    page.get_by_role("link", name="New organization").click()
+    page.get_by_label("Organization name").fill("Plasma Lab")
+    page.get_by_role("button", name="Create organization").click()
+    expect(page.get_by_role("heading", name="Plasma Lab")).to_be_visible()
+    expect(page.get_by_text("you: admin")).to_be_visible()
+
+    # An unknown username is refused beside the field; then Bob is added as a member.
+    member_form = page.locator("#member-add")
+    member_form.get_by_label("Username").fill("nobody")
+    member_form.get_by_role("button", name="Add member").click()
+    expect(page.get_by_text("No active user has this username.")).to_be_visible()
+    member_form.get_by_label("Username").fill("bob")
+    member_form.get_by_label("Role").select_option("member")
+    member_form.get_by_role("button", name="Add member").click()
+    expect(page.get_by_text("bob joined as Member.")).to_be_visible()
+    members = page.locator("#members tbody tr")
+    expect(members).to_have_count(2)
+    expect(members.filter(has_text="bob")).to_contain_text("member")
+    expect(members.filter(has_text="alice")).to_contain_text("admin")
+    assert Membership.objects.get(user__username="bob").role == "member"
+
+    # The token page shows a token that works against the API.
+    navigation(page).get_by_role("link", name="API token").click()
+    token = page.locator("#api-token").input_value()
+    assert re.fullmatch(r"[0-9a-f]{40}", token)
+    me = page.request.get(f"{base}/api/v1/me/", headers={"Authorization": f"Token {token}"})
+    assert me.status == 200
+    assert me.json()["username"] == "alice"
+    assert me.json()["organizations"][0]["name"] == "Plasma Lab"
+
+    # Regenerating replaces it; the old one stops working.
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Regenerate").click()
+    expect(page.get_by_text("A new token was made.")).to_be_visible()
+    new_token = page.locator("#api-token").input_value()
+    assert new_token != token
+    old = page.request.get(f"{base}/api/v1/me/", headers={"Authorization": f"Token {token}"})
+    assert old.status == 401
+
+    # Bob sees the organization as a member, without the form to add members.
+    log_out(page)
+    navigation(page).get_by_role("link", name="Log in").click()
+    page.get_by_label("Username").fill("bob")
+    page.get_by_label("Password").fill(PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    page.get_by_role("link", name="Plasma Lab").click()
+    expect(page.get_by_text("you: member")).to_be_visible()
+    expect(page.get_by_text("Only an admin of Plasma Lab can add members.")).to_be_visible()

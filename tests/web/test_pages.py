@@ -1,0 +1,193 @@
+"""The identity and organization pages through Django's test client (the browser test walks
+the same path in Chromium)."""
+
+import pytest
+from django.urls import reverse
+from rest_framework.authtoken.models import Token
+
+from computeshare.models import User
+from marketplace.models import Membership, Organization
+from tests.factories import PASSWORD, UserFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_home_page_for_visitors_and_redirect_for_users(client, user):
+    visitor = client.get("/")
+    client.force_login(user)
+    signed_in = client.get("/")
+
+    assert visitor.status_code == 200
+    assert b"Run on someone else" in visitor.content
+    assert signed_in.status_code == 302
+    assert signed_in["Location"] == reverse("dashboard")
+
+
+def test_sign_up_logs_the_new_user_in(client):
+    response = client.post(
+        reverse("signup"),
+        {
+            "username": "ada",
+            "email": "ada@example.org",
+            "password1": "a-long-passphrase-42",
+            "password2": "a-long-passphrase-42",
+        },
+    )
+
+    assert response.status_code == 302
+    assert User.objects.get(username="ada").email == "ada@example.org"
+    assert client.get(reverse("dashboard")).context["user"].username == "ada"
+
+
+def test_sign_up_errors_are_shown_beside_the_fields(client):
+    response = client.post(
+        reverse("signup"),
+        {"username": "ada", "email": "not-an-email", "password1": "x", "password2": "y"},
+    )
+
+    assert response.status_code == 200
+    content = response.content.decode()
+    assert "is-invalid" in content
+    assert "Enter a valid email address." in content
+    assert not User.objects.filter(username="ada").exists()
+
+
+def test_pages_need_a_login(client, team):
+    for url in (
+        reverse("dashboard"),
+        reverse("api-token"),
+        reverse("organization-detail", args=[team.organization.uuid]),
+    ):
+        response = client.get(url)
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login"))
+
+
+def test_login_and_logout(client, user):
+    response = client.post(reverse("login"), {"username": user.username, "password": PASSWORD})
+    assert response.status_code == 302
+    assert response["Location"] == reverse("dashboard")
+
+    logout = client.post(reverse("logout"))
+    assert logout.status_code == 302
+    assert client.get(reverse("dashboard")).status_code == 302
+
+
+def test_wrong_login_shows_an_error(client, user):
+    response = client.post(reverse("login"), {"username": user.username, "password": "wrong"})
+
+    assert response.status_code == 200
+    assert b"Please enter a correct username and password" in response.content
+
+
+def test_organization_page_lists_members_and_roles(client, team):
+    client.force_login(team.member)
+
+    response = client.get(reverse("organization-detail", args=[team.organization.uuid]))
+
+    content = response.content.decode()
+    assert response.status_code == 200
+    assert team.admin.username in content
+    assert team.member.username in content
+    assert "Only an admin of Quantum Lab can add members." in content
+
+
+def test_an_outsider_gets_404_on_the_organization_page(client, team):
+    client.force_login(team.outsider)
+
+    response = client.get(reverse("organization-detail", args=[team.organization.uuid]))
+
+    assert response.status_code == 404
+
+
+def test_admin_adds_a_member_from_the_page(client, team):
+    UserFactory(username="grace")
+    client.force_login(team.admin)
+
+    response = client.post(
+        reverse("organization-detail", args=[team.organization.uuid]),
+        {"username": "grace", "role": "admin"},
+        follow=True,
+    )
+
+    assert response.status_code == 200
+    assert b"grace joined as Admin." in response.content
+    assert Membership.objects.get(user__username="grace").role == "admin"
+
+
+def test_member_form_errors_are_beside_the_fields(client, team):
+    client.force_login(team.admin)
+    before = Membership.objects.count()
+
+    response = client.post(
+        reverse("organization-detail", args=[team.organization.uuid]),
+        {"username": "nobody", "role": "member"},
+    )
+
+    assert response.status_code == 400
+    assert b"No active user has this username." in response.content
+    assert Membership.objects.count() == before
+
+
+def test_a_member_cannot_add_members_from_the_page(client, team):
+    UserFactory(username="grace")
+    client.force_login(team.member)
+
+    response = client.post(
+        reverse("organization-detail", args=[team.organization.uuid]),
+        {"username": "grace", "role": "member"},
+    )
+
+    assert response.status_code == 403
+    assert b"Only an admin of this organization can add members." in response.content
+    assert not Membership.objects.filter(user__username="grace").exists()
+
+
+def test_create_organization_from_the_page(client, user):
+    client.force_login(user)
+
+    response = client.post(reverse("organization-create"), {"name": "Fusion Lab"})
+
+    organization = Organization.objects.get(name="Fusion Lab")
+    assert response.status_code == 302
+    assert response["Location"] == reverse("organization-detail", args=[organization.uuid])
+
+
+def test_token_page_shows_and_regenerates_the_token(client, user):
+    client.force_login(user)
+    old_key = Token.objects.get(user=user).key
+
+    shown = client.get(reverse("api-token"))
+    regenerated = client.post(reverse("api-token"), follow=True)
+
+    new_key = Token.objects.get(user=user).key
+    assert old_key in shown.content.decode()
+    assert new_key != old_key
+    assert new_key in regenerated.content.decode()
+
+
+def test_static_libraries_are_served_locally(client):
+    response = client.get("/")
+
+    content = response.content.decode()
+    assert "/static/vendor/bootstrap/css/bootstrap.min.css" in content
+    assert "/static/vendor/htmx/htmx.min.js" in content
+    assert "cdn" not in content.lower()
+
+
+def test_api_schema_and_docs(client, user):
+    schema = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+    client.force_login(user)
+    docs = client.get("/api/v1/docs/")
+
+    assert schema.status_code == 200
+    paths = schema.json()["paths"]
+    for path in (
+        "/api/v1/auth/token/",
+        "/api/v1/me/",
+        "/api/v1/organizations/",
+        "/api/v1/organizations/{organization_id}/",
+        "/api/v1/organizations/{organization_id}/members/",
+    ):
+        assert path in paths
+    assert docs.status_code == 200

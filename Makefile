@@ -1,0 +1,56 @@
+# The two commands a newcomer needs: `make demo` and `make test`. Everything else is their parts.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+UV_VERSION := 0.13.9
+export UV_PROJECT_ENVIRONMENT := $(VENV)
+UV := $(VENV)/bin/uv
+BIN := $(VENV)/bin
+
+.PHONY: help install demo test test-services lint typecheck migrations-check pytest clean
+
+help:
+	@echo "make demo    install everything and serve the demo on http://127.0.0.1:8000"
+	@echo "make test    install everything, start PostgreSQL, Redis and the Slurm test cluster, run all checks"
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+$(UV): | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check "uv==$(UV_VERSION)"
+
+# Python from uv.lock, the pages' libraries from package-lock.json.
+install: $(UV)
+	$(UV) sync --frozen --inexact --quiet
+	npm ci --no-audit --no-fund --loglevel=error
+
+demo: install
+	scripts/demo
+
+# --- make test -----------------------------------------------------------------------------
+test: install test-services migrations-check lint typecheck pytest
+
+# PostgreSQL and Redis answering (started when they do not), Chromium for the browser tests,
+# and the Slurm test cluster behind its own sshd. Each fails loudly rather than skipping.
+test-services:
+	scripts/test-services
+	scripts/testcluster up
+
+migrations-check:
+	DJANGO_SETTINGS_MODULE=computeshare.settings.test $(BIN)/python manage.py makemigrations --check --dry-run
+
+lint:
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+typecheck:
+	$(BIN)/mypy
+
+pytest:
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) node_modules staticfiles var .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,29 @@
+# One image for the web server, the Celery worker and beat (docker-compose.yml picks the command).
+FROM node:20-bookworm-slim AS static
+WORKDIR /app
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund --loglevel=error
+
+FROM python:3.11-slim-bookworm
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    UV_PROJECT_ENVIRONMENT=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    DJANGO_SETTINGS_MODULE=computeshare.settings.production
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends openssh-client \
+    && rm -rf /var/lib/apt/lists/* \
+    && pip install --no-cache-dir uv==0.13.9 \
+    && useradd --create-home --uid 1000 computeshare
+WORKDIR /app
+COPY pyproject.toml uv.lock ./
+RUN uv sync --frozen --no-dev --no-install-project
+COPY --from=static /app/node_modules ./node_modules
+COPY . .
+# collectstatic needs settings to import, not real secrets.
+RUN SECRET_KEY=build-only FIELD_ENCRYPTION_KEY=ZGV2ZWxvcG1lbnQta2V5LW5vdC1mb3ItcHJvZHVjdGlvbi0= \
+    ALLOWED_HOSTS=localhost DATABASE_URL=sqlite:////tmp/build.sqlite3 \
+    python manage.py collectstatic --no-input
+USER computeshare
+EXPOSE 8000
+CMD ["gunicorn", "computeshare.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--access-logfile", "-"]

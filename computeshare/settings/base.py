@@ -100,6 +100,7 @@ STATICFILES_DIRS = [
     ("vendor/bootstrap-icons", NODE_MODULES / "bootstrap-icons" / "font"),
     ("vendor/htmx", NODE_MODULES / "htmx.org" / "dist"),
     ("vendor/chart.js", NODE_MODULES / "chart.js" / "dist"),
+    ("vendor/swagger-ui", NODE_MODULES / "swagger-ui-dist"),
 ]
 
 # --- Redis, Celery -----------------------------------------------------------------------------
@@ -178,8 +179,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Buy idle HPC time on Slurm clusters and run jobs on it.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
     "SCHEMA_PATH_PREFIX": r"/api/v1",
     "COMPONENT_SPLIT_REQUEST": True,
+    # The interactive docs load Swagger UI from our own static files (npm), never from a CDN.
+    "SWAGGER_UI_DIST": f"/{STATIC_URL}vendor/swagger-ui",
+    "SWAGGER_UI_FAVICON_HREF": f"/{STATIC_URL}favicon.svg",
 }
 
 LOGGING = {

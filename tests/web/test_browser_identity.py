@@ -101,3 +101,22 @@ def test_newcomer_signs_up_creates_an_organization_adds_a_member_and_uses_a_toke
     page.get_by_role("link", name="Plasma Lab").click()
     expect(page.get_by_text("you: member")).to_be_visible()
     expect(page.get_by_text("Only an admin of Plasma Lab can add members.")).to_be_visible()
+
+
+def test_api_docs_render_offline_from_our_own_static_files(page: Page, live_server):
+    outside_requests: list[str] = []
+
+    def refuse_outside(route):
+        url = route.request.url
+        if url.startswith(live_server.url) or url.startswith("data:"):
+            route.continue_()
+        else:
+            outside_requests.append(url)
+            route.abort()
+
+    page.route("**/*", refuse_outside)
+    page.goto(f"{live_server.url}/api/v1/docs/")
+
+    expect(page.get_by_role("heading", name=re.compile("ComputeShare API"))).to_be_visible()
+    expect(page.get_by_text("/api/v1/organizations/", exact=True).first).to_be_visible()
+    assert outside_requests == []

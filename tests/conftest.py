@@ -94,7 +94,33 @@ def testcluster() -> TestCluster:
         )
     config = json.loads(TESTCLUSTER_CONFIG.read_text())
     fields = TestCluster.__dataclass_fields__
-    return TestCluster(**{name: config[name] for name in fields})
+    cluster = TestCluster(**{name: config[name] for name in fields})
+    _require_slurm_answers(cluster)
+    return cluster
+
+
+def _require_slurm_answers(cluster: TestCluster) -> None:
+    """Fails (never skips) every test that needs the cluster when sshd or slurmctld is down."""
+    from scheduler_bridge.slurm.errors import BridgeError
+    from scheduler_bridge.slurm.ssh import SSHConnection, SSHSettings
+
+    settings = SSHSettings(
+        host=cluster.host,
+        port=cluster.port,
+        user=cluster.user,
+        private_key=cluster.private_key,
+        host_key=cluster.host_key,
+        connect_timeout=5.0,
+    )
+    try:
+        with SSHConnection(settings) as connection:
+            answer = connection.run(["scontrol", "ping"], timeout=15, check=False)
+    except BridgeError as error:
+        pytest.fail(f"The Slurm test cluster does not answer over SSH: {error}")
+    if answer.exit_status != 0 or "is UP" not in answer.stdout:
+        pytest.fail(
+            f"slurmctld does not answer on the test cluster: {answer.stdout}{answer.stderr}"
+        )
 
 
 # --- A real Celery worker ---------------------------------------------------------------------

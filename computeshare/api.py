@@ -10,6 +10,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.http import Http404, HttpRequest, JsonResponse
+from drf_spectacular.utils import inline_serializer
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import serializers
 from rest_framework.pagination import PageNumberPagination
@@ -30,9 +31,26 @@ logger = logging.getLogger(__name__)
 
 
 class Pagination(PageNumberPagination):
+    """`?page=` and `?page_size=` (1 to 200, default 50). A page size out of range or not a
+    number is refused with 400 rather than silently replaced."""
+
     page_size = 50
     page_size_query_param = "page_size"
     max_page_size = 200
+
+    def get_page_size(self, request: Request) -> int:
+        raw = request.query_params.getlist(self.page_size_query_param)
+        if not raw:
+            return self.page_size
+        if len(raw) > 1 or not raw[0].isdigit() or not 1 <= int(raw[0]) <= self.max_page_size:
+            raise ValidationFailed(
+                fields={
+                    self.page_size_query_param: [
+                        f"A whole number from 1 to {self.max_page_size}, given once."
+                    ]
+                }
+            )
+        return int(raw[0])
 
 
 class ErrorSerializer(serializers.Serializer):
@@ -41,6 +59,20 @@ class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField()
     code = serializers.CharField()
     extra = serializers.DictField()
+
+
+def paginated(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
+    """The schema of a page of `serializer_class` as `Pagination` renders it."""
+    name = serializer_class.__name__.removesuffix("Serializer")
+    return inline_serializer(
+        name=f"Paginated{name}List",
+        fields={
+            "count": serializers.IntegerField(),
+            "next": serializers.URLField(allow_null=True),
+            "previous": serializers.URLField(allow_null=True),
+            "results": serializer_class(many=True),
+        },
+    )
 
 
 def _error_body(detail: str, code: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:

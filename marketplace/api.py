@@ -9,7 +9,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from computeshare.api import ErrorSerializer, Pagination, idempotent
+from computeshare.api import ErrorSerializer, Pagination, idempotent, paginated
 from computeshare.errors import InvalidCredentials
 from marketplace import selectors, services
 from marketplace.serializers import (
@@ -30,6 +30,18 @@ IDEMPOTENCY_KEY = OpenApiParameter(
     required=False,
     description="Replays the first answer for the same key and body; 409 for another body.",
 )
+PAGE_PARAMETERS = [
+    OpenApiParameter("page", int, OpenApiParameter.QUERY, required=False),
+    OpenApiParameter(
+        "page_size",
+        {"type": "integer", "minimum": 1, "maximum": 200},
+        OpenApiParameter.QUERY,
+        required=False,
+        description="From 1 to 200; 50 when not given.",
+    ),
+]
+# A bad page size is 400, a page past the end 404.
+LIST_ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 404: ErrorSerializer}
 ERRORS = {
     400: ErrorSerializer,
     401: ErrorSerializer,
@@ -45,6 +57,7 @@ class AuthTokenApi(APIView):
     throttle_scope = "login"
 
     @extend_schema(
+        operation_id="auth_token_create",
         request=TokenRequestSerializer,
         responses={200: TokenSerializer, 400: ErrorSerializer, 429: ErrorSerializer},
         auth=[],
@@ -64,7 +77,7 @@ class AuthTokenApi(APIView):
 
 
 class MeApi(APIView):
-    @extend_schema(responses={200: MeSerializer, 401: ErrorSerializer})
+    @extend_schema(operation_id="me_retrieve", responses={200: MeSerializer, 401: ErrorSerializer})
     def get(self, request: Request) -> Response:
         user = request.user
         data = {
@@ -77,7 +90,11 @@ class MeApi(APIView):
 
 
 class OrganizationListCreateApi(APIView):
-    @extend_schema(responses={200: OrganizationRoleSerializer(many=True), 401: ErrorSerializer})
+    @extend_schema(
+        operation_id="organizations_list",
+        responses={200: paginated(OrganizationRoleSerializer), **LIST_ERRORS},
+        parameters=PAGE_PARAMETERS,
+    )
     def get(self, request: Request) -> Response:
         paginator = Pagination()
         page = paginator.paginate_queryset(
@@ -86,6 +103,7 @@ class OrganizationListCreateApi(APIView):
         return paginator.get_paginated_response(OrganizationRoleSerializer(page, many=True).data)
 
     @extend_schema(
+        operation_id="organizations_create",
         request=OrganizationCreateSerializer,
         responses={201: OrganizationDetailSerializer, **ERRORS},
         parameters=[IDEMPOTENCY_KEY],
@@ -106,7 +124,8 @@ class OrganizationListCreateApi(APIView):
 
 class OrganizationDetailApi(APIView):
     @extend_schema(
-        responses={200: OrganizationDetailSerializer, 401: ErrorSerializer, 404: ErrorSerializer}
+        operation_id="organizations_retrieve",
+        responses={200: OrganizationDetailSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
     )
     def get(self, request: Request, organization_id: str) -> Response:
         membership = selectors.membership_get_for_user(request.user, organization_id)
@@ -115,7 +134,9 @@ class OrganizationDetailApi(APIView):
 
 class OrganizationMemberListCreateApi(APIView):
     @extend_schema(
-        responses={200: MemberSerializer(many=True), 401: ErrorSerializer, 404: ErrorSerializer}
+        operation_id="organization_members_list",
+        responses={200: paginated(MemberSerializer), **LIST_ERRORS},
+        parameters=PAGE_PARAMETERS,
     )
     def get(self, request: Request, organization_id: str) -> Response:
         membership = selectors.membership_get_for_user(request.user, organization_id)
@@ -126,6 +147,7 @@ class OrganizationMemberListCreateApi(APIView):
         return paginator.get_paginated_response(MemberSerializer(page, many=True).data)
 
     @extend_schema(
+        operation_id="organization_members_create",
         request=MemberAddSerializer,
         responses={201: MemberSerializer, **ERRORS},
         parameters=[IDEMPOTENCY_KEY],

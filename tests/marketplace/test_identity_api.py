@@ -418,3 +418,13 @@ def test_a_refused_request_does_not_burn_its_idempotency_key(user):
 
     assert refused.status_code == retried.status_code == 400
     assert IdempotencyRecord.objects.count() == 0
+
+
+@pytest.mark.parametrize("page_size", ["0", "201", "ten", "-1"])
+def test_a_page_size_out_of_range_is_refused(team, page_size):
+    response = client_for(team.admin).get(f"/api/v1/organizations/?page_size={page_size}")
+
+    assert response.status_code == 400
+    assert response.json()["extra"]["fields"] == {
+        "page_size": ["A whole number from 1 to 200, given once."]
+    }

@@ -75,9 +75,3 @@ class PaymentRequired(ApplicationError):
     status_code = 402
     code = "payment_required"
     default_detail = "Not enough funds."
-
-
-class ServiceUnavailable(ApplicationError):
-    status_code = 503
-    code = "service_unavailable"
-    default_detail = "A part of the platform is not answering."

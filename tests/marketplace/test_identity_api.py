@@ -428,3 +428,18 @@ def test_a_page_size_out_of_range_is_refused(team, page_size):
     assert response.json()["extra"]["fields"] == {
         "page_size": ["A whole number from 1 to 200, given once."]
     }
+
+
+def test_repeated_token_requests_are_throttled(api_client, user, monkeypatch):
+    from django.core.cache import cache
+    from rest_framework.throttling import ScopedRateThrottle
+
+    cache.clear()
+    monkeypatch.setattr(ScopedRateThrottle, "THROTTLE_RATES", {"login": "2/min"})
+    wrong = {"username": user.username, "password": "guess"}
+
+    answers = [api_client.post("/api/v1/auth/token/", wrong, format="json") for _ in range(3)]
+
+    assert [answer.status_code for answer in answers] == [400, 400, 429]
+    assert answers[2].json()["code"] == "throttled"
+    assert int(answers[2]["Retry-After"]) > 0

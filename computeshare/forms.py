@@ -4,6 +4,8 @@ from typing import Any
 
 from django import forms
 
+from computeshare.errors import ApplicationError, ValidationFailed
+
 
 class StyledFormMixin:
     """Gives every widget Bootstrap's classes and marks fields with errors as invalid, so that
@@ -28,3 +30,16 @@ class StyledFormMixin:
             widget = self.fields[name].widget if name in self.fields else None
             if widget is not None and "is-invalid" not in widget.attrs.get("class", ""):
                 widget.attrs["class"] = f"{widget.attrs.get('class', '')} is-invalid".strip()
+
+
+def form_add_service_error(form: forms.Form, error: ApplicationError) -> None:
+    """Puts a service's refusal beside the fields it names, or on top of the form."""
+    fields = error.extra.get("fields", {}) if isinstance(error, ValidationFailed) else {}
+    placed = False
+    for name, field_messages in fields.items():
+        target = name if name in form.fields else None
+        for message in field_messages:
+            form.add_error(target, message)
+            placed = True
+    if not placed:
+        form.add_error(None, error.detail)

@@ -1,16 +1,13 @@
 """REST endpoints for identity and organizations (API.md: Identity and organizations)."""
 
-from django.contrib.auth import authenticate
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
-from rest_framework.authtoken.models import Token
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from computeshare.api import ErrorSerializer, Pagination, idempotent, paginated
-from computeshare.errors import InvalidCredentials
 from marketplace import selectors, services
 from marketplace.serializers import (
     MemberAddSerializer,
@@ -65,14 +62,11 @@ class AuthTokenApi(APIView):
     def post(self, request: Request) -> Response:
         payload = TokenRequestSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        user = authenticate(
-            request._request,
+        token = services.auth_token_obtain(
+            request=request._request,
             username=payload.validated_data["username"],
             password=payload.validated_data["password"],
         )
-        if user is None:
-            raise InvalidCredentials()
-        token, _ = Token.objects.get_or_create(user=user)
         return Response({"token": token.key})
 
 

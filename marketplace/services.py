@@ -1,12 +1,19 @@
 """Writes of the marketplace: organizations and memberships."""
 
 from django.conf import settings
+from django.contrib.auth import authenticate
 from django.core.mail import send_mail
 from django.db import IntegrityError, transaction
+from django.http import HttpRequest
 from django.template.loader import render_to_string
 from rest_framework.authtoken.models import Token
 
-from computeshare.errors import AlreadyMember, PermissionDenied, ValidationFailed
+from computeshare.errors import (
+    AlreadyMember,
+    InvalidCredentials,
+    PermissionDenied,
+    ValidationFailed,
+)
 from computeshare.models import User
 from marketplace.models import Membership, Organization
 
@@ -90,6 +97,20 @@ def membership_notify(*, membership_id: int) -> bool:
         recipient_list=[membership.user.email],
     )
     return True
+
+
+def auth_token_obtain(*, request: HttpRequest | None, username: str, password: str) -> Token:
+    """The API token of the active user with these credentials, made on first use;
+    `InvalidCredentials` otherwise (the same answer whether the user or the password is wrong)."""
+    user = authenticate(request, username=username, password=password)
+    if user is None:
+        raise InvalidCredentials()
+    return auth_token_get(user=user)
+
+
+def auth_token_get(*, user: User) -> Token:
+    token, _ = Token.objects.get_or_create(user=user)
+    return token
 
 
 @transaction.atomic

@@ -6,30 +6,16 @@ from typing import Any
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.mixins import LoginRequiredMixin
-from django.forms import Form
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views import View
 from django.views.generic import FormView, TemplateView
-from rest_framework.authtoken.models import Token
 
 from computeshare.errors import ApplicationError, Conflict, ValidationFailed
+from computeshare.forms import form_add_service_error
 from marketplace import selectors, services
 from marketplace.forms import MemberAddForm, OrganizationForm, SignUpForm
-
-
-def form_add_service_error(form: Form, error: ApplicationError) -> None:
-    """Puts a service's refusal beside the fields it names, or on top of the form."""
-    fields = error.extra.get("fields", {}) if isinstance(error, ValidationFailed) else {}
-    placed = False
-    for name, field_messages in fields.items():
-        target = name if name in form.fields else None
-        for message in field_messages:
-            form.add_error(target, message)
-            placed = True
-    if not placed:
-        form.add_error(None, error.detail)
 
 
 class HomeView(TemplateView):
@@ -123,7 +109,7 @@ class ApiTokenView(LoginRequiredMixin, View):
     template_name = "marketplace/api_token.html"
 
     def get(self, request: HttpRequest) -> HttpResponse:
-        token, _ = Token.objects.get_or_create(user=request.user)
+        token = services.auth_token_get(user=request.user)
         return render(
             request,
             self.template_name,

@@ -7,8 +7,8 @@ from computeshare.errors import ApplicationError, NotFound
 
 
 class ApplicationErrorMiddleware:
-    """Answers the web pages' uncaught service refusals: `NotFound` with the 404 page and
-    `PermissionDenied` with the 403 page (the API renders its own through DRF)."""
+    """Answers the web pages' uncaught service refusals: `NotFound` with the 404 page, any other
+    refusal with the error page and its own status (the API renders its own through DRF)."""
 
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response

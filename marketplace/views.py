@@ -44,7 +44,6 @@ class DashboardView(LoginRequiredMixin, TemplateView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         context["organizations"] = selectors.organization_list_for_user(self.request.user)
-        context["form"] = OrganizationForm()
         return context
 
 

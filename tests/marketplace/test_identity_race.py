@@ -4,18 +4,17 @@ import threading
 
 import pytest
 from django.db import connection
+from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from marketplace.models import Organization
-from tests.conftest import client_for
 from tests.factories import UserFactory
 
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_requests_with_one_idempotency_key_create_once():
     user = UserFactory()
-    token_client = client_for(user)
-    header = token_client._credentials["HTTP_AUTHORIZATION"]
+    header = f"Token {Token.objects.get(user=user).key}"
     barrier = threading.Barrier(8)
     answers: list[tuple[int, str]] = []
 

@@ -11,6 +11,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from rest_framework.authtoken.models import Token
@@ -27,9 +28,23 @@ TESTCLUSTER_CONFIG = Path(
     )
 )
 
+if TYPE_CHECKING:
+    from tests.localstripe import LocalStripe
+
+pytest_plugins = ["tests.localstripe"]
+
 # Playwright's sync API runs an event loop in the test's thread; the ORM calls the tests make
 # around it are ordinary blocking calls.
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture(autouse=True)
+def _stripe_is_local(localstripe: "LocalStripe", settings: Any) -> None:
+    """Every test talks to the local Stripe server, never to Stripe."""
+    settings.STRIPE_API_BASE = localstripe.api_base
+    settings.STRIPE_SECRET_KEY = localstripe.secret_key
+    settings.STRIPE_PUBLISHABLE_KEY = localstripe.publishable_key
+    settings.STRIPE_JS_URL = localstripe.js_url
 
 
 @pytest.fixture

@@ -1,0 +1,359 @@
+"""The ledger and what hangs off it.
+
+Money lives in `Account`s. It moves only by `Transaction`s whose `Entry` rows sum to zero;
+entries are written once and never edited or deleted (a PostgreSQL trigger refuses it too).
+Each account caches its balance, changed under a row lock in the same transaction as the
+entries that explain it, and every entry records the balance it left behind, so the cache can
+be checked against the entries at any time (`selectors.ledger_verify`).
+
+Sign convention: an account's balance is the sum of its entries. A wallet's `available` and
+`held`, an owner's `earnings` and the platform's `fees` are positive; the Stripe clearing
+account goes negative by exactly the money paid in, so that everything sums to zero."""
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from computeshare.models import BaseModel
+
+# Six places: a thousandth of a cent per core-second is still representable.
+MONEY = {"max_digits": 20, "decimal_places": 6}
+ZERO = Decimal("0")
+
+
+class ReferenceKind(models.TextChoices):
+    """What a transaction or hold is about. Billing stores the other apps' ids without
+    knowing their models (imports go one way)."""
+
+    TOP_UP = "top_up", "Top-up"
+    BID = "bid", "Bid"
+    ALLOCATION = "allocation", "Allocation"
+    JOB = "job", "Job"
+    ADJUSTMENT = "adjustment", "Adjustment"
+
+
+class Account(BaseModel):
+    class Kind(models.TextChoices):
+        AVAILABLE = "available", "Available"
+        HELD = "held", "Held"
+        EARNINGS = "earnings", "Earnings"
+        FEES = "fees", "Platform fees"
+        STRIPE_CLEARING = "stripe_clearing", "Stripe clearing"
+        ADJUSTMENTS = "adjustments", "Platform adjustments"
+
+    ORGANIZATION_KINDS = (Kind.AVAILABLE, Kind.HELD, Kind.EARNINGS)
+    PLATFORM_KINDS = (Kind.FEES, Kind.STRIPE_CLEARING, Kind.ADJUSTMENTS)
+    NEVER_NEGATIVE = (Kind.AVAILABLE, Kind.HELD, Kind.EARNINGS, Kind.FEES)
+
+    organization = models.ForeignKey(
+        "marketplace.Organization",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="accounts",
+    )
+    kind = models.CharField(max_length=32, choices=Kind.choices)
+    currency = models.CharField(max_length=3)
+    balance = models.DecimalField(**MONEY, default=ZERO)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "kind"],
+                condition=Q(organization__isnull=False),
+                name="account_unique_kind_per_organization",
+            ),
+            models.UniqueConstraint(
+                fields=["kind"],
+                condition=Q(organization__isnull=True),
+                name="account_unique_platform_kind",
+            ),
+            models.CheckConstraint(
+                condition=(
+                    Q(organization__isnull=False, kind__in=["available", "held", "earnings"])
+                    | Q(
+                        organization__isnull=True,
+                        kind__in=["fees", "stripe_clearing", "adjustments"],
+                    )
+                ),
+                name="account_kind_matches_owner",
+            ),
+            # The services refuse first, with a clear error; this is the last line of defence.
+            models.CheckConstraint(
+                condition=Q(balance__gte=0)
+                | ~Q(kind__in=["available", "held", "earnings", "fees"]),
+                name="account_balance_never_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        owner = self.organization or "platform"
+        return f"{owner}: {self.get_kind_display()}"
+
+
+class Hold(BaseModel):
+    """Money of an organization set aside for a purpose (a bid, an allocation's commitment).
+
+    `placed` is everything ever put on hold; it leaves only by capture or release, so
+    `placed == amount + captured + released` always holds."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        CLOSED = "closed", "Closed"
+
+    organization = models.ForeignKey(
+        "marketplace.Organization", on_delete=models.PROTECT, related_name="holds"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    amount = models.DecimalField(**MONEY, help_text="Held now.")
+    placed = models.DecimalField(**MONEY, help_text="Everything ever held.")
+    captured = models.DecimalField(**MONEY, default=ZERO)
+    released = models.DecimalField(**MONEY, default=ZERO)
+    reference_kind = models.CharField(max_length=16, choices=ReferenceKind.choices)
+    reference = models.UUIDField(null=True, blank=True, db_index=True)
+    memo = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(amount__gte=0, captured__gte=0, released__gte=0),
+                name="hold_amounts_never_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(
+                    placed=models.F("amount") + models.F("captured") + models.F("released")
+                ),
+                name="hold_placed_is_accounted_for",
+            ),
+            models.CheckConstraint(
+                condition=Q(status="open") | Q(status="closed", amount=0),
+                name="hold_closed_holds_nothing",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Hold {self.uuid} of {self.amount} ({self.status})"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == self.Status.OPEN
+
+
+class Transaction(BaseModel):
+    """One balanced movement of money. `idempotency_reference` makes a retried call a replay:
+    the same reference never posts twice (for example `job-run:<cluster>:<job id>:<submit>`)."""
+
+    class Kind(models.TextChoices):
+        TOP_UP = "top_up", "Top-up"
+        HOLD = "hold", "Hold"
+        RELEASE = "release", "Release"
+        CHARGE = "charge", "Charge"
+        ADJUSTMENT = "adjustment", "Adjustment"
+
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    organization = models.ForeignKey(
+        "marketplace.Organization",
+        on_delete=models.PROTECT,
+        related_name="transactions",
+        help_text="The organization whose wallet this is about.",
+    )
+    hold = models.ForeignKey(
+        Hold, on_delete=models.PROTECT, null=True, blank=True, related_name="transactions"
+    )
+    reference_kind = models.CharField(max_length=16, choices=ReferenceKind.choices)
+    reference = models.UUIDField(null=True, blank=True, db_index=True)
+    # NULL, not "": unique only when given.
+    idempotency_reference = models.CharField(max_length=200, unique=True, null=True, blank=True)
+    memo = models.CharField(max_length=255, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    # What earned the money, for an owner's earnings per cluster: billing does not know
+    # clusters, the caller names it.
+    source = models.UUIDField(null=True, blank=True)
+    source_name = models.CharField(max_length=200, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(kind__in=["top_up", "hold", "release", "charge", "adjustment"]),
+                name="transaction_kind_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.uuid}"
+
+
+class Entry(BaseModel):
+    """One line of a transaction on one account. Written once; never edited or deleted."""
+
+    class Kind(models.TextChoices):
+        TOP_UP = "top_up", "Top-up"
+        HOLD = "hold", "Hold"
+        RELEASE = "release", "Release"
+        CHARGE = "charge", "Charge"
+        EARNING = "earning", "Earning"
+        FEE = "fee", "Fee"
+        ADJUSTMENT = "adjustment", "Adjustment"
+
+    transaction = models.ForeignKey(Transaction, on_delete=models.PROTECT, related_name="entries")
+    account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
+    kind = models.CharField(max_length=16, choices=Kind.choices)
+    amount = models.DecimalField(**MONEY)
+    balance_after = models.DecimalField(**MONEY)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        verbose_name_plural = "entries"
+        indexes = [models.Index(fields=["account", "created_at"], name="entry_account_time")]
+        constraints = [
+            models.CheckConstraint(condition=~Q(amount=0), name="entry_amount_not_zero"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.amount} on {self.account}"
+
+    def save(self, *args: object, **kwargs: object) -> None:
+        if self.pk is not None:
+            raise ValueError("Ledger entries are never edited; post a correcting transaction.")
+        super().save(*args, **kwargs)  # type: ignore[arg-type]
+
+    def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
+        raise ValueError("Ledger entries are never deleted; post a correcting transaction.")
+
+
+class Budget(BaseModel):
+    """An organization's monthly spending limit (none: no limit) and alert thresholds."""
+
+    organization = models.OneToOneField(
+        "marketplace.Organization", on_delete=models.CASCADE, related_name="budget"
+    )
+    monthly_limit = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
+    alert_thresholds = models.JSONField(default=list)
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(monthly_limit__isnull=True) | Q(monthly_limit__gte=0),
+                name="budget_limit_not_negative",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Budget of {self.organization}"
+
+
+DEFAULT_ALERT_THRESHOLDS = [50, 80, 100]
+
+
+class BudgetAlert(BaseModel):
+    """A threshold crossed in a month: at most one per organization, month and threshold, which
+    is what makes the admins' mail go once. Shown on the organization's money page until an
+    admin dismisses it."""
+
+    organization = models.ForeignKey(
+        "marketplace.Organization", on_delete=models.CASCADE, related_name="budget_alerts"
+    )
+    period = models.DateField(help_text="The first day of the month.")
+    threshold = models.PositiveSmallIntegerField()
+    monthly_limit = models.DecimalField(max_digits=14, decimal_places=2)
+    committed_and_spent = models.DecimalField(**MONEY)
+    notified_at = models.DateTimeField(null=True, blank=True)
+    dismissed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-period", "-threshold"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["organization", "period", "threshold"],
+                name="budget_alert_once_per_month",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.organization}: {self.threshold}% of {self.period:%Y-%m}"
+
+
+class TopUp(BaseModel):
+    """Money a team pays in through Stripe. Our row exists before the PaymentIntent; only the
+    signed webhook moves it to `succeeded` and credits the wallet."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    # A failed payment can still succeed when the team retries with another card; a success
+    # is final.
+    TRANSITIONS = {
+        Status.PENDING: {Status.SUCCEEDED, Status.FAILED},
+        Status.FAILED: {Status.SUCCEEDED},
+        Status.SUCCEEDED: set(),
+    }
+
+    organization = models.ForeignKey(
+        "marketplace.Organization", on_delete=models.PROTECT, related_name="top_ups"
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    currency = models.CharField(max_length=3)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    # NULL, not "": unique only when given.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    payment_intent = models.CharField(max_length=255, unique=True, null=True, blank=True)
+    client_secret = models.CharField(max_length=255, blank=True)
+    failure_reason = models.CharField(max_length=500, blank=True)
+    succeeded_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "succeeded", "failed"]),
+                name="top_up_status_valid",
+            ),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="top_up_amount_positive"),
+            models.UniqueConstraint(
+                fields=["created_by", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="top_up_unique_idempotency_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Top-up {self.uuid} of {self.amount} {self.currency} ({self.status})"
+
+    @property
+    def amount_minor(self) -> int:
+        """The amount in the currency's minor unit, as Stripe counts it."""
+        return int(self.amount * 100)
+
+
+class StripeEvent(models.Model):
+    """Every verified webhook event, stored by its Stripe id before it is acted on."""
+
+    event_id = models.CharField(max_length=255, unique=True)
+    type = models.CharField(max_length=128)
+    payload = models.JSONField()
+    received_at = models.DateTimeField(auto_now_add=True)
+    deliveries = models.PositiveIntegerField(default=1)
+    processed_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=255, blank=True)
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.type} {self.event_id}"

@@ -6,6 +6,7 @@ from computeshare.health import healthz
 
 api_v1 = [
     path("", include("marketplace.api_urls")),
+    path("", include("billing.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]

@@ -42,3 +42,15 @@ def membership_list(organization: Organization) -> QuerySet[Membership]:
         .select_related("user")
         .order_by("user__username")
     )
+
+
+def organization_admin_emails(organization: Organization) -> list[str]:
+    """The addresses of the organization's active admins (billing's alerts go to them)."""
+    return list(
+        Membership.objects.filter(
+            organization=organization, role=Membership.Role.ADMIN, user__is_active=True
+        )
+        .exclude(user__email="")
+        .order_by("user__username")
+        .values_list("user__email", flat=True)
+    )

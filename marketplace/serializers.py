@@ -3,6 +3,7 @@ services decide."""
 
 from rest_framework import serializers
 
+from billing.serializers import BudgetSerializer, WalletSerializer
 from marketplace.models import Membership
 
 
@@ -33,10 +34,12 @@ class OrganizationCreateSerializer(serializers.Serializer):
 
 
 class OrganizationDetailSerializer(serializers.Serializer):
-    id = serializers.UUIDField(source="organization.uuid")
-    name = serializers.CharField(source="organization.name")
+    id = serializers.UUIDField()
+    name = serializers.CharField()
     role = serializers.ChoiceField(choices=Membership.Role.choices)
-    created_at = serializers.DateTimeField(source="organization.created_at")
+    created_at = serializers.DateTimeField()
+    wallet = WalletSerializer()
+    budget = BudgetSerializer()
 
 
 class MemberAddSerializer(serializers.Serializer):

@@ -8,6 +8,7 @@ from django.http import HttpRequest
 from django.template.loader import render_to_string
 from rest_framework.authtoken.models import Token
 
+from billing import services as billing_services
 from computeshare.errors import (
     AlreadyMember,
     InvalidCredentials,
@@ -45,6 +46,7 @@ def organization_create(*, creator: User, name: str) -> Membership:
         raise ValidationFailed(
             fields={"name": ["An organization with this name exists."]}
         ) from error
+    billing_services.wallet_open(organization)
     return Membership.objects.create(
         organization=organization, user=creator, role=Membership.Role.ADMIN, added_by=creator
     )

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from marketplace import views
+from marketplace import views, views_money
 from marketplace.forms import LoginForm
 
 urlpatterns = [
@@ -23,4 +23,17 @@ urlpatterns = [
         name="organization-detail",
     ),
     path("account/token/", views.ApiTokenView.as_view(), name="api-token"),
+]
+
+urlpatterns += [
+    path(
+        "organizations/<uuid:organization_id>/money/",
+        views_money.MoneyView.as_view(),
+        name="organization-money",
+    ),
+    path(
+        "organizations/<uuid:organization_id>/statements/<int:year>/<int:month>/",
+        views_money.StatementView.as_view(),
+        name="organization-statement",
+    ),
 ]

@@ -12,6 +12,7 @@ from django.urls import reverse
 from django.views import View
 from django.views.generic import FormView, TemplateView
 
+from billing import selectors as billing_selectors
 from computeshare.errors import ApplicationError, Conflict, ValidationFailed
 from computeshare.forms import form_add_service_error
 from marketplace import selectors, services
@@ -76,6 +77,7 @@ class OrganizationDetailView(LoginRequiredMixin, View):
             "membership": membership,
             "organization": membership.organization,
             "members": selectors.membership_list(membership.organization),
+            "wallet": billing_selectors.wallet_get(membership.organization),
             "form": form,
         }
         return render(request, self.template_name, context, status=status)

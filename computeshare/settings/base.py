@@ -127,7 +127,14 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE
-CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {}
+CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
+    # The webhook processes each event as it arrives; this catches any a crash left behind.
+    "stripe-events-process": {
+        "task": "billing.tasks.stripe_events_process_task",
+        "schedule": 300.0,
+    },
+    "ledger-verify": {"task": "billing.tasks.ledger_verify_task", "schedule": 3600.0},
+}
 
 if REDIS_URL:
     CACHES = {
@@ -151,6 +158,15 @@ STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default="")
 STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="")
 STRIPE_API_BASE = env("STRIPE_API_BASE", default="https://api.stripe.com")
+# Stripe.js: from Stripe in production, from the local Stripe server in the demo and the tests.
+STRIPE_JS_URL = env("STRIPE_JS_URL", default="https://js.stripe.com/v3/")
+# Two-decimal currencies only: top-ups are sent to Stripe in cents.
+TOP_UP_MINIMUM = Decimal(env("TOP_UP_MINIMUM", default="5.00"))
+TOP_UP_MAXIMUM = Decimal(env("TOP_UP_MAXIMUM", default="50000.00"))
+# Billing does not know memberships (imports go one way); this names who tells it the
+# addresses of an organization's admins.
+BILLING_ADMIN_EMAILS = "marketplace.selectors.organization_admin_emails"
+SITE_URL = env("SITE_URL", default="http://127.0.0.1:8000").rstrip("/")
 
 # --- Mail --------------------------------------------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")

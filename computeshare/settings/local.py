@@ -4,3 +4,12 @@ from computeshare.settings.base import *  # noqa: F403
 from computeshare.settings.base import env
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
+
+# The demo's payments go to the local Stripe server that `make demo` starts
+# (scripts/localstripe_server.py), never to Stripe.
+LOCALSTRIPE_PORT = env.int("LOCALSTRIPE_PORT", default=8420)
+STRIPE_API_BASE = env("STRIPE_API_BASE", default=f"http://127.0.0.1:{LOCALSTRIPE_PORT}")
+STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default="sk_test_computeshare_demo")
+STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY", default="pk_test_computeshare_demo")
+STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="whsec_computeshare_demo")
+STRIPE_JS_URL = env("STRIPE_JS_URL", default=f"{STRIPE_API_BASE}/js.stripe.com/v3/")

@@ -16,3 +16,10 @@ CACHES = {
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.locmem.EmailBackend")
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 REST_FRAMEWORK = {**REST_FRAMEWORK, "DEFAULT_THROTTLE_RATES": {"login": "10000/min"}}  # noqa: F405
+# Never Stripe itself: the tests point these at the local Stripe server they start
+# (tests/localstripe.py); until then a loopback port that refuses connections.
+STRIPE_API_BASE = env("STRIPE_API_BASE", default="http://127.0.0.1:9")
+STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default="sk_test_computeshare")
+STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY", default="pk_test_computeshare")
+STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="whsec_computeshare_tests")
+STRIPE_JS_URL = env("STRIPE_JS_URL", default="http://127.0.0.1:9/js.stripe.com/v3/")

@@ -1,14 +1,19 @@
 """REST endpoints for identity and organizations (API.md: Identity and organizations)."""
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
 from rest_framework import status
 from rest_framework.permissions import AllowAny
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing import selectors as billing_selectors
 from computeshare.api import ErrorSerializer, Pagination, idempotent, paginated
 from marketplace import selectors, services
+from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
+from marketplace.models import Membership
 from marketplace.serializers import (
     MemberAddSerializer,
     MemberSerializer,
@@ -20,32 +25,18 @@ from marketplace.serializers import (
     TokenSerializer,
 )
 
-IDEMPOTENCY_KEY = OpenApiParameter(
-    "Idempotency-Key",
-    str,
-    OpenApiParameter.HEADER,
-    required=False,
-    description="Replays the first answer for the same key and body; 409 for another body.",
-)
-PAGE_PARAMETERS = [
-    OpenApiParameter("page", int, OpenApiParameter.QUERY, required=False),
-    OpenApiParameter(
-        "page_size",
-        {"type": "integer", "minimum": 1, "maximum": 200},
-        OpenApiParameter.QUERY,
-        required=False,
-        description="From 1 to 200; 50 when not given.",
-    ),
-]
-# A bad page size is 400, a page past the end 404.
-LIST_ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 404: ErrorSerializer}
-ERRORS = {
-    400: ErrorSerializer,
-    401: ErrorSerializer,
-    403: ErrorSerializer,
-    404: ErrorSerializer,
-    409: ErrorSerializer,
-}
+
+def organization_detail(membership: Membership) -> dict[str, Any]:
+    """An organization as its member sees it, with its wallet and budget."""
+    organization = membership.organization
+    return {
+        "id": organization.uuid,
+        "name": organization.name,
+        "role": membership.role,
+        "created_at": organization.created_at,
+        "wallet": billing_selectors.wallet_get(organization),
+        "budget": billing_selectors.budget_status(organization),
+    }
 
 
 class AuthTokenApi(APIView):
@@ -110,7 +101,8 @@ class OrganizationListCreateApi(APIView):
                 creator=request.user, name=payload.validated_data["name"]
             )
             return Response(
-                OrganizationDetailSerializer(membership).data, status=status.HTTP_201_CREATED
+                OrganizationDetailSerializer(organization_detail(membership)).data,
+                status=status.HTTP_201_CREATED,
             )
 
         return idempotent(request, create)
@@ -123,7 +115,7 @@ class OrganizationDetailApi(APIView):
     )
     def get(self, request: Request, organization_id: str) -> Response:
         membership = selectors.membership_get_for_user(request.user, organization_id)
-        return Response(OrganizationDetailSerializer(membership).data)
+        return Response(OrganizationDetailSerializer(organization_detail(membership)).data)
 
 
 class OrganizationMemberListCreateApi(APIView):

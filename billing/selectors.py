@@ -1,0 +1,304 @@
+"""Reads of billing. Each takes the organization the caller was already allowed to see (the
+marketplace checks memberships; billing does not know them) and never writes."""
+
+import datetime
+from collections import defaultdict
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.conf import settings
+from django.db.models import F, OuterRef, QuerySet, Subquery, Sum
+from django.db.models.functions import TruncMonth
+from django.utils import timezone
+
+from billing.models import ZERO, Account, BudgetAlert, Entry, TopUp, Transaction
+from billing.services.budgets import budget_get, month_start, spent_since
+
+CENT = Decimal("0.01")
+
+
+def to_cents(amount: Decimal) -> Decimal:
+    return amount.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+@dataclass(frozen=True)
+class Wallet:
+    available: Decimal
+    held: Decimal
+    earnings: Decimal
+    currency: str
+
+
+def wallet_get(organization: Any) -> Wallet:
+    balances = dict(
+        Account.objects.filter(organization=organization).values_list("kind", "balance")
+    )
+    return Wallet(
+        available=balances.get(Account.Kind.AVAILABLE, ZERO),
+        held=balances.get(Account.Kind.HELD, ZERO),
+        earnings=balances.get(Account.Kind.EARNINGS, ZERO),
+        currency=settings.PLATFORM_CURRENCY,
+    )
+
+
+@dataclass(frozen=True)
+class BudgetStatus:
+    monthly_limit: Decimal | None
+    alert_thresholds: list[int]
+    spent_this_month: Decimal
+    committed: Decimal
+    currency: str
+
+    @property
+    def committed_and_spent(self) -> Decimal:
+        return self.committed + self.spent_this_month
+
+    @property
+    def remaining(self) -> Decimal | None:
+        if self.monthly_limit is None:
+            return None
+        return max(ZERO, self.monthly_limit - self.committed_and_spent)
+
+    @property
+    def used_percent(self) -> int | None:
+        if not self.monthly_limit:
+            return None
+        used = self.committed_and_spent * 100 / self.monthly_limit
+        return int(used.to_integral_value(rounding=ROUND_HALF_UP))
+
+
+def budget_status(organization: Any) -> BudgetStatus:
+    budget = budget_get(organization)
+    return BudgetStatus(
+        monthly_limit=budget.monthly_limit,
+        alert_thresholds=list(budget.alert_thresholds),
+        spent_this_month=spent_since(organization, month_start()),
+        committed=wallet_get(organization).held,
+        currency=settings.PLATFORM_CURRENCY,
+    )
+
+
+def budget_alert_list_open(organization: Any) -> QuerySet[BudgetAlert]:
+    return BudgetAlert.objects.filter(organization=organization, dismissed_at__isnull=True)
+
+
+def top_up_list(organization: Any) -> QuerySet[TopUp]:
+    return TopUp.objects.filter(organization=organization).order_by("-created_at", "-id")
+
+
+def top_up_get(organization: Any, top_up_uuid: Any) -> TopUp | None:
+    try:
+        return TopUp.objects.filter(organization=organization, uuid=top_up_uuid).first()
+    except (ValueError, TypeError):
+        return None
+
+
+def ledger_entry_list(
+    organization: Any,
+    *,
+    since: datetime.datetime | None = None,
+    until: datetime.datetime | None = None,
+    kinds: list[str] | None = None,
+) -> QuerySet[Entry]:
+    """The organization's own entries (available, held, earnings), newest first."""
+    entries = Entry.objects.filter(account__organization=organization)
+    if since is not None:
+        entries = entries.filter(created_at__gte=since)
+    if until is not None:
+        entries = entries.filter(created_at__lt=until)
+    if kinds:
+        entries = entries.filter(kind__in=kinds)
+    return entries.select_related("account", "transaction").order_by("-created_at", "-id")
+
+
+# --- Earnings ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EarningsRow:
+    month: datetime.date
+    source: Any
+    source_name: str
+    gross: Decimal
+    fees: Decimal
+    net: Decimal
+
+
+def earnings_list(
+    organization: Any,
+    *,
+    since: datetime.datetime | None = None,
+    until: datetime.datetime | None = None,
+) -> list[EarningsRow]:
+    """What the organization earned as an owner, per month and per source (cluster): the
+    charges (gross), the platform's fees from them, and its net earnings."""
+    earnings = Entry.objects.filter(
+        account__organization=organization,
+        account__kind=Account.Kind.EARNINGS,
+        kind=Entry.Kind.EARNING,
+    )
+    if since is not None:
+        earnings = earnings.filter(created_at__gte=since)
+    if until is not None:
+        earnings = earnings.filter(created_at__lt=until)
+    fee_of_transaction = (
+        Entry.objects.filter(transaction=OuterRef("transaction"), kind=Entry.Kind.FEE)
+        .values("transaction")
+        .annotate(total=Sum("amount"))
+        .values("total")
+    )
+    rows = (
+        earnings.annotate(
+            month=TruncMonth("created_at"),
+            source=F("transaction__source"),
+            source_name=F("transaction__source_name"),
+            fee=Subquery(fee_of_transaction),
+        )
+        .values("month", "source", "source_name", "amount", "fee")
+        .order_by()
+    )
+    totals: dict[tuple[Any, Any, str], list[Decimal]] = defaultdict(lambda: [ZERO, ZERO])
+    for row in rows:
+        key = (row["month"], row["source"], row["source_name"])
+        totals[key][0] += row["amount"]
+        totals[key][1] += row["fee"] or ZERO
+    result = [
+        EarningsRow(
+            month=timezone.localtime(month).date()
+            if isinstance(month, datetime.datetime)
+            else month,
+            source=source,
+            source_name=source_name,
+            gross=net + fees,
+            fees=fees,
+            net=net,
+        )
+        for (month, source, source_name), (net, fees) in totals.items()
+    ]
+    return sorted(
+        result, key=lambda row: (row.month, row.source_name, str(row.source)), reverse=True
+    )
+
+
+# --- Statements --------------------------------------------------------------------------------
+
+
+@dataclass
+class AccountStatement:
+    kind: str
+    label: str
+    opening: Decimal = ZERO
+    closing: Decimal = ZERO
+    totals: dict[str, Decimal] = field(default_factory=dict)
+
+    @property
+    def movement(self) -> Decimal:
+        return self.closing - self.opening
+
+
+@dataclass
+class Statement:
+    organization: Any
+    period_start: datetime.datetime
+    period_end: datetime.datetime
+    currency: str
+    accounts: list[AccountStatement]
+    entries: list[Entry]
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.entries and all(
+            account.opening == 0 and account.closing == 0 for account in self.accounts
+        )
+
+
+def month_bounds(year: int, month: int) -> tuple[datetime.datetime, datetime.datetime]:
+    start = timezone.make_aware(datetime.datetime(year, month, 1))
+    following = datetime.datetime(year + month // 12, month % 12 + 1, 1)
+    return start, timezone.make_aware(following)
+
+
+def statement_build(organization: Any, year: int, month: int) -> Statement:
+    """The month's statement: per account the opening balance, the totals per kind of entry,
+    the closing balance, and every entry. `opening + sum(entries) == closing` exactly."""
+    start, end = month_bounds(year, month)
+    accounts = {
+        account.kind: account for account in Account.objects.filter(organization=organization)
+    }
+    entries = list(
+        Entry.objects.filter(account__organization=organization, created_at__gte=start)
+        .filter(created_at__lt=end)
+        .select_related("account", "transaction")
+        .order_by("created_at", "id")
+    )
+    summaries = []
+    for kind in Account.ORGANIZATION_KINDS:
+        summary = AccountStatement(kind=kind, label=Account.Kind(kind).label)
+        account = accounts.get(kind)
+        if account is not None:
+            before = (
+                Entry.objects.filter(account=account, created_at__lt=start)
+                .order_by("-created_at", "-id")
+                .values_list("balance_after", flat=True)
+                .first()
+            )
+            summary.opening = before if before is not None else ZERO
+        summary.closing = summary.opening
+        for entry in entries:
+            if entry.account.kind == kind:
+                summary.totals[entry.kind] = summary.totals.get(entry.kind, ZERO) + entry.amount
+                summary.closing += entry.amount
+        summaries.append(summary)
+    return Statement(
+        organization=organization,
+        period_start=start,
+        period_end=end,
+        currency=settings.PLATFORM_CURRENCY,
+        accounts=summaries,
+        entries=entries,
+    )
+
+
+def statement_months(organization: Any) -> list[datetime.date]:
+    """The months in which the organization has entries, newest first."""
+    months = (
+        Entry.objects.filter(account__organization=organization)
+        .annotate(month=TruncMonth("created_at"))
+        .values_list("month", flat=True)
+        .distinct()
+        .order_by("-month")
+    )
+    return [timezone.localtime(m).date() if isinstance(m, datetime.datetime) else m for m in months]
+
+
+# --- Checks ------------------------------------------------------------------------------------
+
+
+def ledger_verify() -> list[str]:
+    """Everything in the ledger that breaks an invariant, as sentences (empty when sound):
+    a transaction whose entries do not sum to zero, an account whose cached balance differs
+    from the sum of its entries or from the balance its last entry recorded."""
+    problems = []
+    unbalanced = (
+        Transaction.objects.annotate(total=Sum("entries__amount"))
+        .exclude(total=0)
+        .values_list("uuid", "total")
+    )
+    problems += [f"transaction {uuid} sums to {total}" for uuid, total in unbalanced]
+    last_balance = (
+        Entry.objects.filter(account=OuterRef("pk"))
+        .order_by("-created_at", "-id")
+        .values("balance_after")[:1]
+    )
+    for account in Account.objects.annotate(
+        total=Sum("entries__amount"), last=Subquery(last_balance)
+    ):
+        total = account.total or ZERO
+        last = account.last if account.last is not None else ZERO
+        if not account.balance == total == last:
+            problems.append(
+                f"account {account} caches {account.balance}, its entries sum to {total}, "
+                f"its last entry left {last}"
+            )
+    return problems

@@ -1,0 +1,45 @@
+"""Every write of billing. Other apps call these by name; nothing else changes money."""
+
+from billing.services.budgets import (
+    budget_alert_dismiss,
+    budget_alert_notify,
+    budget_get,
+    budget_set,
+)
+from billing.services.ledger import (
+    hold_capture,
+    hold_place,
+    hold_release,
+    hold_resize,
+    money,
+    platform_fee,
+    wallet_adjust,
+    wallet_credit,
+    wallet_open,
+)
+from billing.services.top_ups import (
+    stripe_event_process,
+    stripe_events_process_pending,
+    stripe_webhook_receive,
+    top_up_create,
+)
+
+__all__ = [
+    "budget_alert_dismiss",
+    "budget_alert_notify",
+    "budget_get",
+    "budget_set",
+    "hold_capture",
+    "hold_place",
+    "hold_release",
+    "hold_resize",
+    "money",
+    "platform_fee",
+    "stripe_event_process",
+    "stripe_events_process_pending",
+    "stripe_webhook_receive",
+    "top_up_create",
+    "wallet_adjust",
+    "wallet_credit",
+    "wallet_open",
+]

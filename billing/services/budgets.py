@@ -1,0 +1,208 @@
+"""Budgets: a monthly limit on what an organization commits and spends, and alerts when it
+crosses a threshold.
+
+"Committed plus spent" for the current month is the money on hold now plus what was charged
+from holds since the first of the month. Committing money (a hold, or a hold grown) is what the
+limit refuses; a charge only turns committed money into spent money, so it never needs one."""
+
+import datetime
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from typing import Any, cast
+
+from django.conf import settings
+from django.core.mail import send_mail
+from django.db import transaction
+from django.db.models import Sum
+from django.template.loader import render_to_string
+from django.utils import timezone
+from django.utils.module_loading import import_string
+
+from billing.errors import BudgetExceeded
+from billing.models import (
+    DEFAULT_ALERT_THRESHOLDS,
+    ZERO,
+    Account,
+    Budget,
+    BudgetAlert,
+    Entry,
+)
+from computeshare.errors import ValidationFailed
+
+MAX_THRESHOLDS = 10
+
+
+def month_start(moment: datetime.datetime | None = None) -> datetime.datetime:
+    local = timezone.localtime(moment or timezone.now())
+    return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def spent_since(organization: Any, since: datetime.datetime) -> Decimal:
+    """Charged from the organization's holds since `since`."""
+    total = Entry.objects.filter(
+        account__organization=organization,
+        account__kind=Account.Kind.HELD,
+        kind=Entry.Kind.CHARGE,
+        created_at__gte=since,
+    ).aggregate(total=Sum("amount"))["total"]
+    return -(total or ZERO)
+
+
+def budget_get(organization: Any) -> Budget:
+    """The organization's budget; an unsaved one with no limit and the default thresholds
+    when it never set one (a GET never writes)."""
+    budget = Budget.objects.filter(organization=organization).first()
+    if budget is None:
+        budget = Budget(
+            organization=organization,
+            monthly_limit=None,
+            alert_thresholds=list(DEFAULT_ALERT_THRESHOLDS),
+        )
+    return budget
+
+
+def _clean_thresholds(thresholds: Any) -> list[int]:
+    if not isinstance(thresholds, list | tuple):
+        raise ValidationFailed(fields={"alert_thresholds": ["A list of per cent values."]})
+    cleaned: set[int] = set()
+    for value in thresholds:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+            raise ValidationFailed(
+                fields={"alert_thresholds": ["Each threshold is a whole per cent, 1 to 100."]}
+            )
+        cleaned.add(value)
+    if len(cleaned) > MAX_THRESHOLDS:
+        raise ValidationFailed(
+            fields={"alert_thresholds": [f"At most {MAX_THRESHOLDS} thresholds."]}
+        )
+    return sorted(cleaned)
+
+
+@transaction.atomic
+def budget_set(
+    *, organization: Any, monthly_limit: Decimal | None, alert_thresholds: Any
+) -> Budget:
+    """Sets the monthly limit (None: no limit) and the alert thresholds. A limit below what is
+    already committed and spent is allowed: it refuses new commitments, it takes nothing back."""
+    if monthly_limit is not None and (
+        monthly_limit < 0 or monthly_limit != monthly_limit.quantize(Decimal("0.01"))
+    ):
+        raise ValidationFailed(
+            fields={"monthly_limit": ["A non-negative amount with at most 2 places."]}
+        )
+    thresholds = _clean_thresholds(alert_thresholds)
+    budget, _ = Budget.objects.select_for_update().get_or_create(
+        organization=organization,
+        defaults={"monthly_limit": monthly_limit, "alert_thresholds": thresholds},
+    )
+    budget.monthly_limit = monthly_limit
+    budget.alert_thresholds = thresholds
+    budget.save(update_fields=["monthly_limit", "alert_thresholds", "updated_at"])
+    return budget
+
+
+def budget_check(*, organization: Any, held: Decimal, additional: Decimal) -> None:
+    """Refuses with `BudgetExceeded` when committing `additional` more would take this month's
+    committed plus spent money past the limit. The caller holds the wallet's locks, so `held`
+    is current and no concurrent commitment can slip past."""
+    budget = Budget.objects.filter(organization=organization).first()
+    if budget is None or budget.monthly_limit is None:
+        return
+    used = held + spent_since(organization, month_start())
+    if used + additional > budget.monthly_limit:
+        raise BudgetExceeded(
+            extra={
+                "monthly_limit": str(budget.monthly_limit),
+                "committed_and_spent": str(used),
+                "requested": str(additional),
+                "currency": settings.PLATFORM_CURRENCY,
+            }
+        )
+
+
+def budget_alerts_record(*, organization: Any, held: Decimal) -> list[BudgetAlert]:
+    """Records each threshold that this month's committed plus spent money has reached and
+    that was not recorded this month, and has the admins told after the commit. Called under
+    the wallet's locks, so two commitments cannot both record the same threshold."""
+    budget = Budget.objects.filter(organization=organization).first()
+    if budget is None or not budget.monthly_limit or not budget.alert_thresholds:
+        return []
+    period_start = month_start()
+    used = held + spent_since(organization, period_start)
+    reached = [t for t in budget.alert_thresholds if used * 100 >= budget.monthly_limit * t]
+    if not reached:
+        return []
+    period = period_start.date()
+    recorded = set(
+        BudgetAlert.objects.filter(
+            organization=organization, period=period, threshold__in=reached
+        ).values_list("threshold", flat=True)
+    )
+    alerts = [
+        BudgetAlert.objects.create(
+            organization=organization,
+            period=period,
+            threshold=threshold,
+            monthly_limit=budget.monthly_limit,
+            committed_and_spent=used,
+        )
+        for threshold in reached
+        if threshold not in recorded
+    ]
+    if alerts:
+        from billing.tasks import budget_alert_notify_task
+
+        ids = [alert.pk for alert in alerts]
+        transaction.on_commit(lambda: budget_alert_notify_task.delay(ids))
+    return alerts
+
+
+def _admin_emails(organization: Any) -> Sequence[str]:
+    # Billing does not know memberships (imports go one way); settings name who does.
+    lookup = cast(Callable[[Any], Sequence[str]], import_string(settings.BILLING_ADMIN_EMAILS))
+    return lookup(organization)
+
+
+def budget_alert_notify(*, alert_ids: Sequence[int]) -> int:
+    """Mails the organization's admins about alerts not yet mailed. Returns how many mails
+    went. An alert is marked before its mail goes, in the same transaction as the row lock, so
+    that two workers never both send it; a failed send rolls the mark back for the retry."""
+    sent = 0
+    for alert_id in alert_ids:
+        with transaction.atomic():
+            alert = (
+                BudgetAlert.objects.select_for_update()
+                .select_related("organization")
+                .filter(pk=alert_id, notified_at__isnull=True)
+                .first()
+            )
+            if alert is None:
+                continue
+            recipients = list(_admin_emails(alert.organization))
+            alert.notified_at = timezone.now()
+            alert.save(update_fields=["notified_at", "updated_at"])
+            if recipients:
+                context = {
+                    "alert": alert,
+                    "organization": alert.organization,
+                    "currency": settings.PLATFORM_CURRENCY,
+                    "site_url": settings.SITE_URL,
+                }
+                send_mail(
+                    subject=(
+                        f"{alert.organization.name} has reached {alert.threshold}% "
+                        f"of its budget for {alert.period:%B %Y}"
+                    ),
+                    message=render_to_string("billing/email/budget_alert.txt", context),
+                    from_email=None,
+                    recipient_list=recipients,
+                )
+                sent += 1
+    return sent
+
+
+@transaction.atomic
+def budget_alert_dismiss(*, organization: Any, alert_uuid: Any) -> int:
+    return BudgetAlert.objects.filter(
+        organization=organization, uuid=alert_uuid, dismissed_at__isnull=True
+    ).update(dismissed_at=timezone.now())

@@ -1,0 +1,458 @@
+"""The only writes that move money: wallet credits and adjustments, and holds (place, resize,
+capture, release).
+
+Every service here is one database transaction that
+- locks what it changes in one fixed order (the hold first, then the accounts by primary key),
+  so that two services never wait on each other in a cycle;
+- refuses (`InsufficientFunds`, `BudgetExceeded`, ...) before it writes anything;
+- posts one `Transaction` whose entries sum to zero and updates the cached balances with them;
+- is a replay when given an `idempotency_reference` already posted: it returns what the first
+  call made and writes nothing.
+"""
+
+from collections.abc import Iterable, Sequence
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from typing import Any
+from uuid import UUID
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+
+from billing.errors import HoldNotOpen, HoldTooSmall, InsufficientFunds
+from billing.models import ZERO, Account, Entry, Hold, ReferenceKind, Transaction
+from billing.services import budgets
+from computeshare.errors import ValidationFailed
+
+SIX_PLACES = Decimal("0.000001")
+CENT = Decimal("0.01")
+
+AccountKey = tuple[int | None, str]
+Line = tuple[Account, str, Decimal]
+
+
+def money(value: Any, *, field: str = "amount", places: Decimal = SIX_PLACES) -> Decimal:
+    """`value` as a finite Decimal with no more places than `places`, or `ValidationFailed`.
+    Never rounds: a caller with more precision must decide how to round."""
+    try:
+        amount = value if isinstance(value, Decimal) else Decimal(str(value))
+    except (InvalidOperation, ValueError, TypeError) as error:
+        raise ValidationFailed(fields={field: ["Not a decimal number."]}) from error
+    if not amount.is_finite():
+        raise ValidationFailed(fields={field: ["Not a decimal number."]})
+    if amount != amount.quantize(places, rounding=ROUND_HALF_UP):
+        raise ValidationFailed(fields={field: [f"At most {-places.as_tuple().exponent} places."]})
+    return amount
+
+
+def _positive(value: Any, field: str = "amount") -> Decimal:
+    amount = money(value, field=field)
+    if amount <= 0:
+        raise ValidationFailed(fields={field: ["Must be more than zero."]})
+    return amount
+
+
+def platform_fee(amount: Decimal) -> Decimal:
+    """The platform's share of a charge, `PLATFORM_FEE_PERCENT` of it to the micro-unit."""
+    fee = amount * Decimal(settings.PLATFORM_FEE_PERCENT) / 100
+    return fee.quantize(SIX_PLACES, rounding=ROUND_HALF_UP)
+
+
+# --- Accounts and posting ----------------------------------------------------------------------
+
+
+def _key_filter(keys: Iterable[AccountKey]) -> Q:
+    condition = Q()
+    for organization_id, kind in keys:
+        if organization_id is None:
+            condition |= Q(organization__isnull=True, kind=kind)
+        else:
+            condition |= Q(organization_id=organization_id, kind=kind)
+    return condition
+
+
+def accounts_open(keys: Sequence[AccountKey]) -> None:
+    """Creates the accounts that do not exist yet (concurrent callers are harmless)."""
+    Account.objects.bulk_create(
+        [
+            Account(organization_id=organization_id, kind=kind, currency=settings.PLATFORM_CURRENCY)
+            for organization_id, kind in keys
+        ],
+        ignore_conflicts=True,
+    )
+
+
+def wallet_open(organization: Any) -> None:
+    """Opens an organization's accounts; called when the organization is created, so that its
+    first money movement does not create rows while it holds locks."""
+    accounts_open([(organization.pk, kind) for kind in Account.ORGANIZATION_KINDS])
+
+
+def _lock(keys: Sequence[AccountKey]) -> dict[AccountKey, Account]:
+    """Locks the accounts in primary-key order, creating any that are missing first."""
+    keys = list(dict.fromkeys(keys))
+    accounts = list(Account.objects.select_for_update().filter(_key_filter(keys)).order_by("id"))
+    if len(accounts) < len(keys):
+        accounts_open(keys)
+        accounts = list(
+            Account.objects.select_for_update().filter(_key_filter(keys)).order_by("id")
+        )
+    return {(account.organization_id, account.kind): account for account in accounts}
+
+
+def _replayed(idempotency_reference: str | None) -> Transaction | None:
+    if idempotency_reference is None:
+        return None
+    return (
+        Transaction.objects.select_related("hold")
+        .filter(idempotency_reference=idempotency_reference)
+        .first()
+    )
+
+
+def _post(
+    *,
+    kind: str,
+    organization: Any,
+    lines: Sequence[Line],
+    reference_kind: str,
+    reference: UUID | None = None,
+    hold: Hold | None = None,
+    idempotency_reference: str | None = None,
+    memo: str = "",
+    created_by: Any = None,
+    source: UUID | None = None,
+    source_name: str = "",
+) -> Transaction:
+    """Writes one balanced transaction on accounts the caller has locked. Lines of zero are
+    left out (an entry always moves money)."""
+    lines = [line for line in lines if line[2] != 0]
+    if sum((amount for _, _, amount in lines), ZERO) != 0:
+        raise AssertionError(f"Unbalanced transaction: {lines!r}")
+    balances: dict[int, Decimal] = {}
+    for account, _, amount in lines:
+        balances[account.pk] = balances.get(account.pk, account.balance) + amount
+    for account, _, _ in lines:
+        if account.kind in Account.NEVER_NEGATIVE and balances[account.pk] < 0:
+            if account.kind == Account.Kind.AVAILABLE:
+                raise InsufficientFunds(
+                    extra={"available": str(account.balance), "currency": account.currency}
+                )
+            raise AssertionError(f"{account} would go below zero")
+
+    posted = Transaction.objects.create(
+        kind=kind,
+        organization=organization,
+        hold=hold,
+        reference_kind=reference_kind,
+        reference=reference,
+        idempotency_reference=idempotency_reference,
+        memo=memo[:255],
+        created_by=created_by,
+        source=source,
+        source_name=source_name[:200],
+    )
+    entries = []
+    for account, entry_kind, amount in lines:
+        account.balance += amount
+        entries.append(
+            Entry(
+                transaction=posted,
+                account=account,
+                kind=entry_kind,
+                amount=amount,
+                balance_after=account.balance,
+            )
+        )
+    Entry.objects.bulk_create(entries)
+    Account.objects.bulk_update(
+        list({account.pk: account for account, _, _ in lines}.values()), ["balance", "updated_at"]
+    )
+    return posted
+
+
+def _wallet_keys(organization: Any) -> list[AccountKey]:
+    return [(organization.pk, Account.Kind.AVAILABLE), (organization.pk, Account.Kind.HELD)]
+
+
+# --- Wallet credits ----------------------------------------------------------------------------
+
+
+@transaction.atomic
+def wallet_credit(
+    *,
+    organization: Any,
+    amount: Any,
+    idempotency_reference: str,
+    reference: UUID | None = None,
+    memo: str = "",
+) -> Transaction:
+    """Credits money paid in through Stripe to the organization's available balance, from the
+    Stripe clearing account. Once per `idempotency_reference` (one per PaymentIntent)."""
+    amount = _positive(amount)
+    organization_key = (organization.pk, Account.Kind.AVAILABLE)
+    clearing_key = (None, Account.Kind.STRIPE_CLEARING)
+    accounts = _lock([organization_key, clearing_key])
+    if (done := _replayed(idempotency_reference)) is not None:
+        return done
+    return _post(
+        kind=Transaction.Kind.TOP_UP,
+        organization=organization,
+        lines=[
+            (accounts[clearing_key], Entry.Kind.TOP_UP, -amount),
+            (accounts[organization_key], Entry.Kind.TOP_UP, amount),
+        ],
+        reference_kind=ReferenceKind.TOP_UP,
+        reference=reference,
+        idempotency_reference=idempotency_reference,
+        memo=memo,
+    )
+
+
+@transaction.atomic
+def wallet_adjust(
+    *,
+    organization: Any,
+    amount: Any,
+    memo: str,
+    actor: Any,
+    idempotency_reference: str | None = None,
+) -> Transaction:
+    """A correction by staff: a new balanced transaction between the platform's adjustments
+    account and the organization's available balance, never an edit. A negative amount takes
+    money back, but never more than is available."""
+    amount = money(amount)
+    if amount == 0:
+        raise ValidationFailed(fields={"amount": ["An adjustment moves money: not zero."]})
+    memo = " ".join((memo or "").split())
+    if not memo:
+        raise ValidationFailed(fields={"memo": ["Say why: the memo is on the statement."]})
+    organization_key = (organization.pk, Account.Kind.AVAILABLE)
+    platform_key = (None, Account.Kind.ADJUSTMENTS)
+    accounts = _lock([organization_key, platform_key])
+    if (done := _replayed(idempotency_reference)) is not None:
+        return done
+    return _post(
+        kind=Transaction.Kind.ADJUSTMENT,
+        organization=organization,
+        lines=[
+            (accounts[platform_key], Entry.Kind.ADJUSTMENT, -amount),
+            (accounts[organization_key], Entry.Kind.ADJUSTMENT, amount),
+        ],
+        reference_kind=ReferenceKind.ADJUSTMENT,
+        idempotency_reference=idempotency_reference,
+        memo=memo,
+        created_by=actor,
+    )
+
+
+# --- Holds -------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def hold_place(
+    *,
+    organization: Any,
+    amount: Any,
+    reference_kind: str,
+    reference: UUID | None = None,
+    idempotency_reference: str | None = None,
+    memo: str = "",
+) -> Hold:
+    """Moves `amount` from the organization's available balance to held. Refused, writing
+    nothing, with `InsufficientFunds` when available is short and `BudgetExceeded` when this
+    month's committed plus spent money would pass the budget."""
+    amount = _positive(amount)
+    accounts = _lock(_wallet_keys(organization))
+    if (done := _replayed(idempotency_reference)) is not None:
+        assert done.hold is not None
+        return done.hold
+    available = accounts[(organization.pk, Account.Kind.AVAILABLE)]
+    held = accounts[(organization.pk, Account.Kind.HELD)]
+    if available.balance < amount:
+        raise InsufficientFunds(
+            extra={
+                "available": str(available.balance),
+                "required": str(amount),
+                "currency": available.currency,
+            }
+        )
+    budgets.budget_check(organization=organization, held=held.balance, additional=amount)
+    hold = Hold.objects.create(
+        organization=organization,
+        amount=amount,
+        placed=amount,
+        reference_kind=reference_kind,
+        reference=reference,
+        memo=memo[:255],
+    )
+    _post(
+        kind=Transaction.Kind.HOLD,
+        organization=organization,
+        hold=hold,
+        lines=[(available, Entry.Kind.HOLD, -amount), (held, Entry.Kind.HOLD, amount)],
+        reference_kind=reference_kind,
+        reference=reference,
+        idempotency_reference=idempotency_reference,
+        memo=memo,
+    )
+    budgets.budget_alerts_record(organization=organization, held=held.balance)
+    return hold
+
+
+def _lock_hold(hold: Hold) -> Hold:
+    locked = Hold.objects.select_for_update().get(pk=hold.pk)
+    return locked
+
+
+@transaction.atomic
+def hold_resize(
+    *, hold: Hold, amount: Any, idempotency_reference: str | None = None, memo: str = ""
+) -> Hold:
+    """Sets what the hold keeps to `amount`: more is taken from available (with the same
+    refusals as `hold_place`), less is released."""
+    target = money(amount)
+    if target < 0:
+        raise ValidationFailed(fields={"amount": ["Must not be negative."]})
+    hold = _lock_hold(hold)
+    organization = hold.organization
+    accounts = _lock(_wallet_keys(organization))
+    if (done := _replayed(idempotency_reference)) is not None:
+        assert done.hold is not None
+        return done.hold
+    if not hold.is_open:
+        raise HoldNotOpen(extra={"hold": str(hold.uuid)})
+    change = target - hold.amount
+    if change == 0:
+        return hold
+    available = accounts[(organization.pk, Account.Kind.AVAILABLE)]
+    held = accounts[(organization.pk, Account.Kind.HELD)]
+    if change > 0:
+        if available.balance < change:
+            raise InsufficientFunds(
+                extra={
+                    "available": str(available.balance),
+                    "required": str(change),
+                    "currency": available.currency,
+                }
+            )
+        budgets.budget_check(organization=organization, held=held.balance, additional=change)
+        hold.placed += change
+        kind, entry_kind = Transaction.Kind.HOLD, Entry.Kind.HOLD
+    else:
+        hold.released += -change
+        kind, entry_kind = Transaction.Kind.RELEASE, Entry.Kind.RELEASE
+    hold.amount = target
+    hold.save(update_fields=["amount", "placed", "released", "updated_at"])
+    _post(
+        kind=kind,
+        organization=organization,
+        hold=hold,
+        lines=[(available, entry_kind, -change), (held, entry_kind, change)],
+        reference_kind=hold.reference_kind,
+        reference=hold.reference,
+        idempotency_reference=idempotency_reference,
+        memo=memo,
+    )
+    if change > 0:
+        budgets.budget_alerts_record(organization=organization, held=held.balance)
+    return hold
+
+
+@transaction.atomic
+def hold_release(
+    *,
+    hold: Hold,
+    amount: Any = None,
+    idempotency_reference: str | None = None,
+    memo: str = "",
+) -> Hold:
+    """Gives `amount` of the hold (all of it when not given) back to available. Releasing all
+    closes the hold; releasing a closed hold again is a no-op."""
+    hold = _lock_hold(hold)
+    organization = hold.organization
+    accounts = _lock(_wallet_keys(organization))
+    if (done := _replayed(idempotency_reference)) is not None:
+        assert done.hold is not None
+        return done.hold
+    if not hold.is_open:
+        if amount is None:
+            return hold
+        raise HoldNotOpen(extra={"hold": str(hold.uuid)})
+    release = hold.amount if amount is None else _positive(amount)
+    if release > hold.amount:
+        raise HoldTooSmall(extra={"held": str(hold.amount), "requested": str(release)})
+    hold.amount -= release
+    hold.released += release
+    if amount is None:
+        hold.status = Hold.Status.CLOSED
+    hold.save(update_fields=["amount", "released", "status", "updated_at"])
+    _post(
+        kind=Transaction.Kind.RELEASE,
+        organization=organization,
+        hold=hold,
+        lines=[
+            (accounts[(organization.pk, Account.Kind.HELD)], Entry.Kind.RELEASE, -release),
+            (accounts[(organization.pk, Account.Kind.AVAILABLE)], Entry.Kind.RELEASE, release),
+        ],
+        reference_kind=hold.reference_kind,
+        reference=hold.reference,
+        idempotency_reference=idempotency_reference,
+        memo=memo,
+    )
+    return hold
+
+
+@transaction.atomic
+def hold_capture(
+    *,
+    hold: Hold,
+    amount: Any,
+    payee: Any,
+    idempotency_reference: str,
+    reference_kind: str = ReferenceKind.JOB,
+    reference: UUID | None = None,
+    memo: str = "",
+    source: UUID | None = None,
+    source_name: str = "",
+) -> Transaction | None:
+    """Charges `amount` of the hold: the payee's earnings get it minus the platform fee
+    (`PLATFORM_FEE_PERCENT`), the platform's fees account gets the fee. Exactly once per
+    `idempotency_reference`. A charge of zero writes nothing and returns None."""
+    amount = money(amount)
+    if amount < 0:
+        raise ValidationFailed(fields={"amount": ["Must not be negative."]})
+    hold = _lock_hold(hold)
+    payer = hold.organization
+    held_key = (payer.pk, Account.Kind.HELD)
+    earnings_key = (payee.pk, Account.Kind.EARNINGS)
+    fees_key = (None, Account.Kind.FEES)
+    accounts = _lock([held_key, earnings_key, fees_key])
+    if (done := _replayed(idempotency_reference)) is not None:
+        return done
+    if amount == 0:
+        return None
+    if not hold.is_open:
+        raise HoldNotOpen(extra={"hold": str(hold.uuid)})
+    if amount > hold.amount:
+        raise HoldTooSmall(extra={"held": str(hold.amount), "requested": str(amount)})
+    fee = platform_fee(amount)
+    hold.amount -= amount
+    hold.captured += amount
+    hold.save(update_fields=["amount", "captured", "updated_at"])
+    return _post(
+        kind=Transaction.Kind.CHARGE,
+        organization=payer,
+        hold=hold,
+        lines=[
+            (accounts[held_key], Entry.Kind.CHARGE, -amount),
+            (accounts[earnings_key], Entry.Kind.EARNING, amount - fee),
+            (accounts[fees_key], Entry.Kind.FEE, fee),
+        ],
+        reference_kind=reference_kind,
+        reference=reference,
+        idempotency_reference=idempotency_reference,
+        memo=memo,
+        source=source,
+        source_name=source_name,
+    )

@@ -1,0 +1,34 @@
+import logging
+
+from celery import shared_task
+
+from billing import selectors, services
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(
+    autoretry_for=(OSError,),
+    retry_backoff=True,
+    max_retries=5,
+    time_limit=60,
+    soft_time_limit=45,
+)
+def budget_alert_notify_task(alert_ids: list[int]) -> int:
+    return services.budget_alert_notify(alert_ids=alert_ids)
+
+
+@shared_task(time_limit=300, soft_time_limit=240)
+def stripe_events_process_task() -> int:
+    """Processes stored events that a crash left unprocessed (the webhook view processes each
+    event as it arrives; this is the safety net)."""
+    return services.stripe_events_process_pending()
+
+
+@shared_task(time_limit=600, soft_time_limit=540)
+def ledger_verify_task() -> int:
+    """Checks the ledger's invariants and logs every breach as an error for the operators."""
+    problems = selectors.ledger_verify()
+    for problem in problems:
+        logger.error("Ledger invariant broken: %s", problem)
+    return len(problems)

@@ -1,0 +1,156 @@
+"""The web pages of an organization's money: wallet, top-up with Stripe.js, budget and alerts,
+ledger, monthly statements (page and CSV) and an owner's earnings. They call billing's
+services and selectors after the membership checks, like the API."""
+
+import csv
+import datetime
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views import View
+
+from billing import selectors as billing_selectors
+from billing import services as billing_services
+from computeshare.errors import ValidationFailed
+from computeshare.forms import form_add_service_error
+from marketplace import selectors
+from marketplace.forms import BudgetForm
+from marketplace.models import Membership
+
+RECENT_ENTRIES = 25
+
+
+class MoneyView(LoginRequiredMixin, View):
+    """Wallet, budget, alerts and top-ups for every member; ledger, statements and earnings,
+    and the forms that change money, for admins."""
+
+    template_name = "billing/money.html"
+
+    def _render(
+        self, request: HttpRequest, membership: Membership, form: BudgetForm, status: int = 200
+    ) -> HttpResponse:
+        organization = membership.organization
+        context: dict[str, Any] = {
+            "membership": membership,
+            "organization": organization,
+            "wallet": billing_selectors.wallet_get(organization),
+            "budget": billing_selectors.budget_status(organization),
+            "alerts": billing_selectors.budget_alert_list_open(organization),
+            "budget_form": form,
+            "stripe_js_url": settings.STRIPE_JS_URL,
+            "stripe_publishable_key": settings.STRIPE_PUBLISHABLE_KEY,
+            "top_up_minimum": settings.TOP_UP_MINIMUM,
+            "top_up_maximum": settings.TOP_UP_MAXIMUM,
+        }
+        if membership.is_admin:
+            context["top_ups"] = billing_selectors.top_up_list(organization)[:10]
+            context["entries"] = billing_selectors.ledger_entry_list(organization)[:RECENT_ENTRIES]
+            context["months"] = billing_selectors.statement_months(organization)
+            context["earnings"] = billing_selectors.earnings_list(organization)
+        return render(request, self.template_name, context, status=status)
+
+    def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
+        membership = selectors.membership_get_for_user(request.user, organization_id)
+        budget = billing_selectors.budget_status(membership.organization)
+        form = BudgetForm(
+            initial={
+                "monthly_limit": budget.monthly_limit,
+                "alert_thresholds": ", ".join(str(t) for t in budget.alert_thresholds),
+            }
+        )
+        return self._render(request, membership, form)
+
+    def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        organization = membership.organization
+        if "dismiss_alert" in request.POST:
+            billing_services.budget_alert_dismiss(
+                organization=organization, alert_uuid=request.POST["dismiss_alert"]
+            )
+            return HttpResponseRedirect(request.path)
+        form = BudgetForm(request.POST)
+        if form.is_valid():
+            try:
+                billing_services.budget_set(
+                    organization=organization,
+                    monthly_limit=form.cleaned_data["monthly_limit"],
+                    alert_thresholds=form.cleaned_data["alert_thresholds"],
+                )
+            except ValidationFailed as error:
+                form_add_service_error(form, error)
+            else:
+                messages.success(request, "The budget is saved.")
+                return HttpResponseRedirect(request.path)
+        return self._render(request, membership, form, status=400)
+
+
+class StatementView(LoginRequiredMixin, View):
+    """A month's statement for admins: per account the opening balance, the totals per kind,
+    the closing balance and every entry; `?format=csv` downloads the entries with exact
+    amounts."""
+
+    template_name = "billing/statement.html"
+
+    def get(
+        self, request: HttpRequest, organization_id: str, year: int, month: int
+    ) -> HttpResponse:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        if not (1 <= month <= 12 and 2000 <= year <= timezone.now().year + 1):
+            raise Http404("No such month.")
+        statement = billing_selectors.statement_build(membership.organization, year, month)
+        if request.GET.get("format") == "csv":
+            return _statement_csv(statement)
+        period = datetime.date(year, month, 1)
+        context = {
+            "membership": membership,
+            "organization": membership.organization,
+            "statement": statement,
+            "period": period,
+            "csv_url": f"{request.path}?format=csv",
+            "money_url": reverse("organization-money", args=[membership.organization.uuid]),
+        }
+        return render(request, self.template_name, context)
+
+
+def _statement_csv(statement: billing_selectors.Statement) -> HttpResponse:
+    name = statement.organization.name.replace(" ", "-").lower()
+    filename = f"computeshare-{name}-{statement.period_start:%Y-%m}.csv"
+    response = HttpResponse(content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    writer = csv.writer(response)
+    writer.writerow(
+        [
+            "created_at",
+            "transaction",
+            "account",
+            "kind",
+            "amount",
+            "balance_after",
+            "currency",
+            "reference_kind",
+            "reference",
+            "memo",
+        ]
+    )
+    for entry in statement.entries:
+        writer.writerow(
+            [
+                entry.created_at.isoformat(),
+                entry.transaction.uuid,
+                entry.account.kind,
+                entry.kind,
+                entry.amount,
+                entry.balance_after,
+                entry.account.currency,
+                entry.transaction.reference_kind,
+                entry.transaction.reference or "",
+                entry.transaction.memo,
+            ]
+        )
+    return response

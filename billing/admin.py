@@ -1,0 +1,159 @@
+"""Staff see wallets, holds, transactions, top-ups and Stripe events, all read-only: money
+changes only through services. The one write is "Post an adjustment", a new balanced
+transaction with a memo (`services.wallet_adjust`), never an edit."""
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+
+from billing import services
+from billing.models import (
+    Account,
+    Budget,
+    BudgetAlert,
+    Entry,
+    Hold,
+    StripeEvent,
+    TopUp,
+    Transaction,
+)
+from computeshare.errors import ApplicationError
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+class AdjustmentForm(forms.Form):
+    # Chosen by its wallet: billing does not import the marketplace's models.
+    wallet = forms.ModelChoiceField(
+        queryset=Account.objects.filter(kind=Account.Kind.AVAILABLE)
+        .select_related("organization")
+        .order_by("organization__name"),
+        label="Organization",
+    )
+    amount = forms.DecimalField(
+        max_digits=20,
+        decimal_places=6,
+        help_text="Positive credits the wallet's available balance; negative takes money back.",
+    )
+    memo = forms.CharField(max_length=255, help_text="Why. It shows on the statement.")
+
+
+@admin.register(Account)
+class AccountAdmin(ReadOnlyAdmin):
+    list_display = ("__str__", "kind", "balance", "currency", "updated_at")
+    list_filter = ("kind",)
+    search_fields = ("organization__name", "uuid")
+    list_select_related = ("organization",)
+
+
+class EntryInline(admin.TabularInline):
+    model = Entry
+    extra = 0
+    can_delete = False
+    fields = ("account", "kind", "amount", "balance_after", "created_at")
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+
+@admin.register(Transaction)
+class TransactionAdmin(ReadOnlyAdmin):
+    list_display = ("uuid", "kind", "organization", "reference_kind", "memo", "created_at")
+    list_filter = ("kind", "reference_kind")
+    search_fields = ("uuid", "organization__name", "idempotency_reference", "reference", "memo")
+    list_select_related = ("organization",)
+    inlines = [EntryInline]
+    change_list_template = "admin/billing/transaction/change_list.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        adjustment = path(
+            "adjustment/",
+            self.admin_site.admin_view(self.adjustment_view),
+            name="billing_transaction_adjustment",
+        )
+        return [adjustment, *super().get_urls()]
+
+    def adjustment_view(self, request: HttpRequest) -> HttpResponse:
+        if not request.user.has_perm("billing.add_transaction"):  # type: ignore[union-attr]
+            messages.error(request, "Posting adjustments needs the billing.add_transaction right.")
+            return HttpResponseRedirect(reverse("admin:billing_transaction_changelist"))
+        form = AdjustmentForm(request.POST or None)
+        if request.method == "POST" and form.is_valid():
+            try:
+                posted = services.wallet_adjust(
+                    organization=form.cleaned_data["wallet"].organization,
+                    amount=form.cleaned_data["amount"],
+                    memo=form.cleaned_data["memo"],
+                    actor=request.user,
+                )
+            except ApplicationError as error:
+                form.add_error(None, error.detail)
+            else:
+                messages.success(request, f"Adjustment {posted.uuid} posted.")
+                return HttpResponseRedirect(
+                    reverse("admin:billing_transaction_change", args=[posted.pk])
+                )
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Post an adjustment",
+            "form": form,
+            "opts": self.model._meta,
+        }
+        return TemplateResponse(request, "admin/billing/adjustment.html", context)
+
+
+@admin.register(Hold)
+class HoldAdmin(ReadOnlyAdmin):
+    list_display = ("uuid", "organization", "status", "amount", "placed", "captured", "released")
+    list_filter = ("status", "reference_kind")
+    search_fields = ("uuid", "organization__name", "reference")
+    list_select_related = ("organization",)
+
+
+@admin.register(TopUp)
+class TopUpAdmin(ReadOnlyAdmin):
+    list_display = ("uuid", "organization", "amount", "currency", "status", "created_at")
+    list_filter = ("status",)
+    search_fields = ("uuid", "organization__name", "payment_intent")
+    list_select_related = ("organization",)
+    exclude = ("client_secret",)
+
+
+@admin.register(StripeEvent)
+class StripeEventAdmin(ReadOnlyAdmin):
+    list_display = ("event_id", "type", "deliveries", "outcome", "received_at", "processed_at")
+    list_filter = ("type",)
+    search_fields = ("event_id",)
+
+
+@admin.register(Budget)
+class BudgetAdmin(ReadOnlyAdmin):
+    list_display = ("organization", "monthly_limit", "alert_thresholds", "updated_at")
+    search_fields = ("organization__name",)
+
+
+@admin.register(BudgetAlert)
+class BudgetAlertAdmin(ReadOnlyAdmin):
+    list_display = ("organization", "period", "threshold", "notified_at", "dismissed_at")
+    list_filter = ("threshold",)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[BudgetAlert]:
+        return super().get_queryset(request).select_related("organization")

@@ -92,7 +92,7 @@ class TransactionAdmin(ReadOnlyAdmin):
         return [adjustment, *super().get_urls()]
 
     def adjustment_view(self, request: HttpRequest) -> HttpResponse:
-        if not request.user.has_perm("billing.add_transaction"):  # type: ignore[union-attr]
+        if not request.user.has_perm("billing.add_transaction"):
             messages.error(request, "Posting adjustments needs the billing.add_transaction right.")
             return HttpResponseRedirect(reverse("admin:billing_transaction_changelist"))
         form = AdjustmentForm(request.POST or None)

@@ -11,6 +11,7 @@ Sign convention: an account's balance is the sum of its entries. A wallet's `ava
 account goes negative by exactly the money paid in, so that everything sums to zero."""
 
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import models
@@ -18,9 +19,12 @@ from django.db.models import Q
 
 from computeshare.models import BaseModel
 
-# Six places: a thousandth of a cent per core-second is still representable.
-MONEY = {"max_digits": 20, "decimal_places": 6}
 ZERO = Decimal("0")
+
+
+def money_field(**options: Any) -> models.DecimalField:  # type: ignore[type-arg]
+    """Six places: a thousandth of a cent per core-second is still representable."""
+    return models.DecimalField(max_digits=20, decimal_places=6, **options)
 
 
 class ReferenceKind(models.TextChoices):
@@ -56,7 +60,7 @@ class Account(BaseModel):
     )
     kind = models.CharField(max_length=32, choices=Kind.choices)
     currency = models.CharField(max_length=3)
-    balance = models.DecimalField(**MONEY, default=ZERO)
+    balance = money_field(default=ZERO)
 
     class Meta:
         ordering = ["id"]
@@ -108,10 +112,10 @@ class Hold(BaseModel):
         "marketplace.Organization", on_delete=models.PROTECT, related_name="holds"
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
-    amount = models.DecimalField(**MONEY, help_text="Held now.")
-    placed = models.DecimalField(**MONEY, help_text="Everything ever held.")
-    captured = models.DecimalField(**MONEY, default=ZERO)
-    released = models.DecimalField(**MONEY, default=ZERO)
+    amount = money_field(help_text="Held now.")
+    placed = money_field(help_text="Everything ever held.")
+    captured = money_field(default=ZERO)
+    released = money_field(default=ZERO)
     reference_kind = models.CharField(max_length=16, choices=ReferenceKind.choices)
     reference = models.UUIDField(null=True, blank=True, db_index=True)
     memo = models.CharField(max_length=255, blank=True)
@@ -209,8 +213,8 @@ class Entry(BaseModel):
     transaction = models.ForeignKey(Transaction, on_delete=models.PROTECT, related_name="entries")
     account = models.ForeignKey(Account, on_delete=models.PROTECT, related_name="entries")
     kind = models.CharField(max_length=16, choices=Kind.choices)
-    amount = models.DecimalField(**MONEY)
-    balance_after = models.DecimalField(**MONEY)
+    amount = money_field()
+    balance_after = money_field()
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -226,7 +230,7 @@ class Entry(BaseModel):
     def save(self, *args: object, **kwargs: object) -> None:
         if self.pk is not None:
             raise ValueError("Ledger entries are never edited; post a correcting transaction.")
-        super().save(*args, **kwargs)  # type: ignore[arg-type]
+        super().save(*args, **kwargs)
 
     def delete(self, *args: object, **kwargs: object) -> tuple[int, dict[str, int]]:
         raise ValueError("Ledger entries are never deleted; post a correcting transaction.")
@@ -267,7 +271,7 @@ class BudgetAlert(BaseModel):
     period = models.DateField(help_text="The first day of the month.")
     threshold = models.PositiveSmallIntegerField()
     monthly_limit = models.DecimalField(max_digits=14, decimal_places=2)
-    committed_and_spent = models.DecimalField(**MONEY)
+    committed_and_spent = money_field()
     notified_at = models.DateTimeField(null=True, blank=True)
     dismissed_at = models.DateTimeField(null=True, blank=True)
 

@@ -59,7 +59,6 @@ def payment_intent_create(
             params={
                 "amount": amount_minor,
                 "currency": currency.lower(),
-                "payment_method_types": ["card"],
                 "metadata": metadata,
             },
             options={"idempotency_key": idempotency_key},

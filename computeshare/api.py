@@ -4,7 +4,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
@@ -25,7 +25,7 @@ from computeshare.errors import (
     PermissionDenied,
     ValidationFailed,
 )
-from computeshare.models import IdempotencyRecord
+from computeshare.models import IdempotencyRecord, User
 
 logger = logging.getLogger(__name__)
 
@@ -143,9 +143,10 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         )
         extra: dict[str, Any] = {}
         headers: dict[str, str] = {}
-        if isinstance(exc, drf_exceptions.Throttled) and exc.wait is not None:
-            extra["retry_after_seconds"] = int(exc.wait)
-            headers["Retry-After"] = str(int(exc.wait))
+        wait = getattr(exc, "wait", None)
+        if isinstance(exc, drf_exceptions.Throttled) and wait is not None:
+            extra["retry_after_seconds"] = int(wait)
+            headers["Retry-After"] = str(int(wait))
         if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
             # DRF answers 403 here when no authenticator names a scheme; the token one does.
             headers["WWW-Authenticate"] = "Token"
@@ -195,21 +196,22 @@ def idempotent(request: Request, create: Callable[[], Response]) -> Response:
     if len(key) > 255:
         raise ValidationFailed(fields={"Idempotency-Key": ["At most 255 characters."]})
     fingerprint = _request_fingerprint(request)
-    record = IdempotencyRecord.objects.filter(user=request.user, key=key).first()
+    user = cast(User, request.user)  # the views that call this require authentication
+    record = IdempotencyRecord.objects.filter(user=user, key=key).first()
     if record is not None:
         return _replay(record, fingerprint)
     with transaction.atomic():
         try:
             with transaction.atomic():
                 record = IdempotencyRecord.objects.create(
-                    user=request.user,
+                    user=user,
                     key=key,
                     request_fingerprint=fingerprint,
                     response_status=0,
                     response_body={},
                 )
         except IntegrityError:
-            record = IdempotencyRecord.objects.get(user=request.user, key=key)
+            record = IdempotencyRecord.objects.get(user=user, key=key)
             return _replay(record, fingerprint)
         response = create()
         record.response_status = response.status_code

@@ -25,13 +25,12 @@ from billing.services import budgets
 from computeshare.errors import ValidationFailed
 
 SIX_PLACES = Decimal("0.000001")
-CENT = Decimal("0.01")
 
 AccountKey = tuple[int | None, str]
 Line = tuple[Account, str, Decimal]
 
 
-def money(value: Any, *, field: str = "amount", places: Decimal = SIX_PLACES) -> Decimal:
+def money(value: Any, *, field: str = "amount", places: int = 6) -> Decimal:
     """`value` as a finite Decimal with no more places than `places`, or `ValidationFailed`.
     Never rounds: a caller with more precision must decide how to round."""
     try:
@@ -40,8 +39,8 @@ def money(value: Any, *, field: str = "amount", places: Decimal = SIX_PLACES) ->
         raise ValidationFailed(fields={field: ["Not a decimal number."]}) from error
     if not amount.is_finite():
         raise ValidationFailed(fields={field: ["Not a decimal number."]})
-    if amount != amount.quantize(places, rounding=ROUND_HALF_UP):
-        raise ValidationFailed(fields={field: [f"At most {-places.as_tuple().exponent} places."]})
+    if amount != amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP):
+        raise ValidationFailed(fields={field: [f"At most {places} decimal places."]})
     return amount
 
 

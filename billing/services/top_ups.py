@@ -18,14 +18,14 @@ from django.utils import timezone
 from billing import stripe_gateway
 from billing.errors import InvalidSignature, PaymentProviderUnavailable
 from billing.models import StripeEvent, TopUp
-from billing.services.ledger import CENT, money, wallet_credit
+from billing.services.ledger import money, wallet_credit
 from computeshare.errors import IdempotencyKeyReused, ValidationFailed
 
 logger = logging.getLogger(__name__)
 
 
 def _clean_amount(value: Any) -> Decimal:
-    amount = money(value, places=CENT)
+    amount = money(value, places=2)
     minimum, maximum = settings.TOP_UP_MINIMUM, settings.TOP_UP_MAXIMUM
     if not minimum <= amount <= maximum:
         raise ValidationFailed(
@@ -150,6 +150,8 @@ def _top_up_for(intent: dict[str, Any]) -> TopUp | None:
     if top_up is not None:
         return top_up
     top_up_uuid = (intent.get("metadata") or {}).get("top_up")
+    if not isinstance(top_up_uuid, str):
+        return None
     try:
         return (
             TopUp.objects.select_for_update()

@@ -109,6 +109,7 @@ REDIS_URL = env("REDIS_URL", default="")
 # beat run beside the web server with no Redis to install.
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
 CELERY_BROKER_FOLDER = Path(env("CELERY_BROKER_FOLDER", default=str(BASE_DIR / "var" / "broker")))
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object]
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(CELERY_BROKER_FOLDER / "queue"),

@@ -1,0 +1,63 @@
+"""The rules of DESIGN.md that a reader of one file cannot see: imports go one way
+(scheduler_bridge -> marketplace -> billing -> computeshare), the SSH and Slurm library has no
+Django, and only one module talks to Stripe."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+REPOSITORY = Path(__file__).resolve().parent.parent
+LAYERS = ["computeshare", "billing", "marketplace", "scheduler_bridge"]
+
+
+def imported_modules(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names.add(node.module)
+    return names
+
+
+def python_files(package: str) -> list[Path]:
+    return sorted(
+        path for path in (REPOSITORY / package).rglob("*.py") if "migrations" not in path.parts
+    )
+
+
+@pytest.mark.parametrize("layer", LAYERS)
+def test_imports_go_one_way(layer: str):
+    above = LAYERS[LAYERS.index(layer) + 1 :]
+    offenders = [
+        f"{path.relative_to(REPOSITORY)} imports {module}"
+        for path in python_files(layer)
+        for module in imported_modules(path)
+        if module.split(".")[0] in above
+        # The project package wires every app's URLs together; that is its job.
+        and not (layer == "computeshare" and path.name == "urls.py")
+    ]
+    assert offenders == []
+
+
+def test_the_slurm_library_has_no_django():
+    offenders = [
+        f"{path.relative_to(REPOSITORY)} imports {module}"
+        for path in python_files("scheduler_bridge/slurm")
+        for module in imported_modules(path)
+        if module.split(".")[0] in {"django", "rest_framework", "celery", *LAYERS}
+        and not module.startswith("scheduler_bridge.slurm")
+    ]
+    assert offenders == []
+
+
+def test_only_the_gateway_talks_to_stripe():
+    importers = [
+        str(path.relative_to(REPOSITORY))
+        for layer in LAYERS
+        for path in python_files(layer)
+        if any(module.split(".")[0] == "stripe" for module in imported_modules(path))
+    ]
+    assert importers == ["billing/stripe_gateway.py"]

@@ -10,11 +10,12 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 UV := $(VENV)/bin/uv
 BIN := $(VENV)/bin
 
-.PHONY: help install demo test test-services lint typecheck migrations-check pytest clean
+.PHONY: help install demo test test-services lint typecheck migrations-check pytest bench clean
 
 help:
 	@echo "make demo    install everything and serve the demo on http://127.0.0.1:8000"
 	@echo "make test    install everything, start PostgreSQL, Redis and the Slurm test cluster, run all checks"
+	@echo "make bench   print how fast the ledger and the Stripe webhook are on the local PostgreSQL"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -51,6 +52,11 @@ typecheck:
 
 pytest:
 	$(BIN)/pytest
+
+# Figures, not pass or fail: how fast money moves on the local PostgreSQL (bench/ledger.py).
+bench: install
+	scripts/test-services
+	$(BIN)/python bench/ledger.py
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .pytest_cache .ruff_cache .mypy_cache

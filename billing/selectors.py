@@ -2,6 +2,7 @@
 marketplace checks memberships; billing does not know them) and never writes."""
 
 import datetime
+import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
 from decimal import ROUND_HALF_UP, Decimal
@@ -87,11 +88,8 @@ def top_up_list(organization: Any) -> QuerySet[TopUp]:
     return TopUp.objects.filter(organization=organization).order_by("-created_at", "-id")
 
 
-def top_up_get(organization: Any, top_up_uuid: Any) -> TopUp | None:
-    try:
-        return TopUp.objects.filter(organization=organization, uuid=top_up_uuid).first()
-    except (ValueError, TypeError):
-        return None
+def top_up_get(organization: Any, top_up_uuid: uuid.UUID) -> TopUp | None:
+    return TopUp.objects.filter(organization=organization, uuid=top_up_uuid).first()
 
 
 def ledger_entry_list(

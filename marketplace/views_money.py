@@ -4,6 +4,7 @@ services and selectors after the membership checks, like the API."""
 
 import csv
 import datetime
+import uuid
 from typing import Any
 
 from django.conf import settings
@@ -13,6 +14,8 @@ from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.http import content_disposition_header
+from django.utils.text import slugify
 from django.views import View
 
 from billing import selectors as billing_selectors
@@ -70,9 +73,12 @@ class MoneyView(LoginRequiredMixin, View):
         membership = selectors.membership_get_admin(request.user, organization_id)
         organization = membership.organization
         if "dismiss_alert" in request.POST:
-            billing_services.budget_alert_dismiss(
-                organization=organization, alert_uuid=request.POST["dismiss_alert"]
-            )
+            try:
+                alert_uuid = uuid.UUID(request.POST["dismiss_alert"])
+            except ValueError as error:
+                # Not an alert's id at all: the lookup would fail with a 500.
+                raise Http404("No such alert.") from error
+            billing_services.budget_alert_dismiss(organization=organization, alert_uuid=alert_uuid)
             return HttpResponseRedirect(request.path)
         form = BudgetForm(request.POST)
         if form.is_valid():
@@ -119,10 +125,12 @@ class StatementView(LoginRequiredMixin, View):
 
 
 def _statement_csv(statement: billing_selectors.Statement) -> HttpResponse:
-    name = statement.organization.name.replace(" ", "-").lower()
+    # The organization's name is free text: a quote, a semicolon or a newline in it must not
+    # reach the header (a newline made Django refuse the header with a 500).
+    name = slugify(statement.organization.name, allow_unicode=True) or "organization"
     filename = f"computeshare-{name}-{statement.period_start:%Y-%m}.csv"
     response = HttpResponse(content_type="text/csv; charset=utf-8")
-    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    response["Content-Disposition"] = content_disposition_header(True, filename)
     writer = csv.writer(response)
     writer.writerow(
         [

@@ -6,6 +6,7 @@ from holds since the first of the month. Committing money (a hold, or a hold gro
 limit refuses; a charge only turns committed money into spent money, so it never needs one."""
 
 import datetime
+import uuid
 from collections.abc import Callable, Sequence
 from decimal import Decimal
 from typing import Any, cast
@@ -202,7 +203,7 @@ def budget_alert_notify(*, alert_ids: Sequence[int]) -> int:
 
 
 @transaction.atomic
-def budget_alert_dismiss(*, organization: Any, alert_uuid: Any) -> int:
+def budget_alert_dismiss(*, organization: Any, alert_uuid: uuid.UUID) -> int:
     return BudgetAlert.objects.filter(
         organization=organization, uuid=alert_uuid, dismissed_at__isnull=True
     ).update(dismissed_at=timezone.now())

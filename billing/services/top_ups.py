@@ -6,6 +6,7 @@ is credited only by a verified `payment_intent.succeeded`, once per PaymentInten
 amount of our row (never the amount an event claims)."""
 
 import logging
+import uuid
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -149,17 +150,15 @@ def _top_up_for(intent: dict[str, Any]) -> TopUp | None:
     top_up = TopUp.objects.select_for_update().filter(payment_intent=intent_id).first()
     if top_up is not None:
         return top_up
-    top_up_uuid = (intent.get("metadata") or {}).get("top_up")
-    if not isinstance(top_up_uuid, str):
-        return None
     try:
-        return (
-            TopUp.objects.select_for_update()
-            .filter(uuid=top_up_uuid, payment_intent__isnull=True)
-            .first()
-        )
-    except (ValueError, TypeError):
+        top_up_uuid = uuid.UUID(str((intent.get("metadata") or {}).get("top_up")))
+    except ValueError:  # no metadata, or not ours
         return None
+    return (
+        TopUp.objects.select_for_update()
+        .filter(uuid=top_up_uuid, payment_intent__isnull=True)
+        .first()
+    )
 
 
 def _transition(top_up: TopUp, status: str) -> bool:
@@ -229,6 +228,10 @@ def stripe_events_process_pending() -> int:
     pending = StripeEvent.objects.filter(processed_at__isnull=True).values_list("pk", flat=True)
     count = 0
     for event_pk in list(pending[:500]):
-        stripe_event_process(event_pk=event_pk)
+        try:
+            stripe_event_process(event_pk=event_pk)
+        except Exception:  # one bad event must not keep the others waiting
+            logger.exception("Stripe event %s could not be processed", event_pk)
+            continue
         count += 1
     return count

@@ -2,6 +2,7 @@
 earnings. Checks run in the house order: visible (404), allowed (403), input (400), then the
 billing service."""
 
+import uuid
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -121,7 +122,7 @@ class TopUpDetailApi(APIView):
             404: ErrorSerializer,
         },
     )
-    def get(self, request: Request, organization_id: str, top_up_id: str) -> Response:
+    def get(self, request: Request, organization_id: str, top_up_id: uuid.UUID) -> Response:
         membership = selectors.membership_get_admin(request.user, organization_id)
         top_up = billing_selectors.top_up_get(membership.organization, top_up_id)
         if top_up is None:

@@ -247,3 +247,15 @@ def test_a_signed_body_that_is_not_an_event_is_refused(client: Client, db: None)
 
     assert answer.status_code == 400
     assert StripeEvent.objects.count() == 0
+
+
+def test_metadata_that_is_not_a_top_up_id_is_ignored(client: Client, top_up: TopUp):
+    event = json.loads(payment_event(top_up, intent_id="pi_someone_elses"))
+    event["data"]["object"]["metadata"] = {"top_up": "order-1234"}
+    payload = json.dumps(event).encode()
+
+    answer = deliver(client, payload)
+
+    assert answer.status_code == 200
+    assert answer.json()["outcome"] == "ignored: unknown PaymentIntent"
+    assert StripeEvent.objects.filter(processed_at__isnull=True).count() == 0

@@ -9,8 +9,8 @@ from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, OuterRef, QuerySet, Subquery, Sum
-from django.db.models.functions import TruncMonth
+from django.db.models import Count, DecimalField, F, OuterRef, Q, QuerySet, Subquery, Sum
+from django.db.models.functions import Coalesce, TruncMonth
 from django.utils import timezone
 
 from billing.models import ZERO, Account, BudgetAlert, Entry, TopUp, Transaction
@@ -279,11 +279,17 @@ def ledger_verify() -> list[str]:
     from the sum of its entries or from the balance its last entry recorded."""
     problems = []
     unbalanced = (
-        Transaction.objects.annotate(total=Sum("entries__amount"))
-        .exclude(total=0)
-        .values_list("uuid", "total")
+        Transaction.objects.annotate(
+            total=Coalesce(Sum("entries__amount"), ZERO, output_field=DecimalField()),
+            lines=Count("entries"),
+        )
+        .filter(~Q(total=0) | Q(lines__lt=2))
+        .values_list("uuid", "total", "lines")
     )
-    problems += [f"transaction {uuid} sums to {total}" for uuid, total in unbalanced]
+    problems += [
+        f"transaction {uuid} has {lines} entries summing to {total}"
+        for uuid, total, lines in unbalanced
+    ]
     last_balance = (
         Entry.objects.filter(account=OuterRef("pk"))
         .order_by("-created_at", "-id")

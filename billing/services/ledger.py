@@ -18,6 +18,7 @@ from uuid import UUID
 from django.conf import settings
 from django.db import transaction
 from django.db.models import Q
+from django.utils import timezone
 
 from billing.errors import HoldNotOpen, HoldTooSmall, InsufficientFunds
 from billing.models import ZERO, Account, Entry, Hold, ReferenceKind, Transaction
@@ -25,6 +26,8 @@ from billing.services import budgets
 from computeshare.errors import ValidationFailed
 
 SIX_PLACES = Decimal("0.000001")
+# What the ledger's columns hold: 20 digits, 6 of them after the point.
+LARGEST = Decimal(10) ** 14
 
 AccountKey = tuple[int | None, str]
 Line = tuple[Account, str, Decimal]
@@ -39,6 +42,8 @@ def money(value: Any, *, field: str = "amount", places: int = 6) -> Decimal:
         raise ValidationFailed(fields={field: ["Not a decimal number."]}) from error
     if not amount.is_finite():
         raise ValidationFailed(fields={field: ["Not a decimal number."]})
+    if abs(amount) >= LARGEST:
+        raise ValidationFailed(fields={field: [f"Must be less than {LARGEST:,}."]})
     if amount != amount.quantize(Decimal(1).scaleb(-places), rounding=ROUND_HALF_UP):
         raise ValidationFailed(fields={field: [f"At most {places} decimal places."]})
     return amount
@@ -152,8 +157,10 @@ def _post(
         source_name=source_name[:200],
     )
     entries = []
+    now = timezone.now()
     for account, entry_kind, amount in lines:
         account.balance += amount
+        account.updated_at = now  # bulk_update does not apply auto_now
         entries.append(
             Entry(
                 transaction=posted,
@@ -386,6 +393,8 @@ def hold_release(
     if amount is None:
         hold.status = Hold.Status.CLOSED
     hold.save(update_fields=["amount", "released", "status", "updated_at"])
+    if release == 0:  # closing a hold that was all captured: no money moves
+        return hold
     _post(
         kind=Transaction.Kind.RELEASE,
         organization=organization,

@@ -78,6 +78,9 @@ class OrganizationDetailView(LoginRequiredMixin, View):
             "organization": membership.organization,
             "members": selectors.membership_list(membership.organization),
             "wallet": billing_selectors.wallet_get(membership.organization),
+            "budget_alert": billing_selectors.budget_alert_list_open(
+                membership.organization
+            ).first(),
             "form": form,
         }
         return render(request, self.template_name, context, status=status)

@@ -259,3 +259,35 @@ def test_metadata_that_is_not_a_top_up_id_is_ignored(client: Client, top_up: Top
     assert answer.status_code == 200
     assert answer.json()["outcome"] == "ignored: unknown PaymentIntent"
     assert StripeEvent.objects.filter(processed_at__isnull=True).count() == 0
+
+
+def test_an_event_found_by_its_metadata_when_our_row_lacks_the_intent(client: Client, db: None):
+    """The answer of the PaymentIntent create call can be lost after Stripe made it: the row
+    has no PaymentIntent yet, and the event is matched by the top-up id it carries."""
+    top_up = TopUp.objects.create(
+        organization=OrganizationFactory(),
+        created_by=UserFactory(),
+        amount=Decimal("15.00"),
+        currency=settings.PLATFORM_CURRENCY,
+    )
+
+    answer = deliver(client, payment_event(top_up, intent_id="pi_answer_lost"))
+
+    assert answer.json()["outcome"] == "credited"
+    top_up.refresh_from_db()
+    assert (top_up.status, top_up.payment_intent) == ("succeeded", "pi_answer_lost")
+    assert credited(top_up) == Decimal("15.00")
+
+
+def test_the_sweep_processes_an_event_a_crash_left_stored(top_up: TopUp):
+    from billing.tasks import stripe_events_process_task
+
+    payload = json.loads(payment_event(top_up))
+    StripeEvent.objects.create(event_id=payload["id"], type=payload["type"], payload=payload)
+
+    processed = stripe_events_process_task()
+
+    assert processed == 1
+    assert StripeEvent.objects.get().outcome == "credited"
+    assert credited(top_up) == Decimal("40.00")
+    assert stripe_events_process_task() == 0

@@ -1,10 +1,14 @@
 """The identity and organization pages through Django's test client (the browser test walks
 the same path in Chromium)."""
 
+from decimal import Decimal
+
 import pytest
 from django.urls import reverse
 from rest_framework.authtoken.models import Token
 
+from billing import services
+from billing.models import ReferenceKind
 from computeshare.models import User
 from marketplace.models import Membership, Organization
 from tests.factories import PASSWORD, UserFactory
@@ -90,6 +94,24 @@ def test_organization_page_lists_members_and_roles(client, team):
     assert team.admin.username in content
     assert team.member.username in content
     assert "Only an admin of Quantum Lab can add members." in content
+
+
+def test_organization_page_shows_the_wallet_and_an_open_budget_alert(client, team):
+    services.wallet_credit(
+        organization=team.organization, amount=Decimal("90"), idempotency_reference="t"
+    )
+    services.budget_set(
+        organization=team.organization, monthly_limit=Decimal("100"), alert_thresholds=[80]
+    )
+    services.hold_place(
+        organization=team.organization, amount=Decimal("85"), reference_kind=ReferenceKind.BID
+    )
+    client.force_login(team.member)
+
+    content = client.get(reverse("organization-detail", args=[team.organization.uuid])).content
+
+    assert b"Money: 5.00 USD available" in content
+    assert b"Quantum Lab has reached 80% of its budget for" in content
 
 
 def test_an_outsider_gets_404_on_the_organization_page(client, team):

@@ -371,3 +371,22 @@ def test_earnings_of_the_owner(busy_month: OrganizationWithPeople):
     }
     buyer = client_for(owner_admin).get(url(busy_month, "earnings/"))
     assert buyer.json()["results"] == []
+
+
+def test_top_up_list_query_count_does_not_grow(
+    team: OrganizationWithPeople, django_assert_max_num_queries
+):
+    for index in range(15):
+        TopUp.objects.create(
+            organization=team.organization,
+            created_by=team.admin,
+            amount=Decimal(10 + index),
+            currency="USD",
+        )
+    client = client_for(team.admin)
+
+    with django_assert_max_num_queries(5):
+        answer = client.get(url(team, "top-ups/"))
+
+    assert answer.json()["count"] == 15
+    assert [row["amount"] for row in answer.json()["results"]][:2] == ["24.00", "23.00"]

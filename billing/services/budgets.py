@@ -102,14 +102,17 @@ def budget_set(
     return budget
 
 
-def budget_check(*, organization: Any, held: Decimal, additional: Decimal) -> None:
-    """Refuses with `BudgetExceeded` when committing `additional` more would take this month's
-    committed plus spent money past the limit. The caller holds the wallet's locks, so `held`
-    is current and no concurrent commitment can slip past."""
+def budget_commit(*, organization: Any, held: Decimal, additional: Decimal) -> list[BudgetAlert]:
+    """Admits committing `additional` more money, or refuses with `BudgetExceeded` when it
+    would take this month's committed plus spent money past the limit. Once admitted, records
+    each threshold the commitment reaches that was not recorded this month, and has the
+    admins told after the commit. The caller holds the wallet's locks, so `held` is current:
+    no concurrent commitment slips past the limit or records the same threshold."""
     budget = Budget.objects.filter(organization=organization).first()
     if budget is None or budget.monthly_limit is None:
-        return
-    used = held + spent_since(organization, month_start())
+        return []
+    period_start = month_start()
+    used = held + spent_since(organization, period_start)
     if used + additional > budget.monthly_limit:
         raise BudgetExceeded(
             extra={
@@ -119,32 +122,27 @@ def budget_check(*, organization: Any, held: Decimal, additional: Decimal) -> No
                 "currency": settings.PLATFORM_CURRENCY,
             }
         )
+    return _alerts_record(budget, period_start.date(), used + additional)
 
 
-def budget_alerts_record(*, organization: Any, held: Decimal) -> list[BudgetAlert]:
-    """Records each threshold that this month's committed plus spent money has reached and
-    that was not recorded this month, and has the admins told after the commit. Called under
-    the wallet's locks, so two commitments cannot both record the same threshold."""
-    budget = Budget.objects.filter(organization=organization).first()
-    if budget is None or not budget.monthly_limit or not budget.alert_thresholds:
+def _alerts_record(budget: Budget, period: datetime.date, used: Decimal) -> list[BudgetAlert]:
+    limit = budget.monthly_limit
+    if not limit or not budget.alert_thresholds:
         return []
-    period_start = month_start()
-    used = held + spent_since(organization, period_start)
-    reached = [t for t in budget.alert_thresholds if used * 100 >= budget.monthly_limit * t]
+    reached = [t for t in budget.alert_thresholds if used * 100 >= limit * t]
     if not reached:
         return []
-    period = period_start.date()
     recorded = set(
         BudgetAlert.objects.filter(
-            organization=organization, period=period, threshold__in=reached
+            organization_id=budget.organization_id, period=period, threshold__in=reached
         ).values_list("threshold", flat=True)
     )
     alerts = [
         BudgetAlert.objects.create(
-            organization=organization,
+            organization_id=budget.organization_id,
             period=period,
             threshold=threshold,
-            monthly_limit=budget.monthly_limit,
+            monthly_limit=limit,
             committed_and_spent=used,
         )
         for threshold in reached

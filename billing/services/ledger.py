@@ -200,6 +200,38 @@ def _wallet_keys(organization: Any) -> list[AccountKey]:
 # --- Wallet credits ----------------------------------------------------------------------------
 
 
+def _available_from_platform(
+    *,
+    organization: Any,
+    amount: Decimal,
+    platform_kind: str,
+    kind: str,
+    reference_kind: str,
+    idempotency_reference: str | None,
+    memo: str,
+    reference: UUID | None = None,
+    created_by: Any = None,
+) -> Transaction:
+    """Moves `amount` from a platform account to the organization's available balance (a
+    negative amount the other way, never past what is available)."""
+    key = (organization.pk, Account.Kind.AVAILABLE)
+    available = _lock([key])[key]
+    if (done := _replayed(idempotency_reference)) is not None:
+        return done
+    # Entry kinds share the transaction kinds' names: a top-up's lines are `top_up`, an
+    # adjustment's `adjustment`.
+    return _post(
+        kind=kind,
+        organization=organization,
+        lines=[((None, platform_kind), kind, -amount), (available, kind, amount)],
+        reference_kind=reference_kind,
+        reference=reference,
+        idempotency_reference=idempotency_reference,
+        memo=memo,
+        created_by=created_by,
+    )
+
+
 @transaction.atomic
 def wallet_credit(
     *,
@@ -211,18 +243,11 @@ def wallet_credit(
 ) -> Transaction:
     """Credits money paid in through Stripe to the organization's available balance, from the
     Stripe clearing account. Once per `idempotency_reference` (one per PaymentIntent)."""
-    amount = _positive(amount)
-    organization_key = (organization.pk, Account.Kind.AVAILABLE)
-    available = _lock([organization_key])[organization_key]
-    if (done := _replayed(idempotency_reference)) is not None:
-        return done
-    return _post(
-        kind=Transaction.Kind.TOP_UP,
+    return _available_from_platform(
         organization=organization,
-        lines=[
-            ((None, Account.Kind.STRIPE_CLEARING), Entry.Kind.TOP_UP, -amount),
-            (available, Entry.Kind.TOP_UP, amount),
-        ],
+        amount=_positive(amount),
+        platform_kind=Account.Kind.STRIPE_CLEARING,
+        kind=Transaction.Kind.TOP_UP,
         reference_kind=ReferenceKind.TOP_UP,
         reference=reference,
         idempotency_reference=idempotency_reference,
@@ -248,17 +273,11 @@ def wallet_adjust(
     memo = " ".join((memo or "").split())
     if not memo:
         raise ValidationFailed(fields={"memo": ["Say why: the memo is on the statement."]})
-    organization_key = (organization.pk, Account.Kind.AVAILABLE)
-    available = _lock([organization_key])[organization_key]
-    if (done := _replayed(idempotency_reference)) is not None:
-        return done
-    return _post(
-        kind=Transaction.Kind.ADJUSTMENT,
+    return _available_from_platform(
         organization=organization,
-        lines=[
-            ((None, Account.Kind.ADJUSTMENTS), Entry.Kind.ADJUSTMENT, -amount),
-            (available, Entry.Kind.ADJUSTMENT, amount),
-        ],
+        amount=amount,
+        platform_kind=Account.Kind.ADJUSTMENTS,
+        kind=Transaction.Kind.ADJUSTMENT,
         reference_kind=ReferenceKind.ADJUSTMENT,
         idempotency_reference=idempotency_reference,
         memo=memo,
@@ -289,15 +308,7 @@ def hold_place(
         return done.hold
     available = accounts[(organization.pk, Account.Kind.AVAILABLE)]
     held = accounts[(organization.pk, Account.Kind.HELD)]
-    if available.balance < amount:
-        raise InsufficientFunds(
-            extra={
-                "available": str(available.balance),
-                "required": str(amount),
-                "currency": available.currency,
-            }
-        )
-    budgets.budget_check(organization=organization, held=held.balance, additional=amount)
+    _commit(organization, available, held, amount)
     hold = Hold.objects.create(
         organization=organization,
         amount=amount,
@@ -316,13 +327,25 @@ def hold_place(
         idempotency_reference=idempotency_reference,
         memo=memo,
     )
-    budgets.budget_alerts_record(organization=organization, held=held.balance)
     return hold
 
 
+def _commit(organization: Any, available: Account, held: Account, amount: Decimal) -> None:
+    """Refuses a new commitment of `amount` (funds first, then the budget), or admits it and
+    records the budget alerts it causes. The caller holds both accounts' locks."""
+    if available.balance < amount:
+        raise InsufficientFunds(
+            extra={
+                "available": str(available.balance),
+                "required": str(amount),
+                "currency": available.currency,
+            }
+        )
+    budgets.budget_commit(organization=organization, held=held.balance, additional=amount)
+
+
 def _lock_hold(hold: Hold) -> Hold:
-    locked = Hold.objects.select_for_update().get(pk=hold.pk)
-    return locked
+    return Hold.objects.select_for_update().get(pk=hold.pk)
 
 
 @transaction.atomic
@@ -348,15 +371,7 @@ def hold_resize(
     available = accounts[(organization.pk, Account.Kind.AVAILABLE)]
     held = accounts[(organization.pk, Account.Kind.HELD)]
     if change > 0:
-        if available.balance < change:
-            raise InsufficientFunds(
-                extra={
-                    "available": str(available.balance),
-                    "required": str(change),
-                    "currency": available.currency,
-                }
-            )
-        budgets.budget_check(organization=organization, held=held.balance, additional=change)
+        _commit(organization, available, held, change)
         hold.placed += change
         kind, entry_kind = Transaction.Kind.HOLD, Entry.Kind.HOLD
     else:
@@ -374,8 +389,6 @@ def hold_resize(
         idempotency_reference=idempotency_reference,
         memo=memo,
     )
-    if change > 0:
-        budgets.budget_alerts_record(organization=organization, held=held.balance)
     return hold
 
 

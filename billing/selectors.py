@@ -16,12 +16,6 @@ from django.utils import timezone
 from billing.models import ZERO, Account, BudgetAlert, Entry, TopUp, Transaction
 from billing.services.budgets import budget_get, month_start, spent_since
 
-CENT = Decimal("0.01")
-
-
-def to_cents(amount: Decimal) -> Decimal:
-    return amount.quantize(CENT, rounding=ROUND_HALF_UP)
-
 
 @dataclass(frozen=True)
 class Wallet:
@@ -69,13 +63,14 @@ class BudgetStatus:
         return int(used.to_integral_value(rounding=ROUND_HALF_UP))
 
 
-def budget_status(organization: Any) -> BudgetStatus:
+def budget_status(organization: Any, wallet: Wallet | None = None) -> BudgetStatus:
+    """The budget and this month's use of it; pass the `wallet` when it was read already."""
     budget = budget_get(organization)
     return BudgetStatus(
         monthly_limit=budget.monthly_limit,
         alert_thresholds=list(budget.alert_thresholds),
         spent_this_month=spent_since(organization, month_start()),
-        committed=wallet_get(organization).held,
+        committed=(wallet or wallet_get(organization)).held,
         currency=settings.PLATFORM_CURRENCY,
     )
 
@@ -179,6 +174,30 @@ def earnings_list(
     )
 
 
+@dataclass(frozen=True)
+class Earnings:
+    currency: str
+    gross: Decimal
+    fees: Decimal
+    net: Decimal
+    results: list[EarningsRow]
+
+
+def earnings_summary(
+    organization: Any,
+    *,
+    since: datetime.datetime | None = None,
+    until: datetime.datetime | None = None,
+) -> Earnings:
+    """`earnings_list` with its totals."""
+    rows = earnings_list(organization, since=since, until=until)
+    gross = sum((row.gross for row in rows), start=ZERO)
+    fees = sum((row.fees for row in rows), start=ZERO)
+    return Earnings(
+        currency=settings.PLATFORM_CURRENCY, gross=gross, fees=fees, net=gross - fees, results=rows
+    )
+
+
 # --- Statements --------------------------------------------------------------------------------
 
 
@@ -190,10 +209,6 @@ class AccountStatement:
     closing: Decimal = ZERO
     totals: dict[str, Decimal] = field(default_factory=dict)
 
-    @property
-    def movement(self) -> Decimal:
-        return self.closing - self.opening
-
 
 @dataclass
 class Statement:
@@ -203,12 +218,6 @@ class Statement:
     currency: str
     accounts: list[AccountStatement]
     entries: list[Entry]
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.entries and all(
-            account.opening == 0 and account.closing == 0 for account in self.accounts
-        )
 
 
 def month_bounds(year: int, month: int) -> tuple[datetime.datetime, datetime.datetime]:

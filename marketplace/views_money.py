@@ -36,14 +36,28 @@ class MoneyView(LoginRequiredMixin, View):
     template_name = "billing/money.html"
 
     def _render(
-        self, request: HttpRequest, membership: Membership, form: BudgetForm, status: int = 200
+        self,
+        request: HttpRequest,
+        membership: Membership,
+        form: BudgetForm | None = None,
+        status: int = 200,
     ) -> HttpResponse:
+        """The page; with the budget form bound to `form`, or showing the saved budget."""
         organization = membership.organization
+        wallet = billing_selectors.wallet_get(organization)
+        budget = billing_selectors.budget_status(organization, wallet)
+        if form is None:
+            form = BudgetForm(
+                initial={
+                    "monthly_limit": budget.monthly_limit,
+                    "alert_thresholds": ", ".join(str(t) for t in budget.alert_thresholds),
+                }
+            )
         context: dict[str, Any] = {
             "membership": membership,
             "organization": organization,
-            "wallet": billing_selectors.wallet_get(organization),
-            "budget": billing_selectors.budget_status(organization),
+            "wallet": wallet,
+            "budget": budget,
             "alerts": billing_selectors.budget_alert_list_open(organization),
             "budget_form": form,
             "stripe_js_url": settings.STRIPE_JS_URL,
@@ -60,14 +74,7 @@ class MoneyView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
         membership = selectors.membership_get_for_user(request.user, organization_id)
-        budget = billing_selectors.budget_status(membership.organization)
-        form = BudgetForm(
-            initial={
-                "monthly_limit": budget.monthly_limit,
-                "alert_thresholds": ", ".join(str(t) for t in budget.alert_thresholds),
-            }
-        )
-        return self._render(request, membership, form)
+        return self._render(request, membership)
 
     def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
         membership = selectors.membership_get_admin(request.user, organization_id)

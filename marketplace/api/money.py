@@ -172,16 +172,7 @@ class EarningsApi(APIView):
     def get(self, request: Request, organization_id: str) -> Response:
         membership = selectors.membership_get_admin(request.user, organization_id)
         filters = _range(request)
-        rows = billing_selectors.earnings_list(
+        earnings = billing_selectors.earnings_summary(
             membership.organization, since=filters.get("since"), until=filters.get("until")
         )
-        gross = sum((row.gross for row in rows), start=billing_selectors.ZERO)
-        fees = sum((row.fees for row in rows), start=billing_selectors.ZERO)
-        data = {
-            "currency": billing_selectors.wallet_get(membership.organization).currency,
-            "gross": gross,
-            "fees": fees,
-            "net": gross - fees,
-            "results": rows,
-        }
-        return Response(EarningsSerializer(data).data)
+        return Response(EarningsSerializer(earnings).data)

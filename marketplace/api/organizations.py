@@ -29,13 +29,14 @@ from marketplace.serializers import (
 def organization_detail(membership: Membership) -> dict[str, Any]:
     """An organization as its member sees it, with its wallet and budget."""
     organization = membership.organization
+    wallet = billing_selectors.wallet_get(organization)
     return {
         "id": organization.uuid,
         "name": organization.name,
         "role": membership.role,
         "created_at": organization.created_at,
-        "wallet": billing_selectors.wallet_get(organization),
-        "budget": billing_selectors.budget_status(organization),
+        "wallet": wallet,
+        "budget": billing_selectors.budget_status(organization, wallet),
     }
 
 

@@ -53,6 +53,18 @@ class Pagination(PageNumberPagination):
         return int(raw[0])
 
 
+def paginated_response(
+    request: Request,
+    view: Any,
+    queryset: Any,
+    serializer_class: type[serializers.BaseSerializer],
+) -> Response:
+    """One page of `queryset`, serialized, in the shape `Pagination` renders."""
+    paginator = Pagination()
+    page: Any = paginator.paginate_queryset(queryset, request, view=view)
+    return paginator.get_paginated_response(serializer_class(page, many=True).data)
+
+
 class ErrorSerializer(serializers.Serializer):
     """The one shape of every error answer (for the OpenAPI schema)."""
 

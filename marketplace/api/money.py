@@ -24,7 +24,7 @@ from billing.serializers import (
     TopUpCreateSerializer,
     TopUpSerializer,
 )
-from computeshare.api import ErrorSerializer, Pagination, paginated
+from computeshare.api import ErrorSerializer, paginated, paginated_response
 from computeshare.errors import NotFound
 from marketplace import selectors
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
@@ -80,11 +80,9 @@ class TopUpListCreateApi(APIView):
     )
     def get(self, request: Request, organization_id: str) -> Response:
         membership = selectors.membership_get_admin(request.user, organization_id)
-        paginator = Pagination()
-        page = paginator.paginate_queryset(
-            billing_selectors.top_up_list(membership.organization), request, view=self
+        return paginated_response(
+            request, self, billing_selectors.top_up_list(membership.organization), TopUpSerializer
         )
-        return paginator.get_paginated_response(TopUpSerializer(page, many=True).data)
 
     @extend_schema(
         operation_id="organization_top_ups_create",
@@ -158,9 +156,7 @@ class LedgerApi(APIView):
             until=filters.get("until"),
             kinds=sorted(filters.get("kind") or []),
         )
-        paginator = Pagination()
-        page = paginator.paginate_queryset(entries, request, view=self)
-        return paginator.get_paginated_response(LedgerEntrySerializer(page, many=True).data)
+        return paginated_response(request, self, entries, LedgerEntrySerializer)
 
 
 class EarningsApi(APIView):

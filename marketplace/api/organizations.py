@@ -10,7 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing import selectors as billing_selectors
-from computeshare.api import ErrorSerializer, Pagination, idempotent, paginated
+from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response
 from marketplace import selectors, services
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace.models import Membership
@@ -82,11 +82,12 @@ class OrganizationListCreateApi(APIView):
         parameters=PAGE_PARAMETERS,
     )
     def get(self, request: Request) -> Response:
-        paginator = Pagination()
-        page = paginator.paginate_queryset(
-            selectors.organization_list_for_user(request.user), request, view=self
+        return paginated_response(
+            request,
+            self,
+            selectors.organization_list_for_user(request.user),
+            OrganizationRoleSerializer,
         )
-        return paginator.get_paginated_response(OrganizationRoleSerializer(page, many=True).data)
 
     @extend_schema(
         operation_id="organizations_create",
@@ -127,11 +128,9 @@ class OrganizationMemberListCreateApi(APIView):
     )
     def get(self, request: Request, organization_id: str) -> Response:
         membership = selectors.membership_get_for_user(request.user, organization_id)
-        paginator = Pagination()
-        page = paginator.paginate_queryset(
-            selectors.membership_list(membership.organization), request, view=self
+        return paginated_response(
+            request, self, selectors.membership_list(membership.organization), MemberSerializer
         )
-        return paginator.get_paginated_response(MemberSerializer(page, many=True).data)
 
     @extend_schema(
         operation_id="organization_members_create",

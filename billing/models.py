@@ -33,6 +33,7 @@ class ReferenceKind(models.TextChoices):
 
     TOP_UP = "top_up", "Top-up"
     BID = "bid", "Bid"
+    OFFER = "offer", "Offer"
     ALLOCATION = "allocation", "Allocation"
     JOB = "job", "Job"
     ADJUSTMENT = "adjustment", "Adjustment"

@@ -58,11 +58,13 @@ def paginated_response(
     view: Any,
     queryset: Any,
     serializer_class: type[serializers.BaseSerializer],
+    context: dict[str, Any] | None = None,
 ) -> Response:
     """One page of `queryset`, serialized, in the shape `Pagination` renders."""
     paginator = Pagination()
     page: Any = paginator.paginate_queryset(queryset, request, view=view)
-    return paginator.get_paginated_response(serializer_class(page, many=True).data)
+    data = serializer_class(page, many=True, context=context or {}).data
+    return paginator.get_paginated_response(data)
 
 
 class ErrorSerializer(serializers.Serializer):

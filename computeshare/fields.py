@@ -27,7 +27,7 @@ def fernet() -> MultiFernet:
     return _fernet_for(settings.FIELD_ENCRYPTION_KEY)
 
 
-class EncryptedTextField(models.TextField):
+class EncryptedTextField(models.TextField):  # type: ignore[type-arg]
     """Stores the Fernet token; Python code only ever sees the plain text."""
 
     description = "Text encrypted at rest"

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from marketplace.api import money, organizations
+from marketplace.api import market, money, organizations
 
 urlpatterns = [
     path("auth/token/", organizations.AuthTokenApi.as_view(), name="api-auth-token"),
@@ -33,4 +33,30 @@ urlpatterns += [
     ),
     path(f"{organization_money}ledger/", money.LedgerApi.as_view(), name="api-ledger"),
     path(f"{organization_money}earnings/", money.EarningsApi.as_view(), name="api-earnings"),
+]
+
+urlpatterns += [
+    path("clusters/", market.ClusterListCreateApi.as_view(), name="api-clusters"),
+    path("clusters/<uuid:cluster_id>/", market.ClusterDetailApi.as_view(), name="api-cluster"),
+    path(
+        "clusters/<uuid:cluster_id>/verify/",
+        market.ClusterVerifyApi.as_view(),
+        name="api-cluster-verify",
+    ),
+    path("offers/", market.OfferListCreateApi.as_view(), name="api-offers"),
+    path("offers/price-history/", market.PriceHistoryApi.as_view(), name="api-price-history"),
+    path("offers/<uuid:offer_id>/", market.OfferDetailApi.as_view(), name="api-offer"),
+    path("offers/<uuid:offer_id>/buy/", market.OfferBuyApi.as_view(), name="api-offer-buy"),
+    path("offers/<uuid:offer_id>/bids/", market.OfferBidCreateApi.as_view(), name="api-offer-bids"),
+    path(
+        "offers/<uuid:offer_id>/cancel/", market.OfferCancelApi.as_view(), name="api-offer-cancel"
+    ),
+    path("bids/", market.BidListApi.as_view(), name="api-bids"),
+    path("bids/<uuid:bid_id>/", market.BidDetailApi.as_view(), name="api-bid"),
+    path("allocations/", market.AllocationListApi.as_view(), name="api-allocations"),
+    path(
+        "allocations/<uuid:allocation_id>/",
+        market.AllocationDetailApi.as_view(),
+        name="api-allocation",
+    ),
 ]

@@ -1,8 +1,21 @@
+from datetime import datetime
+from decimal import Decimal
+from typing import ClassVar
+
 from django.conf import settings
 from django.db import models
+from django.db.models import F, Q
 from django.db.models.functions import Lower
+from django.utils import timezone
 
+from billing.models import ZERO, money_field
+from computeshare.fields import EncryptedTextField
 from computeshare.models import BaseModel
+
+
+def units_field(**options: object) -> models.DecimalField:  # type: ignore[type-arg]
+    """Core-hours or GPU-hours as metered: six places, so a core-second is still counted."""
+    return models.DecimalField(max_digits=20, decimal_places=6, **options)  # type: ignore[arg-type]
 
 
 class Organization(BaseModel):
@@ -63,3 +76,424 @@ class Membership(BaseModel):
     @property
     def is_admin(self) -> bool:
         return self.role == self.Role.ADMIN
+
+
+# --- Clusters ------------------------------------------------------------------------------------
+
+
+class Cluster(BaseModel):
+    """An owner's Slurm cluster, reached over SSH with the host key pinned at registration."""
+
+    class Backend(models.TextChoices):
+        SLURM = "slurm", "Slurm over SSH"
+        # Runs jobs as local processes; for the demo and development, never offered to owners.
+        LOCAL = "local", "Local processes"
+
+    class Status(models.TextChoices):
+        UNVERIFIED = "unverified", "Unverified"
+        ONLINE = "online", "Online"
+        UNREACHABLE = "unreachable", "Unreachable"
+        HOST_KEY_MISMATCH = "host_key_mismatch", "Host key mismatch"
+        SUSPENDED = "suspended", "Suspended"
+
+    class AccountMode(models.TextChoices):
+        MANAGED = "managed", "One Slurm account per buying organization"
+        FIXED = "fixed", "One Slurm account for every job"
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="clusters"
+    )
+    name = models.CharField(max_length=120)
+    backend = models.CharField(max_length=16, choices=Backend.choices, default=Backend.SLURM)
+    status = models.CharField(max_length=32, choices=Status.choices, default=Status.UNVERIFIED)
+    status_detail = models.CharField(max_length=500, blank=True)
+    ssh_host = models.CharField(max_length=255, blank=True)
+    ssh_port = models.PositiveIntegerField(default=22)
+    ssh_user = models.CharField(max_length=64, blank=True)
+    ssh_private_key = EncryptedTextField(blank=True)
+    ssh_host_key = models.CharField(max_length=2000, blank=True)
+    host_key_fingerprint = models.CharField(max_length=100, blank=True)
+    account_mode = models.CharField(
+        max_length=16, choices=AccountMode.choices, default=AccountMode.FIXED
+    )
+    slurm_account = models.CharField(max_length=64, blank=True)
+    slurm_cluster_name = models.CharField(max_length=64, blank=True)
+    slurm_version = models.CharField(max_length=32, blank=True)
+    verified_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        constraints = [
+            models.UniqueConstraint(
+                "organization", Lower("name"), name="cluster_unique_name_per_organization"
+            ),
+            models.CheckConstraint(
+                condition=Q(
+                    status__in=[
+                        "unverified",
+                        "online",
+                        "unreachable",
+                        "host_key_mismatch",
+                        "suspended",
+                    ]
+                ),
+                name="cluster_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(account_mode="managed") | ~Q(slurm_account="") | Q(backend="local"),
+                name="cluster_fixed_mode_names_account",
+            ),
+            models.CheckConstraint(
+                condition=Q(ssh_port__gte=1, ssh_port__lte=65535), name="cluster_ssh_port_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def is_online(self) -> bool:
+        return self.status == self.Status.ONLINE
+
+
+class Partition(BaseModel):
+    """A Slurm partition as the last successful verification read it."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="partitions")
+    name = models.CharField(max_length=64)
+    nodes = models.PositiveIntegerField()
+    cpus = models.PositiveIntegerField()
+    gpus = models.PositiveIntegerField()
+    max_time_minutes = models.PositiveIntegerField(null=True, blank=True)
+    is_up = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="partition_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.cluster}/{self.name}"
+
+
+class ClusterVerification(BaseModel):
+    """One run of the verification task, so that the owner's page can show its progress."""
+
+    class Status(models.TextChoices):
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="verifications")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
+    step = models.CharField(max_length=200, blank=True)
+    error_code = models.CharField(max_length=64, blank=True)
+    detail = models.CharField(max_length=1000, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["running", "succeeded", "failed"]),
+                name="cluster_verification_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"verification of {self.cluster} ({self.status})"
+
+
+class SlurmAccount(BaseModel):
+    """The Slurm account the platform manages for one buying organization on one cluster
+    (`managed` mode). `wanted_cpu_minutes` follows the organization's allocations there;
+    `applied_cpu_minutes` is what the cluster was last seen to enforce."""
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="slurm_accounts")
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="slurm_accounts"
+    )
+    name = models.CharField(max_length=64)
+    wanted_cpu_minutes = models.PositiveBigIntegerField(default=0)
+    wanted_gpu_minutes = models.PositiveBigIntegerField(default=0)
+    applied_cpu_minutes = models.PositiveBigIntegerField(null=True, blank=True)
+    applied_gpu_minutes = models.PositiveBigIntegerField(null=True, blank=True)
+    synced_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "organization"], name="slurm_account_one_per_organization"
+            ),
+            models.UniqueConstraint(fields=["cluster", "name"], name="slurm_account_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} on {self.cluster}"
+
+    @property
+    def is_in_sync(self) -> bool:
+        return (self.applied_cpu_minutes, self.applied_gpu_minutes) == (
+            self.wanted_cpu_minutes,
+            self.wanted_gpu_minutes,
+        )
+
+
+# --- The market ----------------------------------------------------------------------------------
+
+
+class Resource(models.TextChoices):
+    CPU = "cpu", "Core-hours"
+    GPU = "gpu", "GPU-hours"
+
+
+class Offer(BaseModel):
+    """A lot of `quantity` whole units of one resource on one partition, usable during the
+    window, sold by buy-now while the auction is open and by a sealed-bid uniform-price auction
+    when it closes. `units_sold` is every unit allocated so far, so `quantity - units_sold` is
+    what is still for sale; `bid_count` and `units_bid` are the public aggregate demand, kept
+    under the offer's row lock together with the bids they count."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        CLEARED = "cleared", "Cleared"
+        CANCELLED = "cancelled", "Cancelled"
+
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        Status.OPEN: {Status.CLEARED, Status.CANCELLED},
+        Status.CLEARED: set(),
+        Status.CANCELLED: set(),
+    }
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="offers")
+    partition = models.ForeignKey(Partition, on_delete=models.PROTECT, related_name="offers")
+    resource = models.CharField(max_length=8, choices=Resource.choices)
+    quantity = models.PositiveIntegerField()
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    reserve_price = money_field()
+    buy_now_price = money_field(null=True, blank=True)
+    auction_closes_at = models.DateTimeField()
+    max_per_buyer = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    units_sold = models.PositiveIntegerField(default=0)
+    bid_count = models.PositiveIntegerField(default=0)
+    units_bid = models.PositiveBigIntegerField(default=0)
+    # The auction's result: every clearing is recorded here, and the price history reads it.
+    clearing_price = money_field(null=True, blank=True)
+    units_sold_at_auction = models.PositiveIntegerField(default=0)
+    cleared_at = models.DateTimeField(null=True, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["auction_closes_at", "id"]
+        indexes = [
+            models.Index(fields=["status", "auction_closes_at"], name="offer_status_closes"),
+            models.Index(fields=["status", "reserve_price"], name="offer_status_price"),
+            models.Index(fields=["status", "window_start"], name="offer_status_window"),
+            models.Index(
+                fields=["cluster", "partition", "resource", "cleared_at"],
+                name="offer_price_history",
+            ),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["open", "cleared", "cancelled"]),
+                name="offer_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(resource__in=["cpu", "gpu"]), name="offer_resource_valid"
+            ),
+            models.CheckConstraint(condition=Q(quantity__gt=0), name="offer_quantity_positive"),
+            models.CheckConstraint(
+                condition=Q(window_end__gt=F("window_start")), name="offer_window_ends_after_start"
+            ),
+            models.CheckConstraint(
+                condition=Q(auction_closes_at__lt=F("window_end")),
+                name="offer_auction_closes_before_window_ends",
+            ),
+            models.CheckConstraint(
+                condition=Q(reserve_price__gt=0), name="offer_reserve_price_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(buy_now_price__isnull=True) | Q(buy_now_price__gte=F("reserve_price")),
+                name="offer_buy_now_at_or_above_reserve",
+            ),
+            models.CheckConstraint(
+                condition=Q(units_sold__lte=F("quantity")), name="offer_never_oversold"
+            ),
+            models.CheckConstraint(
+                condition=Q(max_per_buyer__isnull=True) | Q(max_per_buyer__gt=0),
+                name="offer_max_per_buyer_positive",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.quantity} {self.get_resource_display()} on {self.partition}"
+
+    @property
+    def remaining(self) -> int:
+        return self.quantity - self.units_sold
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == self.Status.OPEN
+
+    def accepts_orders_at(self, moment: datetime) -> bool:
+        return self.is_open and moment < self.auction_closes_at
+
+
+class Bid(BaseModel):
+    """A sealed bid: `price` per unit for up to `quantity` units, at least `min_quantity` of
+    them. Its hold (`price x quantity` while open) is billing's; only the bidding organization
+    ever reads a bid."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        WON = "won", "Won"
+        PARTIALLY_WON = "partially_won", "Partially won"
+        LOST = "lost", "Lost"
+        WITHDRAWN = "withdrawn", "Withdrawn"
+
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        Status.OPEN: {Status.WON, Status.PARTIALLY_WON, Status.LOST, Status.WITHDRAWN},
+        Status.WON: set(),
+        Status.PARTIALLY_WON: set(),
+        Status.LOST: set(),
+        Status.WITHDRAWN: set(),
+    }
+
+    offer = models.ForeignKey(Offer, on_delete=models.PROTECT, related_name="bids")
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="bids")
+    placed_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    price = money_field()
+    quantity = models.PositiveIntegerField()
+    min_quantity = models.PositiveIntegerField(default=1)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    quantity_won = models.PositiveIntegerField(default=0)
+    price_paid = money_field(null=True, blank=True)
+    hold = models.OneToOneField(
+        "billing.Hold", on_delete=models.PROTECT, related_name="bid", null=True
+    )
+    withdrawn_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["offer", "status"], name="bid_offer_status"),
+            models.Index(fields=["organization", "status"], name="bid_organization_status"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["open", "won", "partially_won", "lost", "withdrawn"]),
+                name="bid_status_valid",
+            ),
+            models.CheckConstraint(condition=Q(price__gt=0), name="bid_price_positive"),
+            models.CheckConstraint(condition=Q(quantity__gt=0), name="bid_quantity_positive"),
+            models.CheckConstraint(
+                condition=Q(min_quantity__gte=1, min_quantity__lte=F("quantity")),
+                name="bid_min_quantity_within_quantity",
+            ),
+            models.CheckConstraint(
+                condition=Q(quantity_won__lte=F("quantity")), name="bid_wins_at_most_its_quantity"
+            ),
+            models.CheckConstraint(
+                condition=Q(price_paid__isnull=True) | Q(price_paid__lte=F("price")),
+                name="bid_never_pays_above_its_price",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"bid {self.quantity}@{self.price} on {self.offer_id}"
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == self.Status.OPEN
+
+
+class Allocation(BaseModel):
+    """The right to use up to `quantity` units on the offer's partition during its window, at
+    `unit_price`, won at auction or bought outright. Its commitment hold (billing's) keeps
+    `unit_price x quantity` for the window; jobs reserve units (`reserved`) and settle what they
+    used (`used`) against it, and what is left is released when the window closes."""
+
+    class Status(models.TextChoices):
+        UPCOMING = "upcoming", "Upcoming"
+        ACTIVE = "active", "Active"
+        CLOSED = "closed", "Closed"
+
+    class Source(models.TextChoices):
+        AUCTION = "auction", "Won at auction"
+        BUY_NOW = "buy_now", "Bought now"
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="allocations"
+    )
+    offer = models.ForeignKey(Offer, on_delete=models.PROTECT, related_name="allocations")
+    # Copied from the offer: an allocation is read on every job submission and listed often.
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="allocations")
+    partition = models.ForeignKey(Partition, on_delete=models.PROTECT, related_name="allocations")
+    resource = models.CharField(max_length=8, choices=Resource.choices)
+    window_start = models.DateTimeField()
+    window_end = models.DateTimeField()
+    source = models.CharField(max_length=16, choices=Source.choices)
+    bid = models.OneToOneField(
+        Bid, on_delete=models.PROTECT, null=True, blank=True, related_name="allocation"
+    )
+    quantity = models.PositiveIntegerField()
+    unit_price = money_field()
+    used = units_field(default=ZERO)
+    reserved = units_field(default=ZERO)
+    hold = models.OneToOneField("billing.Hold", on_delete=models.PROTECT, related_name="allocation")
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-window_start", "-id"]
+        indexes = [
+            models.Index(fields=["organization", "window_end"], name="allocation_org_window"),
+            models.Index(fields=["closed_at", "window_end"], name="allocation_to_close"),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(quantity__gt=0), name="allocation_quantity_positive"
+            ),
+            models.CheckConstraint(
+                condition=Q(used__gte=0, reserved__gte=0)
+                & Q(used__lte=F("quantity") - F("reserved")),
+                name="allocation_never_overdrawn",
+            ),
+            models.CheckConstraint(
+                condition=Q(source="buy_now", bid__isnull=True)
+                | Q(source="auction", bid__isnull=False),
+                name="allocation_source_matches_bid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.quantity} {self.resource} units for {self.organization}"
+
+    @property
+    def remaining(self) -> Decimal:
+        remaining: Decimal = Decimal(self.quantity) - self.used - self.reserved
+        return remaining
+
+    def status_at(self, moment: datetime) -> str:
+        if self.closed_at is not None or moment >= self.window_end:
+            return self.Status.CLOSED
+        if moment >= self.window_start:
+            return self.Status.ACTIVE
+        return self.Status.UPCOMING
+
+    @property
+    def status(self) -> str:
+        return self.status_at(timezone.now())

@@ -1,12 +1,24 @@
 """Reads, always scoped to the user asking. What a user may not see is `NotFound`."""
 
 import uuid
+from typing import Any
 
-from django.db.models import F, QuerySet
+from django.core.exceptions import ValidationError
+from django.db.models import F, Prefetch, Q, QuerySet
+from django.utils import timezone
 
-from computeshare.errors import NotFound, PermissionDenied
+from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from computeshare.models import User
-from marketplace.models import Membership, Organization
+from marketplace.models import (
+    Allocation,
+    Bid,
+    Cluster,
+    ClusterVerification,
+    Membership,
+    Offer,
+    Organization,
+    Partition,
+)
 
 
 def organization_list_for_user(user: User) -> QuerySet[Organization]:
@@ -54,3 +66,134 @@ def organization_admin_emails(organization: Organization) -> list[str]:
         .order_by("user__username")
         .values_list("user__email", flat=True)
     )
+
+
+def membership_for_body(
+    user: User, organization_uuid: Any, field: str = "organization"
+) -> Membership:
+    """The caller's membership of an organization named in a request body: an organization
+    the caller is not in is a field error (the URL's object exists; the body is wrong)."""
+    try:
+        return membership_get_for_user(user, organization_uuid)
+    except NotFound as error:
+        raise ValidationFailed(
+            fields={field: ["You are not a member of this organization."]}
+        ) from error
+
+
+def organization_ids_of(user: User) -> set[int]:
+    return set(Membership.objects.filter(user=user).values_list("organization_id", flat=True))
+
+
+def membership_in(user: User, organization_id: int) -> Membership | None:
+    return (
+        Membership.objects.select_related("organization", "user")
+        .filter(organization_id=organization_id, user=user)
+        .first()
+    )
+
+
+# --- Clusters ------------------------------------------------------------------------------------
+
+
+def cluster_list() -> QuerySet[Cluster]:
+    """Every cluster: their public fields are visible to anyone signed in."""
+    return (
+        Cluster.objects.select_related("organization")
+        .prefetch_related(Prefetch("partitions", queryset=Partition.objects.order_by("name")))
+        .order_by("name", "id")
+    )
+
+
+def cluster_get(cluster_uuid: Any) -> Cluster:
+    try:
+        return cluster_list().get(uuid=cluster_uuid)
+    except (Cluster.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such cluster.") from error
+
+
+def cluster_list_for_owner(user: User) -> QuerySet[Cluster]:
+    return cluster_list().filter(organization__memberships__user=user)
+
+
+def cluster_verification_latest(cluster: Cluster) -> ClusterVerification | None:
+    return cluster.verifications.order_by("-created_at", "-id").first()
+
+
+# --- Offers ------------------------------------------------------------------------------------
+
+
+def offer_list() -> QuerySet[Offer]:
+    """Every offer (public to anyone signed in), with what its listing shows in one query."""
+    return Offer.objects.select_related("cluster", "partition")
+
+
+def offer_get(offer_uuid: Any) -> Offer:
+    try:
+        return offer_list().get(uuid=offer_uuid)
+    except (Offer.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such offer.") from error
+
+
+def price_history(
+    *, cluster: Cluster | None = None, partition: str | None = None, resource: str | None = None
+) -> QuerySet[Offer]:
+    """Cleared offers over time, oldest first: public."""
+    offers = Offer.objects.filter(status=Offer.Status.CLEARED).select_related(
+        "cluster", "partition"
+    )
+    if cluster is not None:
+        offers = offers.filter(cluster=cluster)
+    if partition:
+        offers = offers.filter(partition__name=partition)
+    if resource:
+        offers = offers.filter(resource=resource)
+    return offers.order_by("cleared_at", "pk")
+
+
+# --- Bids and allocations: only the holding organization's members see them --------------------
+
+
+def bid_list_for_user(user: User) -> QuerySet[Bid]:
+    return (
+        Bid.objects.filter(
+            organization__in=Membership.objects.filter(user=user).values("organization")
+        )
+        .select_related("offer", "organization", "hold")
+        .order_by("-created_at", "-id")
+    )
+
+
+def bid_get_for_user(user: User, bid_uuid: Any) -> Bid:
+    try:
+        return bid_list_for_user(user).get(uuid=bid_uuid)
+    except (Bid.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such bid.") from error
+
+
+def allocation_list_for_user(user: User) -> QuerySet[Allocation]:
+    return (
+        Allocation.objects.filter(
+            organization__in=Membership.objects.filter(user=user).values("organization")
+        )
+        .select_related("organization", "offer", "cluster", "partition", "hold")
+        .order_by("-window_start", "-id")
+    )
+
+
+def allocation_get_for_user(user: User, allocation_uuid: Any) -> Allocation:
+    try:
+        return allocation_list_for_user(user).get(uuid=allocation_uuid)
+    except (Allocation.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such allocation.") from error
+
+
+def allocations_with_status(allocations: QuerySet[Allocation], status: str) -> QuerySet[Allocation]:
+    """Filters by the window's status as `Allocation.status_at` computes it, in SQL."""
+    now = timezone.now()
+    if status == Allocation.Status.CLOSED:
+        return allocations.filter(Q(closed_at__isnull=False) | Q(window_end__lte=now))
+    open_now = allocations.filter(closed_at__isnull=True, window_end__gt=now)
+    if status == Allocation.Status.ACTIVE:
+        return open_now.filter(window_start__lte=now)
+    return open_now.filter(window_start__gt=now)

@@ -1,6 +1,10 @@
+"""Celery tasks of the marketplace: each takes ids, loads fresh rows and calls one idempotent
+service."""
+
 from celery import shared_task
 
 from marketplace import services
+from scheduler_bridge.slurm.errors import BridgeError
 
 
 @shared_task(
@@ -12,3 +16,50 @@ from marketplace import services
 )
 def membership_notify_task(membership_id: int) -> bool:
     return services.membership_notify(membership_id=membership_id)
+
+
+@shared_task(time_limit=120, soft_time_limit=100)
+def cluster_verification_run_task(verification_id: int) -> str | None:
+    verification = services.cluster_verification_run(verification_id=verification_id)
+    return verification.status if verification else None
+
+
+@shared_task(time_limit=300, soft_time_limit=280)
+def auction_clear_task(offer_id: int) -> bool:
+    return services.auction_clear(offer_id=offer_id).cleared
+
+
+@shared_task(time_limit=60, soft_time_limit=50)
+def auctions_clear_due_task() -> int:
+    """Periodic: clears every offer whose auction has closed, one task (and one transaction)
+    per offer, so that one large auction does not hold up the others."""
+    due = services.auctions_due()
+    for offer_id in due:
+        auction_clear_task.delay(offer_id)
+    return len(due)
+
+
+@shared_task(time_limit=300, soft_time_limit=280)
+def allocations_close_due_task() -> int:
+    """Periodic: closes the allocations whose window has ended and releases their holds."""
+    return sum(services.allocation_close(allocation_id=pk) for pk in services.allocations_due())
+
+
+@shared_task(bind=True, max_retries=8, time_limit=300, soft_time_limit=280)
+def slurm_accounts_sync_task(self, cluster_id: int, account_ids: list[int] | None = None) -> int:  # type: ignore[no-untyped-def]
+    try:
+        return services.slurm_accounts_sync(cluster_id=cluster_id, account_ids=account_ids)
+    except BridgeError as error:
+        if error.is_transient:
+            raise self.retry(exc=error, countdown=min(600, 15 * 2**self.request.retries)) from error
+        raise
+
+
+@shared_task(time_limit=60, soft_time_limit=50)
+def slurm_accounts_reconcile_task() -> int:
+    """Periodic: puts every managed cluster's account limits back to what the platform wants
+    (a missed sync, a change by hand on the cluster)."""
+    clusters = services.slurm_account_clusters_to_reconcile()
+    for cluster_id in clusters:
+        slurm_accounts_sync_task.delay(cluster_id)
+    return len(clusters)

@@ -135,6 +135,19 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 300.0,
     },
     "ledger-verify": {"task": "billing.tasks.ledger_verify_task", "schedule": 3600.0},
+    # Auctions clear within this many seconds of their close time.
+    "auctions-clear-due": {
+        "task": "marketplace.tasks.auctions_clear_due_task",
+        "schedule": 15.0,
+    },
+    "allocations-close-due": {
+        "task": "marketplace.tasks.allocations_close_due_task",
+        "schedule": 60.0,
+    },
+    "slurm-accounts-reconcile": {
+        "task": "marketplace.tasks.slurm_accounts_reconcile_task",
+        "schedule": 900.0,
+    },
 }
 
 if REDIS_URL:
@@ -149,7 +162,7 @@ else:
 # encrypts, all decrypt. The default is for development only; production refuses to start
 # without its own.
 FIELD_ENCRYPTION_KEY = env(
-    "FIELD_ENCRYPTION_KEY", default="ZGV2ZWxvcG1lbnQta2V5LW5vdC1mb3ItcHJvZHVjdGlvbi0="
+    "FIELD_ENCRYPTION_KEY", default="Y29tcHV0ZXNoYXJlLWRldi1rZXktbm90LWZvci11c2U="
 )
 
 # --- Money -------------------------------------------------------------------------------------

@@ -1,0 +1,69 @@
+"""The sealed-bid uniform-price auction, as a pure function (no database, no Django), so that it
+can be tested on its own and with generated bids.
+
+The rules (DESIGN.md, market rules): rank bids by price, highest first, then by time, then by
+id; fill whole units in that order until the supply is used up, a bid taking less than it asked
+only down to its minimum (a bid that cannot reach its minimum is skipped and the next one is
+tried). Every winner pays the same price: the highest price among units left unserved, but never
+below the reserve and never above the lowest winning bid."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+
+@dataclass(frozen=True, slots=True)
+class SealedBid:
+    key: Hashable
+    price: Decimal
+    quantity: int
+    min_quantity: int
+    placed_at: datetime
+    # The tie-breaker after time: the bid's database id, which grows with insertion order.
+    sequence: int
+
+
+@dataclass(frozen=True)
+class Clearing:
+    price: Decimal | None  # None when nothing was sold
+    fills: dict[Hashable, int]  # the winners' keys and the units each won
+
+    @property
+    def units_sold(self) -> int:
+        return sum(self.fills.values())
+
+
+def rank_key(bid: SealedBid) -> tuple[Decimal, datetime, int]:
+    return (-bid.price, bid.placed_at, bid.sequence)
+
+
+def uniform_price_clear(supply: int, reserve: Decimal, bids: Iterable[SealedBid]) -> Clearing:
+    """Clears `supply` units among `bids`. Bids below the reserve never win (the market refuses
+    them earlier; this keeps the function total). Bids may come in any order; already ranked
+    input (as the database returns it) sorts in linear time."""
+    ranked = sorted((bid for bid in bids if bid.price >= reserve), key=rank_key)
+    remaining = supply
+    fills: dict[Hashable, int] = {}
+    lowest_winning: Decimal | None = None
+    highest_unserved: Decimal | None = None
+    for bid in ranked:
+        if remaining == 0:
+            # Ranked by price, so the first bid left over is the highest unserved one, and no
+            # later bid can change the result.
+            highest_unserved = bid.price if highest_unserved is None else highest_unserved
+            break
+        take = min(bid.quantity, remaining)
+        if take >= max(bid.min_quantity, 1):
+            fills[bid.key] = take
+            remaining -= take
+            lowest_winning = bid.price
+        if take < bid.quantity and highest_unserved is None:
+            highest_unserved = bid.price
+    if lowest_winning is None:
+        return Clearing(price=None, fills={})
+    price = reserve if highest_unserved is None else highest_unserved
+    price = max(min(price, lowest_winning), reserve)
+    return Clearing(price=price, fills=fills)

@@ -1,0 +1,35 @@
+"""Clears, now, every auction whose close time has passed (the periodic task does the same)."""
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandParser
+
+from marketplace import services
+from marketplace.models import Offer
+
+
+class Command(BaseCommand):
+    help = "Clear every offer whose auction close time has passed (or only the offers named)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("offers", nargs="*", help="offer ids (UUIDs); all due ones if none")
+
+    def handle(self, *args: Any, offers: list[str], **options: Any) -> None:
+        if offers:
+            due = list(Offer.objects.filter(uuid__in=offers).values_list("pk", flat=True))
+            if len(due) != len(set(offers)):
+                self.stderr.write("Some of the offers named do not exist.")
+        else:
+            due = services.auctions_due()
+        for offer_id in due:
+            outcome = services.auction_clear(offer_id=offer_id)
+            uuid = Offer.objects.values_list("uuid", flat=True).get(pk=offer_id)
+            if not outcome.cleared:
+                self.stdout.write(f"{uuid}: not cleared (still open for bids, or already done)")
+            elif outcome.price is None:
+                self.stdout.write(f"{uuid}: no sale ({outcome.bids} bids)")
+            else:
+                self.stdout.write(
+                    f"{uuid}: {outcome.units_sold} units to {outcome.winners} winners "
+                    f"at {outcome.price} ({outcome.bids} bids)"
+                )

@@ -1,0 +1,289 @@
+"""Input and output shapes of the cluster, offer, bid and allocation endpoints (API.md). Units
+and money are decimal strings; ids are UUIDs. They translate; the services decide."""
+
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from rest_framework import serializers
+from rest_framework.fields import DateTimeField
+
+from billing.serializers import Money
+from marketplace.models import Allocation, Bid, Cluster, Offer, Resource
+
+_datetime = DateTimeField()
+
+
+def units_text(value: Decimal | int | None) -> str | None:
+    """Units as a plain decimal string without trailing zeros: `"40"`, `"12.5"`."""
+    if value is None:
+        return None
+    text = f"{value:f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return text
+
+
+def money_text(value: Decimal | None) -> str | None:
+    return None if value is None else f"{value:.6f}"
+
+
+def time_text(value: Any) -> str | None:
+    return None if value is None else _datetime.to_representation(value)
+
+
+class Units(serializers.Field):
+    """Read-only units as a decimal string (`"40"`, `"0.25"`)."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs["read_only"] = True
+        super().__init__(**kwargs)
+
+    def to_representation(self, value: Any) -> str | None:
+        return units_text(value)
+
+
+class WholeUnits(serializers.Field):
+    """A whole number of units, given as a JSON number or a decimal string; the service checks
+    the range."""
+
+    default_error_messages = {"invalid": "A whole number of units."}
+
+    def to_internal_value(self, data: Any) -> Decimal:
+        if isinstance(data, bool) or not isinstance(data, int | str | float):
+            self.fail("invalid")
+        try:
+            number = Decimal(str(data))
+        except ArithmeticError:
+            self.fail("invalid")
+        if not number.is_finite() or number != number.to_integral_value():
+            self.fail("invalid")
+        return number
+
+    def to_representation(self, value: Any) -> str | None:
+        return units_text(value)
+
+
+# --- Clusters ------------------------------------------------------------------------------------
+
+
+class PartitionSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    cpus = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    nodes = serializers.IntegerField()
+    max_time_minutes = serializers.IntegerField(allow_null=True)
+    is_up = serializers.BooleanField()
+
+
+class ClusterSerializer(serializers.Serializer):
+    """Public fields for everyone signed in; the connection fields only for the owners (members
+    of the cluster's organization). The private key is never returned."""
+
+    id = serializers.UUIDField(source="uuid")
+    name = serializers.CharField()
+    organization = serializers.UUIDField(source="organization.uuid")
+    organization_name = serializers.CharField(source="organization.name")
+    status = serializers.ChoiceField(choices=Cluster.Status.choices)
+    partitions = PartitionSerializer(many=True)
+    verified_at = serializers.DateTimeField(allow_null=True)
+    ssh_host = serializers.CharField(required=False, help_text="Owners only.")
+    ssh_port = serializers.IntegerField(required=False, help_text="Owners only.")
+    ssh_user = serializers.CharField(required=False, help_text="Owners only.")
+    ssh_host_key = serializers.CharField(required=False, help_text="Owners only.")
+    host_key_fingerprint = serializers.CharField(required=False, help_text="Owners only.")
+    account_mode = serializers.ChoiceField(
+        choices=Cluster.AccountMode.choices, required=False, help_text="Owners only."
+    )
+    slurm_account = serializers.CharField(required=False, help_text="Owners only.")
+    status_detail = serializers.CharField(required=False, help_text="Owners only.")
+
+    OWNER_FIELDS = (
+        "ssh_host",
+        "ssh_port",
+        "ssh_user",
+        "ssh_host_key",
+        "host_key_fingerprint",
+        "account_mode",
+        "slurm_account",
+        "status_detail",
+    )
+
+    def to_representation(self, instance: Cluster) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        owner_of = self.context.get("owner_of", set())
+        if instance.organization_id not in owner_of:
+            for field in self.OWNER_FIELDS:
+                data.pop(field, None)
+        return data
+
+
+class ClusterCreateSerializer(serializers.Serializer):
+    organization = serializers.UUIDField()
+    name = serializers.CharField(max_length=120)
+    ssh_host = serializers.CharField(max_length=255)
+    ssh_port = serializers.IntegerField(default=22, min_value=1, max_value=65535)
+    ssh_user = serializers.CharField(max_length=64)
+    ssh_private_key = serializers.CharField(
+        write_only=True, max_length=20_000, trim_whitespace=False
+    )
+    ssh_host_key = serializers.CharField(max_length=2_000)
+    account_mode = serializers.ChoiceField(choices=Cluster.AccountMode.choices, required=False)
+    slurm_account = serializers.CharField(max_length=64, required=False, allow_blank=True)
+
+
+# --- Offers --------------------------------------------------------------------------------------
+
+
+class OfferSerializer(serializers.Serializer):
+    """An offer as everyone signed in sees it, with the public aggregate demand. Written out by
+    hand in `to_representation`: the offers list is the busiest read of the site."""
+
+    id = serializers.UUIDField()
+    cluster = serializers.UUIDField()
+    cluster_name = serializers.CharField()
+    partition = serializers.CharField()
+    resource = serializers.ChoiceField(choices=Resource.choices)
+    quantity = serializers.CharField(help_text="Units (core-hours or GPU-hours).")
+    remaining = serializers.CharField(help_text="Units still for sale.")
+    window_start = serializers.DateTimeField()
+    window_end = serializers.DateTimeField()
+    reserve_price = serializers.CharField(help_text="Per unit.")
+    buy_now_price = serializers.CharField(allow_null=True, help_text="Per unit.")
+    auction_closes_at = serializers.DateTimeField()
+    max_per_buyer = serializers.CharField(allow_null=True)
+    status = serializers.ChoiceField(choices=Offer.Status.choices)
+    clearing_price = serializers.CharField(allow_null=True)
+    cleared_at = serializers.DateTimeField(allow_null=True)
+    bid_count = serializers.IntegerField()
+    units_bid = serializers.CharField()
+    currency = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+    def to_representation(self, offer: Offer) -> dict[str, Any]:
+        return {
+            "id": str(offer.uuid),
+            "cluster": str(offer.cluster.uuid),
+            "cluster_name": offer.cluster.name,
+            "partition": offer.partition.name,
+            "resource": offer.resource,
+            "quantity": str(offer.quantity),
+            "remaining": str(offer.quantity - offer.units_sold),
+            "window_start": time_text(offer.window_start),
+            "window_end": time_text(offer.window_end),
+            "reserve_price": money_text(offer.reserve_price),
+            "buy_now_price": money_text(offer.buy_now_price),
+            "auction_closes_at": time_text(offer.auction_closes_at),
+            "max_per_buyer": None if offer.max_per_buyer is None else str(offer.max_per_buyer),
+            "status": offer.status,
+            "clearing_price": money_text(offer.clearing_price),
+            "cleared_at": time_text(offer.cleared_at),
+            "bid_count": offer.bid_count,
+            "units_bid": str(offer.units_bid),
+            "currency": settings.PLATFORM_CURRENCY,
+            "created_at": time_text(offer.created_at),
+        }
+
+
+class OfferCreateSerializer(serializers.Serializer):
+    cluster = serializers.UUIDField()
+    partition = serializers.CharField(max_length=64)
+    resource = serializers.ChoiceField(choices=Resource.choices)
+    quantity = WholeUnits()
+    window_start = serializers.DateTimeField()
+    window_end = serializers.DateTimeField()
+    reserve_price = serializers.DecimalField(max_digits=20, decimal_places=6)
+    buy_now_price = serializers.DecimalField(
+        max_digits=20, decimal_places=6, required=False, allow_null=True
+    )
+    auction_closes_at = serializers.DateTimeField()
+    max_per_buyer = WholeUnits(required=False, allow_null=True)
+
+
+class PriceHistorySerializer(serializers.Serializer):
+    offer = serializers.UUIDField(source="uuid")
+    cluster = serializers.UUIDField(source="cluster.uuid")
+    partition = serializers.CharField(source="partition.name")
+    resource = serializers.ChoiceField(choices=Resource.choices)
+    auction_closed_at = serializers.DateTimeField(source="auction_closes_at")
+    cleared_at = serializers.DateTimeField()
+    clearing_price = Money(allow_null=True, help_text="Null when nothing sold at auction.")
+    quantity_sold = Units(source="units_sold")
+    quantity = Units()
+
+
+class PriceHistoryFilterSerializer(serializers.Serializer):
+    cluster = serializers.UUIDField(required=False)
+    partition = serializers.CharField(required=False, max_length=64)
+    resource = serializers.ChoiceField(choices=Resource.choices, required=False)
+
+
+# --- Orders --------------------------------------------------------------------------------------
+
+
+class PurchaseSerializer(serializers.Serializer):
+    organization = serializers.UUIDField()
+    quantity = WholeUnits()
+
+
+class BidCreateSerializer(serializers.Serializer):
+    organization = serializers.UUIDField()
+    quantity = WholeUnits()
+    price = serializers.DecimalField(max_digits=20, decimal_places=6)
+    min_quantity = WholeUnits(required=False, allow_null=True)
+
+
+class BidSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="uuid")
+    offer = serializers.UUIDField(source="offer.uuid")
+    organization = serializers.UUIDField(source="organization.uuid")
+    price = Money()
+    quantity = Units()
+    min_quantity = Units()
+    status = serializers.ChoiceField(choices=Bid.Status.choices)
+    quantity_won = Units()
+    price_paid = Money(allow_null=True)
+    held = Money(source="hold.amount", help_text="What the bid holds on the wallet now.")
+    currency = serializers.SerializerMethodField()
+    created_at = serializers.DateTimeField()
+    withdrawn_at = serializers.DateTimeField(allow_null=True)
+
+    def get_currency(self, bid: Bid) -> str:
+        return str(settings.PLATFORM_CURRENCY)
+
+
+class BidFilterSerializer(serializers.Serializer):
+    offer = serializers.UUIDField(required=False)
+    status = serializers.ChoiceField(choices=Bid.Status.choices, required=False)
+    organization = serializers.UUIDField(required=False)
+
+
+class AllocationSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="uuid")
+    organization = serializers.UUIDField(source="organization.uuid")
+    offer = serializers.UUIDField(source="offer.uuid")
+    cluster = serializers.UUIDField(source="cluster.uuid")
+    cluster_name = serializers.CharField(source="cluster.name")
+    partition = serializers.CharField(source="partition.name")
+    resource = serializers.ChoiceField(choices=Resource.choices)
+    source = serializers.ChoiceField(choices=Allocation.Source.choices)
+    quantity = Units()
+    used = Units()
+    reserved = Units()
+    remaining = Units()
+    unit_price = Money()
+    held = Money(source="hold.amount", help_text="What the commitment hold keeps now.")
+    currency = serializers.SerializerMethodField()
+    window_start = serializers.DateTimeField()
+    window_end = serializers.DateTimeField()
+    status = serializers.ChoiceField(choices=Allocation.Status.choices)
+    created_at = serializers.DateTimeField()
+
+    def get_currency(self, allocation: Allocation) -> str:
+        return str(settings.PLATFORM_CURRENCY)
+
+
+class AllocationFilterSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=Allocation.Status.choices, required=False)
+    organization = serializers.UUIDField(required=False)
+    cluster = serializers.UUIDField(required=False)

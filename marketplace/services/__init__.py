@@ -1,0 +1,63 @@
+"""Every write of the marketplace. Views, serializers, tasks and commands call these by name."""
+
+from marketplace.services.auctions import (
+    AuctionOutcome,
+    allocation_close,
+    allocations_due,
+    auction_clear,
+    auctions_due,
+)
+from marketplace.services.clusters import (
+    cluster_create,
+    cluster_create_local,
+    cluster_verification_run,
+    cluster_verification_start,
+    cluster_verify,
+    slurm_account_clusters_to_reconcile,
+    slurm_account_plan,
+    slurm_accounts_sync,
+    ssh_settings_for,
+)
+from marketplace.services.offers import (
+    bid_place,
+    bid_withdraw,
+    offer_buy,
+    offer_cancel,
+    offer_create,
+)
+from marketplace.services.organizations import (
+    auth_token_get,
+    auth_token_obtain,
+    membership_add,
+    membership_notify,
+    organization_create,
+    token_regenerate,
+)
+
+__all__ = [
+    "AuctionOutcome",
+    "allocation_close",
+    "allocations_due",
+    "auction_clear",
+    "auctions_due",
+    "auth_token_get",
+    "auth_token_obtain",
+    "bid_place",
+    "bid_withdraw",
+    "cluster_create",
+    "cluster_create_local",
+    "cluster_verification_run",
+    "cluster_verification_start",
+    "cluster_verify",
+    "membership_add",
+    "membership_notify",
+    "offer_buy",
+    "offer_cancel",
+    "offer_create",
+    "organization_create",
+    "slurm_account_clusters_to_reconcile",
+    "slurm_account_plan",
+    "slurm_accounts_sync",
+    "ssh_settings_for",
+    "token_regenerate",
+]

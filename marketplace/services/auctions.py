@@ -1,0 +1,174 @@
+"""Clearing auctions and closing allocation windows."""
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+
+from django.db import transaction
+from django.utils import timezone
+
+from billing import services as billing
+from billing.models import Hold, ReferenceKind
+from marketplace.auction import SealedBid, uniform_price_clear
+from marketplace.models import Allocation, Bid, Offer
+from marketplace.services.offers import _after_allocation
+
+
+@dataclass(frozen=True)
+class AuctionOutcome:
+    offer_id: int
+    cleared: bool  # False: not due, or cleared or cancelled before (nothing changed)
+    price: Decimal | None = None
+    units_sold: int = 0
+    winners: int = 0
+    bids: int = 0
+
+
+@transaction.atomic
+def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutcome:
+    """Clears one offer whose auction has closed, in one transaction: ranks its open bids,
+    fills them at one uniform price (`marketplace.auction`), resizes each winner's hold to
+    `price x units won` and releases every other hold, makes the winners' allocations and
+    records the result on the offer for the price history.
+
+    Idempotent: the offer's row lock serialises concurrent clearings, and an offer that is no
+    longer open is left as it is, so clearing twice changes nothing."""
+    now = now or timezone.now()
+    offer = Offer.objects.select_for_update().select_related("cluster").get(pk=offer_id)
+    if not offer.is_open or now < offer.auction_closes_at:
+        return AuctionOutcome(offer_id=offer_id, cleared=False)
+
+    open_bids = Bid.objects.filter(offer=offer, status=Bid.Status.OPEN)
+    rows = list(
+        open_bids.order_by("-price", "created_at", "pk").values_list(
+            "pk", "price", "quantity", "min_quantity", "created_at", "hold_id", "organization_id"
+        )
+    )
+    clearing = uniform_price_clear(
+        offer.remaining,
+        offer.reserve_price,
+        (
+            SealedBid(
+                key=pk,
+                price=price,
+                quantity=quantity,
+                min_quantity=minimum,
+                placed_at=placed_at,
+                sequence=pk,
+            )
+            for pk, price, quantity, minimum, placed_at, _, _ in rows
+        ),
+    )
+    price = clearing.price
+    winners = {row[0]: row for row in rows if row[0] in clearing.fills}
+    keep = {}
+    if price is not None:
+        keep = {row[5]: price * clearing.fills[pk] for pk, row in winners.items()}
+    billing.holds_settle(
+        holds=Hold.objects.filter(bid__offer=offer, bid__status=Bid.Status.OPEN),
+        keep=keep,
+        reference_kind=ReferenceKind.OFFER,
+        reference=offer.uuid,
+        memo=f"Auction cleared on {offer.cluster.name}: bids released"[:255],
+    )
+
+    won = [
+        Bid(
+            pk=pk,
+            status=(Bid.Status.WON if clearing.fills[pk] == row[2] else Bid.Status.PARTIALLY_WON),
+            quantity_won=clearing.fills[pk],
+            price_paid=price,
+            updated_at=now,
+        )
+        for pk, row in winners.items()
+    ]
+    Bid.objects.bulk_update(
+        won, ["status", "quantity_won", "price_paid", "updated_at"], batch_size=1_000
+    )
+    open_bids.exclude(pk__in=list(winners)).update(
+        status=Bid.Status.LOST, quantity_won=0, updated_at=now
+    )
+    allocations = Allocation.objects.bulk_create(
+        [
+            Allocation(
+                organization_id=row[6],
+                offer=offer,
+                cluster_id=offer.cluster_id,
+                partition_id=offer.partition_id,
+                resource=offer.resource,
+                window_start=offer.window_start,
+                window_end=offer.window_end,
+                source=Allocation.Source.AUCTION,
+                bid_id=pk,
+                quantity=clearing.fills[pk],
+                unit_price=price,
+                hold_id=row[5],
+            )
+            for pk, row in winners.items()
+        ],
+        batch_size=1_000,
+    )
+    offer.status = Offer.Status.CLEARED
+    offer.clearing_price = price
+    offer.units_sold += clearing.units_sold
+    offer.units_sold_at_auction = clearing.units_sold
+    offer.cleared_at = now
+    offer.save(
+        update_fields=[
+            "status",
+            "clearing_price",
+            "units_sold",
+            "units_sold_at_auction",
+            "cleared_at",
+            "updated_at",
+        ]
+    )
+    if allocations and offer.cluster.account_mode == offer.cluster.AccountMode.MANAGED:
+        for allocation in allocations:
+            allocation.cluster = offer.cluster
+        _after_allocation(allocations)
+    return AuctionOutcome(
+        offer_id=offer_id,
+        cleared=True,
+        price=price,
+        units_sold=clearing.units_sold,
+        winners=len(winners),
+        bids=len(rows),
+    )
+
+
+def auctions_due(now: datetime | None = None) -> list[int]:
+    """The open offers whose auction close time has passed, oldest first."""
+    return list(
+        Offer.objects.filter(status=Offer.Status.OPEN, auction_closes_at__lte=now or timezone.now())
+        .order_by("auction_closes_at", "pk")
+        .values_list("pk", flat=True)
+    )
+
+
+# --- Allocation windows ------------------------------------------------------------------------
+
+
+@transaction.atomic
+def allocation_close(*, allocation_id: int, now: datetime | None = None) -> bool:
+    """Closes an allocation whose window has ended and releases what is left of its commitment
+    hold to the team's available balance. Waits (returns False) while jobs still hold
+    reservations on it: their settlement draws on the same hold. Idempotent."""
+    now = now or timezone.now()
+    allocation = Allocation.objects.select_for_update().get(pk=allocation_id)
+    if allocation.closed_at is not None or now < allocation.window_end:
+        return False
+    if allocation.reserved > 0:
+        return False
+    billing.hold_release(hold=allocation.hold, memo="Allocation window closed")
+    allocation.closed_at = now
+    allocation.save(update_fields=["closed_at", "updated_at"])
+    return True
+
+
+def allocations_due(now: datetime | None = None) -> list[int]:
+    return list(
+        Allocation.objects.filter(closed_at__isnull=True, window_end__lte=now or timezone.now())
+        .order_by("window_end", "pk")
+        .values_list("pk", flat=True)
+    )

@@ -1,0 +1,440 @@
+"""Clusters: registration with a pinned host key, verification over SSH, and the Slurm accounts
+the platform manages for buying organizations.
+
+No transaction is open while SSH talks to a cluster: each service reads what it needs, lets go
+of the database, talks to the cluster, then writes the result in one short transaction."""
+
+import os
+import re
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import Sum
+from django.utils import timezone
+
+from computeshare.errors import PermissionDenied, ValidationFailed
+from marketplace import errors
+from marketplace.models import (
+    Allocation,
+    Cluster,
+    ClusterVerification,
+    Membership,
+    Organization,
+    Partition,
+    SlurmAccount,
+)
+from scheduler_bridge.slurm import accounts as slurm_accounts
+from scheduler_bridge.slurm.errors import (
+    AuthenticationRefused,
+    BridgeError,
+    InvalidKey,
+)
+from scheduler_bridge.slurm.errors import HostKeyMismatch as BridgeHostKeyMismatch
+from scheduler_bridge.slurm.inventory import ClusterInventory, PartitionInfo, inventory_read
+from scheduler_bridge.slurm.ssh import (
+    SSHConnection,
+    SSHSettings,
+    fingerprint,
+    host_key_from_line,
+    private_key_from_text,
+)
+
+# A DNS name or an IPv4/IPv6 address; nothing a shell or an SSH option could read otherwise.
+_HOST = re.compile(
+    r"^(?=.{1,253}$)([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^[0-9a-fA-F:.]+$"
+)
+_UNIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+_SLURM_ACCOUNT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+VERIFY_TIMEOUT_SECONDS = 30.0
+
+
+def _name(value: str, field: str = "name", limit: int = 120) -> str:
+    cleaned = " ".join((value or "").split())
+    if not cleaned:
+        raise ValidationFailed(fields={field: ["Required."]})
+    if len(cleaned) > limit:
+        raise ValidationFailed(fields={field: [f"At most {limit} characters."]})
+    return cleaned
+
+
+def _require_admin(actor: Membership) -> None:
+    if not actor.is_admin:
+        raise PermissionDenied("Only an admin of the owning organization can do this.")
+
+
+def _connection_fields(
+    *,
+    ssh_host: str,
+    ssh_port: int,
+    ssh_user: str,
+    ssh_private_key: str,
+    ssh_host_key: str,
+) -> dict[str, Any]:
+    """Checks the connection settings without connecting; returns the cleaned fields."""
+    problems: dict[str, list[str]] = {}
+    host = (ssh_host or "").strip()
+    if not _HOST.match(host):
+        problems["ssh_host"] = ["A host name or an IP address."]
+    if not isinstance(ssh_port, int) or not 1 <= ssh_port <= 65535:
+        problems["ssh_port"] = ["A port number from 1 to 65535."]
+    user = (ssh_user or "").strip()
+    if not _UNIX_USER.match(user):
+        problems["ssh_user"] = ["A Unix user name (lower-case letters, digits, - _ .)."]
+    try:
+        private_key_from_text(ssh_private_key or "")
+    except InvalidKey:
+        problems["ssh_private_key"] = [
+            "An unencrypted Ed25519, ECDSA or RSA private key in OpenSSH or PEM format."
+        ]
+    host_key_line = " ".join((ssh_host_key or "").split())
+    key_fingerprint = ""
+    try:
+        host_key = host_key_from_line(host_key_line)
+        key_fingerprint = fingerprint(host_key)
+        host_key_line = f"{host_key.get_name()} {host_key.get_base64()}"
+    except InvalidKey as error:
+        problems["ssh_host_key"] = [f"A public key line, `type base64`: {error}"]
+    if problems:
+        raise ValidationFailed(fields=problems)
+    return {
+        "ssh_host": host,
+        "ssh_port": ssh_port,
+        "ssh_user": user,
+        "ssh_private_key": ssh_private_key.strip() + "\n",
+        "ssh_host_key": host_key_line,
+        "host_key_fingerprint": key_fingerprint,
+    }
+
+
+def _account_fields(account_mode: str | None, slurm_account: str | None) -> dict[str, str]:
+    account = (slurm_account or "").strip()
+    mode = account_mode or (Cluster.AccountMode.FIXED if account else Cluster.AccountMode.MANAGED)
+    if mode not in Cluster.AccountMode.values:
+        raise ValidationFailed(fields={"account_mode": ["Either `managed` or `fixed`."]})
+    if mode == Cluster.AccountMode.FIXED and not _SLURM_ACCOUNT.match(account):
+        raise ValidationFailed(
+            fields={"slurm_account": ["The Slurm account every job runs under (fixed mode)."]}
+        )
+    if mode == Cluster.AccountMode.MANAGED and account:
+        raise ValidationFailed(
+            fields={"slurm_account": ["Managed mode creates one account per buyer: leave empty."]}
+        )
+    return {"account_mode": mode, "slurm_account": account}
+
+
+@transaction.atomic
+def cluster_create(
+    *,
+    actor: Membership,
+    name: str,
+    ssh_host: str,
+    ssh_port: int = 22,
+    ssh_user: str,
+    ssh_private_key: str,
+    ssh_host_key: str,
+    account_mode: str | None = None,
+    slurm_account: str | None = None,
+) -> Cluster:
+    """Registers an owner's Slurm cluster, `unverified`. The host key is pinned now and every
+    later connection must present it; the private key is stored encrypted."""
+    _require_admin(actor)
+    fields = {
+        "name": _name(name),
+        **_connection_fields(
+            ssh_host=ssh_host,
+            ssh_port=ssh_port,
+            ssh_user=ssh_user,
+            ssh_private_key=ssh_private_key,
+            ssh_host_key=ssh_host_key,
+        ),
+        **_account_fields(account_mode, slurm_account),
+    }
+    if Cluster.objects.filter(
+        organization=actor.organization, name__iexact=fields["name"]
+    ).exists():
+        raise ValidationFailed(fields={"name": ["Your organization has a cluster of this name."]})
+    try:
+        with transaction.atomic():
+            return Cluster.objects.create(organization=actor.organization, **fields)
+    except IntegrityError as error:  # registered concurrently under the same name
+        raise ValidationFailed(
+            fields={"name": ["Your organization has a cluster of this name."]}
+        ) from error
+
+
+@transaction.atomic
+def cluster_create_local(*, organization: Organization, name: str) -> Cluster:
+    """A cluster on the `local` backend (jobs run as processes on this machine): for the demo
+    and development only, never offered to owners through the API."""
+    return Cluster.objects.create(
+        organization=organization,
+        name=_name(name),
+        backend=Cluster.Backend.LOCAL,
+        account_mode=Cluster.AccountMode.FIXED,
+        slurm_account="local",
+    )
+
+
+def ssh_settings_for(cluster: Cluster, *, connect_timeout: float = 10.0) -> SSHSettings:
+    return SSHSettings(
+        host=cluster.ssh_host,
+        port=cluster.ssh_port,
+        user=cluster.ssh_user,
+        private_key=cluster.ssh_private_key,
+        host_key=cluster.ssh_host_key,
+        connect_timeout=connect_timeout,
+    )
+
+
+def _local_inventory() -> ClusterInventory:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    partition = PartitionInfo(
+        name="local",
+        nodes=1,
+        cpus=cpus or 1,
+        gpus=0,
+        max_time_minutes=None,
+        is_up=True,
+        is_default=True,
+    )
+    return ClusterInventory(cluster_name="local", slurm_version="", partitions=(partition,))
+
+
+Progress = Callable[[str], None]
+
+
+def cluster_verify(
+    *, actor: Membership | None, cluster: Cluster, progress: Progress | None = None
+) -> Cluster:
+    """Connects with the pinned host key, reads the partitions with `sinfo` and stores them,
+    making the cluster `online`. A different host key marks the cluster `host_key_mismatch`
+    (`errors.HostKeyMismatch`); any other failure marks it `unreachable`
+    (`errors.ClusterUnreachable`, with the reason). Either way no partition is written: the
+    stored inventory is always one that a successful verification read whole."""
+    if actor is not None:
+        _require_admin(actor)
+    report = progress or (lambda step: None)
+    if cluster.backend == Cluster.Backend.LOCAL:
+        return _cluster_store_inventory(cluster, _local_inventory())
+    report(f"Connecting to {cluster.ssh_host}:{cluster.ssh_port} as {cluster.ssh_user}")
+    try:
+        with SSHConnection(ssh_settings_for(cluster)) as connection:
+            report("Reading partitions, CPUs, GPUs and time limits with sinfo")
+            inventory = inventory_read(connection, timeout=VERIFY_TIMEOUT_SECONDS)
+    except BridgeHostKeyMismatch as error:
+        detail = (
+            f"The host offered a {error.offered_type} key {error.offered_fingerprint}; "
+            f"the pinned key is {cluster.host_key_fingerprint}."
+        )
+        _cluster_mark(cluster, Cluster.Status.HOST_KEY_MISMATCH, detail)
+        raise errors.HostKeyMismatch(
+            detail,
+            extra={
+                "offered_fingerprint": error.offered_fingerprint,
+                "pinned_fingerprint": cluster.host_key_fingerprint,
+            },
+        ) from error
+    except (BridgeError, ValueError) as error:
+        reason = str(error) or type(error).__name__
+        if isinstance(error, AuthenticationRefused):
+            reason = f"the service user's key was refused: {reason}"
+        _cluster_mark(cluster, Cluster.Status.UNREACHABLE, reason)
+        raise errors.ClusterUnreachable(
+            f"The cluster could not be verified: {reason}", extra={"reason": reason}
+        ) from error
+    report(f"Found {len(inventory.partitions)} partitions; saving them")
+    return _cluster_store_inventory(cluster, inventory)
+
+
+@transaction.atomic
+def _cluster_mark(cluster: Cluster, status: str, detail: str) -> None:
+    Cluster.objects.filter(pk=cluster.pk).update(
+        status=status, status_detail=detail[:500], updated_at=timezone.now()
+    )
+    cluster.status, cluster.status_detail = status, detail[:500]
+
+
+@transaction.atomic
+def _cluster_store_inventory(cluster: Cluster, inventory: ClusterInventory) -> Cluster:
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    existing = {partition.name: partition for partition in cluster.partitions.all()}
+    seen = set()
+    for info in inventory.partitions:
+        seen.add(info.name)
+        values = {
+            "nodes": info.nodes,
+            "cpus": info.cpus,
+            "gpus": info.gpus,
+            "max_time_minutes": info.max_time_minutes,
+            "is_up": info.is_up,
+        }
+        if (partition := existing.get(info.name)) is None:
+            Partition.objects.create(cluster=cluster, name=info.name, **values)
+        else:
+            for field, value in values.items():
+                setattr(partition, field, value)
+            partition.save()
+    # A partition the cluster no longer has stays (offers point at it) but is marked down.
+    cluster.partitions.exclude(name__in=seen).update(is_up=False, updated_at=timezone.now())
+    cluster.status = Cluster.Status.ONLINE
+    cluster.status_detail = ""
+    cluster.slurm_cluster_name = inventory.cluster_name
+    cluster.slurm_version = inventory.slurm_version
+    cluster.verified_at = timezone.now()
+    cluster.save()
+    return cluster
+
+
+# --- Verification from the web page, in a Celery task ------------------------------------------
+
+
+@transaction.atomic
+def cluster_verification_start(*, actor: Membership, cluster: Cluster) -> ClusterVerification:
+    """Records a verification request and runs it in a worker after the commit. One at a time
+    per cluster: a request while one runs returns the running one."""
+    from marketplace.tasks import cluster_verification_run_task
+
+    _require_admin(actor)
+    Cluster.objects.select_for_update().filter(pk=cluster.pk).first()
+    running = cluster.verifications.filter(
+        status=ClusterVerification.Status.RUNNING,
+        created_at__gte=timezone.now() - timedelta(minutes=5),
+    ).first()
+    if running is not None:
+        return running
+    verification = ClusterVerification.objects.create(
+        cluster=cluster, requested_by=actor.user, step="Waiting for a worker"
+    )
+    transaction.on_commit(lambda: cluster_verification_run_task.delay(verification.pk))
+    return verification
+
+
+def cluster_verification_run(*, verification_id: int) -> ClusterVerification | None:
+    verification = (
+        ClusterVerification.objects.select_related("cluster")
+        .filter(pk=verification_id, status=ClusterVerification.Status.RUNNING)
+        .first()
+    )
+    if verification is None:
+        return None
+
+    def progress(step: str) -> None:
+        ClusterVerification.objects.filter(pk=verification.pk).update(
+            step=step[:200], updated_at=timezone.now()
+        )
+
+    status, code, detail = ClusterVerification.Status.SUCCEEDED, "", ""
+    try:
+        cluster = cluster_verify(actor=None, cluster=verification.cluster, progress=progress)
+        detail = f"Online: {cluster.partitions.filter(is_up=True).count()} partitions."
+    except (errors.HostKeyMismatch, errors.ClusterUnreachable) as error:
+        status, code, detail = ClusterVerification.Status.FAILED, error.code, error.detail
+    ClusterVerification.objects.filter(pk=verification.pk).update(
+        status=status,
+        error_code=code,
+        detail=detail[:1000],
+        step="Done",
+        finished_at=timezone.now(),
+        updated_at=timezone.now(),
+    )
+    verification.refresh_from_db()
+    return verification
+
+
+# --- Managed Slurm accounts --------------------------------------------------------------------
+
+MINUTES_PER_HOUR = 60
+
+
+def slurm_account_plan(*, cluster: Cluster, organization: Organization) -> SlurmAccount | None:
+    """Records what the organization's Slurm account on a `managed` cluster should allow: its
+    allocations there, in TRES-minutes (an allocation of core-hours is a `GrpTRESMins` of
+    cpu minutes; usage never decays on these accounts, so the limit is the sum of every
+    allocation ever made). None on clusters that are not managed."""
+    if cluster.account_mode != Cluster.AccountMode.MANAGED or cluster.backend != "slurm":
+        return None
+    totals = dict(
+        Allocation.objects.filter(cluster=cluster, organization=organization)
+        .values_list("resource")
+        .annotate(units=Sum("quantity"))
+    )
+    wanted = {
+        "wanted_cpu_minutes": (totals.get("cpu") or 0) * MINUTES_PER_HOUR,
+        "wanted_gpu_minutes": (totals.get("gpu") or 0) * MINUTES_PER_HOUR,
+    }
+    account, created = SlurmAccount.objects.get_or_create(
+        cluster=cluster,
+        organization=organization,
+        defaults={"name": slurm_accounts.account_name_for(str(organization.uuid)), **wanted},
+    )
+    if not created:
+        SlurmAccount.objects.filter(pk=account.pk).update(**wanted, updated_at=timezone.now())
+        account.refresh_from_db()
+    return account
+
+
+def slurm_accounts_sync(*, cluster_id: int, account_ids: list[int] | None = None) -> int:
+    """Makes the cluster enforce what its managed account rows want (all of them, or those
+    named), over one SSH connection: creates each Slurm account and the service user's
+    association when missing, then sets `GrpTRESMins`. Every step reads first and changes
+    only what differs, so retries and the periodic reconciliation are harmless, and a limit
+    changed by hand on the cluster is put back. A failure is kept on the row and raised
+    (`BridgeError.is_transient` tells the task whether to retry). Returns the number synced."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    if cluster.account_mode != Cluster.AccountMode.MANAGED or cluster.backend != "slurm":
+        return 0
+    accounts = SlurmAccount.objects.filter(cluster=cluster).select_related("organization")
+    if account_ids is not None:
+        accounts = accounts.filter(pk__in=account_ids)
+    accounts = list(accounts.order_by("pk"))
+    if not accounts:
+        return 0
+    current: SlurmAccount | None = None
+    try:
+        with SSHConnection(ssh_settings_for(cluster)) as connection:
+            for current in accounts:
+                slurm_accounts.account_ensure(
+                    connection,
+                    cluster_name=cluster.slurm_cluster_name,
+                    account=current.name,
+                    user=cluster.ssh_user,
+                    description=f"ComputeShare buyer {current.organization.uuid}",
+                    organization=current.organization.name,
+                )
+                slurm_accounts.account_limit_set(
+                    connection,
+                    cluster_name=cluster.slurm_cluster_name,
+                    account=current.name,
+                    cpu_minutes=current.wanted_cpu_minutes,
+                    gpu_minutes=current.wanted_gpu_minutes or None,
+                )
+                SlurmAccount.objects.filter(pk=current.pk).update(
+                    applied_cpu_minutes=current.wanted_cpu_minutes,
+                    applied_gpu_minutes=current.wanted_gpu_minutes,
+                    synced_at=timezone.now(),
+                    last_error="",
+                    updated_at=timezone.now(),
+                )
+    except BridgeError as error:
+        failed = [current.pk] if current is not None else [account.pk for account in accounts]
+        SlurmAccount.objects.filter(pk__in=failed).update(
+            last_error=str(error)[:500], updated_at=timezone.now()
+        )
+        raise
+    return len(accounts)
+
+
+def slurm_account_clusters_to_reconcile() -> list[int]:
+    """The online managed clusters that have accounts: the periodic task syncs each one."""
+    return list(
+        Cluster.objects.filter(
+            status=Cluster.Status.ONLINE,
+            account_mode=Cluster.AccountMode.MANAGED,
+            backend=Cluster.Backend.SLURM,
+            slurm_accounts__isnull=False,
+        )
+        .distinct()
+        .values_list("pk", flat=True)
+    )

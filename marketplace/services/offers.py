@@ -1,0 +1,351 @@
+"""Offers, buy-now purchases and sealed bids.
+
+Lock order, shared with the auction's clearing: the offer row first, then the bid, then
+billing's locks (holds, then wallet accounts). Holding the offer's lock while a purchase or bid
+is checked and written is what keeps `units_sold <= quantity` and the public demand figures
+exact when many teams act at once."""
+
+import uuid
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, Sum
+from django.utils import timezone
+
+from billing import services as billing
+from billing.models import ReferenceKind
+from computeshare.errors import PermissionDenied, ValidationFailed
+from marketplace import errors
+from marketplace.models import Allocation, Bid, Cluster, Membership, Offer, Resource
+from marketplace.services.clusters import slurm_account_plan
+
+
+def _require_admin(actor: Membership, what: str) -> None:
+    if not actor.is_admin:
+        raise PermissionDenied(f"Only an admin of the organization can {what}.")
+
+
+def _whole_units(value: Any, field: str, *, minimum: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | Decimal | str):
+        raise ValidationFailed(fields={field: ["A whole number of units."]})
+    try:
+        number = Decimal(str(value))
+    except ArithmeticError as error:
+        raise ValidationFailed(fields={field: ["A whole number of units."]}) from error
+    if not number.is_finite() or number != number.to_integral_value():
+        raise ValidationFailed(fields={field: ["A whole number of units."]})
+    if number < minimum:
+        raise ValidationFailed(fields={field: [f"At least {minimum}."]})
+    if number > 2_000_000_000:
+        raise ValidationFailed(fields={field: ["At most 2,000,000,000."]})
+    return int(number)
+
+
+def _price(value: Any, field: str) -> Decimal:
+    price = billing.money(value, field=field)
+    if price <= 0:
+        raise ValidationFailed(fields={field: ["Must be more than zero."]})
+    return price
+
+
+def _aware(value: Any, field: str) -> datetime:
+    if not isinstance(value, datetime) or timezone.is_naive(value):
+        raise ValidationFailed(fields={field: ["A date and time with a time zone."]})
+    return value
+
+
+# --- Offers ------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def offer_create(
+    *,
+    actor: Membership,
+    cluster: Cluster,
+    partition: str,
+    resource: str,
+    quantity: Any,
+    window_start: datetime,
+    window_end: datetime,
+    reserve_price: Any,
+    auction_closes_at: datetime,
+    buy_now_price: Any = None,
+    max_per_buyer: Any = None,
+) -> Offer:
+    """Lists `quantity` units of a verified cluster's partition for sale. The window ends after
+    it starts and after now; the auction closes in the future and before the window ends; the
+    buy-now price, when there is one, is at least the reserve; the quantity fits what the
+    partition has during the window."""
+    if actor.organization_id != cluster.organization_id:
+        raise PermissionDenied("Only the cluster's owners can list its capacity.")
+    _require_admin(actor, "list offers")
+    if not cluster.is_online:
+        raise errors.ClusterNotOnline(
+            extra={"cluster": str(cluster.uuid), "status": cluster.status}
+        )
+
+    problems: dict[str, list[str]] = {}
+
+    def check(field: str, parse: Any, *args: Any) -> Any:
+        try:
+            return parse(*args)
+        except ValidationFailed as error:
+            problems.update(error.extra["fields"])
+            return None
+
+    start = check("window_start", _aware, window_start, "window_start")
+    end = check("window_end", _aware, window_end, "window_end")
+    closes = check("auction_closes_at", _aware, auction_closes_at, "auction_closes_at")
+    units = check("quantity", _whole_units, quantity, "quantity")
+    reserve = check("reserve_price", _price, reserve_price, "reserve_price")
+    buy_now = (
+        None
+        if buy_now_price in (None, "")
+        else check("buy_now_price", _price, buy_now_price, "buy_now_price")
+    )
+    cap = (
+        None
+        if max_per_buyer in (None, "")
+        else check("max_per_buyer", _whole_units, max_per_buyer, "max_per_buyer")
+    )
+    if resource not in Resource.values:
+        problems["resource"] = ["Either `cpu` (core-hours) or `gpu` (GPU-hours)."]
+    found = cluster.partitions.filter(name=partition, is_up=True).first()
+    if found is None:
+        problems["partition"] = ["The cluster has no partition of this name that is up."]
+    elif resource == Resource.GPU and found.gpus == 0:
+        problems["resource"] = ["This partition has no GPUs."]
+
+    now = timezone.now()
+    if start and end and end <= start:
+        problems.setdefault("window_end", []).append("Must be after the window starts.")
+    if end and end <= now:
+        problems.setdefault("window_end", []).append("Must be in the future.")
+    if closes and closes <= now:
+        problems.setdefault("auction_closes_at", []).append("Must be in the future.")
+    if closes and end and closes >= end:
+        problems.setdefault("auction_closes_at", []).append("Must be before the window ends.")
+    if buy_now is not None and reserve is not None and buy_now < reserve:
+        problems.setdefault("buy_now_price", []).append("Must be at least the reserve price.")
+    if cap is not None and units is not None and cap > units:
+        problems.setdefault("max_per_buyer", []).append("Must not be more than the quantity.")
+    if found is not None and units is not None and start and end and end > start:
+        per_hour = found.gpus if resource == Resource.GPU else found.cpus
+        capacity = int(per_hour * (end - start).total_seconds() // 3600)
+        if units > capacity:
+            problems.setdefault("quantity", []).append(
+                f"The partition has at most {capacity} {resource} units in this window."
+            )
+    if problems:
+        raise ValidationFailed(fields=problems)
+    return Offer.objects.create(
+        cluster=cluster,
+        partition=found,
+        resource=resource,
+        quantity=units,
+        window_start=start,
+        window_end=end,
+        reserve_price=reserve,
+        buy_now_price=buy_now,
+        auction_closes_at=closes,
+        max_per_buyer=cap,
+        created_by=actor.user,
+    )
+
+
+def _lock_offer(offer: Offer) -> Offer:
+    return Offer.objects.select_for_update().select_related("cluster", "partition").get(pk=offer.pk)
+
+
+@transaction.atomic
+def offer_cancel(*, actor: Membership, offer: Offer) -> Offer:
+    """Withdraws an open offer from sale; only while nobody has bid on it or bought from it."""
+    if actor.organization_id != offer.cluster.organization_id:
+        raise PermissionDenied("Only the cluster's owners can cancel its offers.")
+    _require_admin(actor, "cancel offers")
+    offer = _lock_offer(offer)
+    if not offer.is_open:
+        raise errors.OfferNotOpen(extra={"status": offer.status})
+    if offer.bid_count or offer.units_sold:
+        raise errors.OfferHasBids(
+            extra={"bid_count": offer.bid_count, "units_sold": offer.units_sold}
+        )
+    offer.status = Offer.Status.CANCELLED
+    offer.save(update_fields=["status", "updated_at"])
+    return offer
+
+
+def _open_for_orders(offer: Offer, actor: Membership) -> None:
+    if actor.organization_id == offer.cluster.organization_id:
+        raise ValidationFailed(
+            fields={"organization": ["An organization cannot buy its own capacity."]}
+        )
+    if not offer.accepts_orders_at(timezone.now()):
+        raise errors.OfferNotOpen(
+            extra={"status": offer.status, "auction_closes_at": offer.auction_closes_at.isoformat()}
+        )
+
+
+def _check_cap(offer: Offer, actor: Membership, units: int) -> None:
+    if offer.max_per_buyer is None:
+        return
+    bid = Bid.objects.filter(
+        offer=offer, organization_id=actor.organization_id, status=Bid.Status.OPEN
+    ).aggregate(units=Sum("quantity"))["units"]
+    bought = Allocation.objects.filter(
+        offer=offer, organization_id=actor.organization_id
+    ).aggregate(units=Sum("quantity"))["units"]
+    already = (bid or 0) + (bought or 0)
+    if already + units > offer.max_per_buyer:
+        raise errors.MaxPerBuyerExceeded(
+            extra={"max_per_buyer": offer.max_per_buyer, "already": already, "asked": units}
+        )
+
+
+def _after_allocation(allocations: list[Allocation]) -> None:
+    """Plans each buyer's managed Slurm account (in this transaction) and syncs it with the
+    cluster after the commit."""
+    from marketplace.tasks import slurm_accounts_sync_task
+
+    planned: dict[int, list[int]] = {}
+    for allocation in allocations:
+        account = slurm_account_plan(
+            cluster=allocation.cluster, organization=allocation.organization
+        )
+        if account is not None:
+            planned.setdefault(allocation.cluster_id, []).append(account.pk)
+    for cluster_id, account_ids in planned.items():
+        transaction.on_commit(
+            lambda cluster_id=cluster_id, account_ids=account_ids: slurm_accounts_sync_task.delay(
+                cluster_id, account_ids
+            )
+        )
+
+
+@transaction.atomic
+def offer_buy(*, actor: Membership, offer: Offer, quantity: Any) -> Allocation:
+    """Buys `quantity` units now at the buy-now price, from what is unsold, while the auction is
+    open. Holds `buy-now price x units` on the buyer's wallet for the window (402 when the
+    wallet or the budget cannot take it) and makes the allocation."""
+    _require_admin(actor, "buy capacity")
+    offer = _lock_offer(offer)
+    _open_for_orders(offer, actor)
+    if offer.buy_now_price is None:
+        raise errors.BuyNowNotOffered()
+    units = _whole_units(quantity, "quantity")
+    if units > offer.remaining:
+        raise errors.InsufficientQuantity(extra={"remaining": offer.remaining, "asked": units})
+    _check_cap(offer, actor, units)
+    allocation_id = uuid.uuid4()
+    hold = billing.hold_place(
+        organization=actor.organization,
+        amount=offer.buy_now_price * units,
+        reference_kind=ReferenceKind.ALLOCATION,
+        reference=allocation_id,
+        memo=f"Bought {units} {offer.resource} units on {offer}",
+    )
+    allocation = Allocation.objects.create(
+        uuid=allocation_id,
+        organization=actor.organization,
+        offer=offer,
+        cluster=offer.cluster,
+        partition=offer.partition,
+        resource=offer.resource,
+        window_start=offer.window_start,
+        window_end=offer.window_end,
+        source=Allocation.Source.BUY_NOW,
+        quantity=units,
+        unit_price=offer.buy_now_price,
+        hold=hold,
+    )
+    Offer.objects.filter(pk=offer.pk).update(
+        units_sold=F("units_sold") + units, updated_at=timezone.now()
+    )
+    _after_allocation([allocation])
+    return allocation
+
+
+# --- Bids --------------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def bid_place(
+    *, actor: Membership, offer: Offer, quantity: Any, price: Any, min_quantity: Any = None
+) -> Bid:
+    """Places a sealed bid of `price` per unit for up to `quantity` units (at least
+    `min_quantity`), holding `price x quantity` on the wallet until the auction clears or the
+    bid is withdrawn. The price must reach the reserve."""
+    _require_admin(actor, "bid")
+    offer = _lock_offer(offer)
+    _open_for_orders(offer, actor)
+    problems: dict[str, list[str]] = {}
+    units = minimum = bid_price = None
+    try:
+        units = _whole_units(quantity, "quantity")
+        if units > offer.quantity:
+            problems["quantity"] = [f"The offer has {offer.quantity} units."]
+    except ValidationFailed as error:
+        problems.update(error.extra["fields"])
+    try:
+        minimum = 1 if min_quantity in (None, "") else _whole_units(min_quantity, "min_quantity")
+        if units is not None and minimum > units:
+            problems["min_quantity"] = ["Must not be more than the quantity."]
+    except ValidationFailed as error:
+        problems.update(error.extra["fields"])
+    try:
+        bid_price = _price(price, "price")
+        if bid_price < offer.reserve_price:
+            problems["price"] = [f"Must be at least the reserve price, {offer.reserve_price}."]
+    except ValidationFailed as error:
+        problems.update(error.extra["fields"])
+    if problems:
+        raise ValidationFailed(fields=problems)
+    assert units is not None and minimum is not None and bid_price is not None
+    _check_cap(offer, actor, units)
+    bid_id = uuid.uuid4()
+    hold = billing.hold_place(
+        organization=actor.organization,
+        amount=bid_price * units,
+        reference_kind=ReferenceKind.BID,
+        reference=bid_id,
+        memo=f"Bid {units} x {bid_price} on {offer.cluster.name}/{offer.partition.name}",
+    )
+    bid = Bid.objects.create(
+        uuid=bid_id,
+        offer=offer,
+        organization=actor.organization,
+        placed_by=actor.user,
+        price=bid_price,
+        quantity=units,
+        min_quantity=minimum,
+        hold=hold,
+    )
+    Offer.objects.filter(pk=offer.pk).update(
+        bid_count=F("bid_count") + 1, units_bid=F("units_bid") + units, updated_at=timezone.now()
+    )
+    return bid
+
+
+@transaction.atomic
+def bid_withdraw(*, actor: Membership, bid: Bid) -> Bid:
+    """Withdraws an open bid before the auction closes and releases its whole hold."""
+    _require_admin(actor, "withdraw bids")
+    offer = _lock_offer(bid.offer)
+    bid = Bid.objects.select_for_update().select_related("hold").get(pk=bid.pk)
+    if not bid.is_open:
+        raise errors.BidNotOpen(extra={"status": bid.status})
+    if not offer.accepts_orders_at(timezone.now()):
+        raise errors.OfferNotOpen(extra={"status": offer.status})
+    assert bid.hold is not None
+    billing.hold_release(hold=bid.hold, memo="Bid withdrawn")
+    bid.status = Bid.Status.WITHDRAWN
+    bid.withdrawn_at = timezone.now()
+    bid.save(update_fields=["status", "withdrawn_at", "updated_at"])
+    Offer.objects.filter(pk=offer.pk).update(
+        bid_count=F("bid_count") - 1,
+        units_bid=F("units_bid") - bid.quantity,
+        updated_at=timezone.now(),
+    )
+    return bid

@@ -1,8 +1,12 @@
+from datetime import timedelta
+from decimal import Decimal
+
 import factory
+from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from computeshare.models import User
-from marketplace.models import Membership, Organization
+from marketplace.models import Cluster, Membership, Offer, Organization, Partition
 
 PASSWORD = "correct horse battery staple"
 
@@ -39,3 +43,67 @@ class MembershipFactory(factory.django.DjangoModelFactory):
     organization = factory.SubFactory(OrganizationFactory)
     user = factory.SubFactory(UserFactory)
     role = Membership.Role.MEMBER
+
+
+# --- The market ----------------------------------------------------------------------------------
+# Clusters made here are `online` without SSH (their partitions are written as a verification
+# would write them): for tests of the market rules. Tests of verification itself use the real
+# test cluster.
+
+
+class ClusterFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Cluster
+
+    organization = factory.SubFactory(OrganizationFactory)
+    name = factory.Sequence(lambda number: f"cluster-{number}")
+    status = Cluster.Status.ONLINE
+    ssh_host = "127.0.0.1"
+    ssh_port = 2222
+    ssh_user = "computeshare"
+    account_mode = Cluster.AccountMode.FIXED
+    slurm_account = "computeshare"
+    slurm_cluster_name = "computeshare-test"
+    verified_at = factory.LazyFunction(timezone.now)
+
+
+class PartitionFactory(factory.django.DjangoModelFactory):
+    class Meta:
+        model = Partition
+
+    cluster = factory.SubFactory(ClusterFactory)
+    name = "debug"
+    nodes = 4
+    cpus = 256
+    gpus = 8
+    max_time_minutes = None
+
+
+class OfferFactory(factory.django.DjangoModelFactory):
+    """An open offer: the auction closes in an hour, the window runs for 30 days after."""
+
+    class Meta:
+        model = Offer
+
+    partition = factory.SubFactory(PartitionFactory)
+    cluster = factory.LazyAttribute(lambda offer: offer.partition.cluster)
+    resource = "cpu"
+    quantity = 100
+    reserve_price = Decimal("1.00")
+    buy_now_price = None
+    auction_closes_at = factory.LazyFunction(lambda: timezone.now() + timedelta(hours=1))
+    window_start = factory.LazyAttribute(lambda offer: offer.auction_closes_at)
+    window_end = factory.LazyAttribute(lambda offer: offer.window_start + timedelta(days=30))
+
+
+def funded_organization(amount: str | Decimal = "1000", **kwargs: object) -> Organization:
+    """An organization with its wallet open and `amount` available (a staff adjustment)."""
+    from billing import services as billing
+
+    organization = OrganizationFactory(**kwargs)
+    billing.wallet_open(organization)
+    if Decimal(amount):
+        billing.wallet_adjust(
+            organization=organization, amount=amount, memo="Test funds", actor=None
+        )
+    return organization

@@ -1,0 +1,222 @@
+"""What a cluster offers: its name, its Slurm version and, per partition, the nodes, CPUs, GPUs
+and time limit a job of the service user can get.
+
+The inventory is read with two commands whose output formats are fixed by us, not by the site:
+`scontrol show config` (one `Key = Value` per line) and a node-oriented `sinfo` with an explicit,
+`|`-delimited format (see `SINFO_NODES_COMMAND`). Parsing is kept in pure functions so that it
+is tested on recorded output of real and hand-made clusters."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from scheduler_bridge.slurm.errors import UnexpectedOutput
+from scheduler_bridge.slurm.parsers import parse_parsable2
+from scheduler_bridge.slurm.ssh import SSHConnection
+
+# One line per (partition, node). %R is the bare partition name; %P is the same name with a
+# trailing `*` on the default partition, which is the only place sinfo shows that flag. None of
+# these fields can contain `|`. Without `--all`, sinfo leaves out hidden partitions and those the
+# service user's groups may not use: exactly the partitions the platform can sell.
+SINFO_NODES_FIELDS = (
+    "partition",
+    "partition_flagged",
+    "node",
+    "cpus",
+    "gres",
+    "time_limit",
+    "availability",
+)
+SINFO_NODES_COMMAND = ("sinfo", "--noheader", "--Node", "--format", "%R|%P|%N|%c|%G|%l|%a")
+SCONTROL_CONFIG_COMMAND = ("scontrol", "show", "config")
+
+# What sinfo prints in the node column of a partition without nodes: no real node is called so,
+# since `/` cannot appear in a host name.
+_NO_NODE = "n/a"
+# What sinfo prints for a node without generic resources.
+_NO_GRES = ("", "(null)")
+_UNLIMITED = ("infinite", "unlimited")
+_DIGITS = re.compile(r"[0-9]+")
+_CONFIG_LINE = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_\[\]]*)\s*=\s?(?P<value>.*)")
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    name: str
+    nodes: int
+    cpus: int
+    """Total CPUs over the partition's distinct nodes."""
+    gpus: int
+    """Total GPUs over the partition's distinct nodes, from their `gpu` GRES of any type."""
+    max_time_minutes: int | None
+    """The partition's time limit; None when it has none (`infinite`)."""
+    is_up: bool
+    is_default: bool
+
+
+@dataclass(frozen=True)
+class ClusterInventory:
+    cluster_name: str
+    """Slurm's ClusterName: the name sacctmgr and `--clusters` know the cluster by."""
+    slurm_version: str
+    partitions: tuple[PartitionInfo, ...]
+    """Sorted by name."""
+
+
+def parse_duration_minutes(text: str) -> int | None:
+    """Minutes in one of Slurm's time formats: `minutes`, `minutes:seconds`,
+    `hours:minutes:seconds`, `days-hours`, `days-hours:minutes` or `days-hours:minutes:seconds`;
+    None for `infinite`/`UNLIMITED`.
+
+    Seconds round up to a whole minute, because a limit is a ceiling: a job that fits in the
+    minutes we report must fit in the partition."""
+    value = text.strip()
+    if value.lower() in _UNLIMITED:
+        return None
+    days_text, dash, clock = value.rpartition("-")
+    parts = clock.split(":")
+    numbers = [*parts, days_text] if dash else parts
+    if len(parts) > 3 or not all(_DIGITS.fullmatch(number) for number in numbers):
+        raise UnexpectedOutput(f"not a Slurm time limit: {text!r}")
+    values = [int(part) for part in parts]
+    if dash:
+        # days-hours[:minutes[:seconds]]
+        hours, minutes, seconds = (*values, 0, 0)[:3]
+        seconds += ((int(days_text) * 24 + hours) * 60 + minutes) * 60
+    elif len(values) == 3:
+        hours, minutes, seconds = values
+        seconds += (hours * 60 + minutes) * 60
+    else:
+        # minutes[:seconds]
+        minutes, seconds = (*values, 0)[:2]
+        seconds += minutes * 60
+    return -(-seconds // 60)
+
+
+def parse_sinfo_nodes(text: str) -> tuple[PartitionInfo, ...]:
+    """Partitions from the output of `SINFO_NODES_COMMAND`, sorted by name.
+
+    A node in several partitions counts in each of them; a node listed more than once in one
+    partition counts once. Per-node values (CPUs, GRES) and per-partition values (time limit,
+    availability, default flag) must agree across the lines that repeat them: if they do not,
+    the output is not what we think it is, and that raises rather than guessing."""
+    partitions: dict[str, _PartitionLines] = {}
+    for row in parse_parsable2(text, list(SINFO_NODES_FIELDS)):
+        name = row["partition"]
+        flagged = row["partition_flagged"]
+        if not name or flagged not in (name, f"{name}*"):
+            raise UnexpectedOutput(f"sinfo printed partition {flagged!r} for {name!r}")
+        settings = (
+            parse_duration_minutes(row["time_limit"]),
+            row["availability"] == "up",
+            flagged.endswith("*"),
+        )
+        lines = partitions.setdefault(name, _PartitionLines(settings))
+        if lines.settings != settings:
+            raise UnexpectedOutput(f"sinfo printed two different settings for partition {name!r}")
+        node = row["node"]
+        if node == _NO_NODE:
+            continue
+        resources = (_count(row["cpus"], "CPU count"), gpus_in_gres(row["gres"]))
+        if lines.nodes.setdefault(node, resources) != resources:
+            raise UnexpectedOutput(f"sinfo printed two different sizes for node {node!r}")
+    return tuple(
+        PartitionInfo(
+            name=name,
+            nodes=len(lines.nodes),
+            cpus=sum(cpus for cpus, _ in lines.nodes.values()),
+            gpus=sum(gpus for _, gpus in lines.nodes.values()),
+            max_time_minutes=lines.settings[0],
+            is_up=lines.settings[1],
+            is_default=lines.settings[2],
+        )
+        for name, lines in sorted(partitions.items())
+    )
+
+
+def gpus_in_gres(text: str) -> int:
+    """The number of GPUs in a node's GRES as sinfo prints it: comma-separated
+    `name[:type]:count` items, each perhaps followed by a socket binding such as `(S:0-1)`, for
+    example `gpu:a100:4(S:0-1),gpu:2,shard:8`. Only `gpu` items count, whatever their type."""
+    if text in _NO_GRES:
+        return 0
+    total = 0
+    for item in _split_outside_parentheses(text):
+        spec, parenthesis, binding = item.partition("(")
+        if parenthesis and not binding.endswith(")"):
+            raise UnexpectedOutput(f"unreadable GRES {item!r} in {text!r}")
+        fields = spec.split(":")
+        if fields[0] != "gpu":
+            continue
+        # A GRES configured without a count (`Gres=gpu`) is one device.
+        total += 1 if len(fields) == 1 else _count(fields[-1], f"GPU count in {text!r}")
+    return total
+
+
+def parse_cluster_config(text: str) -> tuple[str, str]:
+    """(ClusterName, SLURM_VERSION) from the output of `scontrol show config`."""
+    wanted = {"ClusterName": "", "SLURM_VERSION": ""}
+    for line in text.splitlines():
+        match = _CONFIG_LINE.fullmatch(line.strip())
+        if match is None or match["key"] not in wanted:
+            continue
+        value = match["value"].strip()
+        if wanted[match["key"]] not in ("", value):
+            raise UnexpectedOutput(f"scontrol show config printed {match['key']} twice")
+        wanted[match["key"]] = value
+    missing = [key for key, value in wanted.items() if value in ("", "(null)")]
+    if missing:
+        raise UnexpectedOutput(f"scontrol show config printed no {' or '.join(missing)}")
+    return wanted["ClusterName"], wanted["SLURM_VERSION"]
+
+
+def inventory_read(connection: SSHConnection, *, timeout: float = 30.0) -> ClusterInventory:
+    """Reads the inventory of the cluster behind `connection`. `timeout` is the deadline of each
+    of the two commands."""
+    config = connection.run(list(SCONTROL_CONFIG_COMMAND), timeout=timeout)
+    cluster_name, slurm_version = parse_cluster_config(config.stdout)
+    nodes = connection.run(list(SINFO_NODES_COMMAND), timeout=timeout)
+    return ClusterInventory(
+        cluster_name=cluster_name,
+        slurm_version=slurm_version,
+        partitions=parse_sinfo_nodes(nodes.stdout),
+    )
+
+
+@dataclass
+class _PartitionLines:
+    """What the lines of one partition said so far."""
+
+    settings: tuple[int | None, bool, bool]  # time limit, is up, is default
+    nodes: dict[str, tuple[int, int]] = field(default_factory=dict)  # node: (CPUs, GPUs)
+
+
+def _count(text: str, what: str) -> int:
+    if not _DIGITS.fullmatch(text):
+        raise UnexpectedOutput(f"not a {what}: {text!r}")
+    return int(text)
+
+
+def _split_outside_parentheses(text: str) -> list[str]:
+    """Splits at the commas that separate GRES items, not those inside a binding like
+    `(S:0,2)`."""
+    items: list[str] = []
+    depth = 0
+    start = 0
+    for position, character in enumerate(text):
+        if character == "(":
+            depth += 1
+        elif character == ")":
+            depth -= 1
+            if depth < 0:
+                raise UnexpectedOutput(f"unbalanced parentheses in GRES {text!r}")
+        elif character == "," and depth == 0:
+            items.append(text[start:position])
+            start = position + 1
+    if depth != 0:
+        raise UnexpectedOutput(f"unbalanced parentheses in GRES {text!r}")
+    items.append(text[start:])
+    if not all(items):
+        raise UnexpectedOutput(f"empty item in GRES {text!r}")
+    return items

@@ -1,0 +1,55 @@
+"""The inventory of the real Slurm test cluster, read over SSH."""
+
+import re
+
+import pytest
+
+from scheduler_bridge.slurm.inventory import PartitionInfo, inventory_read
+from scheduler_bridge.slurm.ssh import SSHConnection, SSHSettings
+
+pytestmark = pytest.mark.slurm
+
+
+@pytest.fixture
+def connection(testcluster):
+    settings = SSHSettings(
+        host=testcluster.host,
+        port=testcluster.port,
+        user=testcluster.user,
+        private_key=testcluster.private_key,
+        host_key=testcluster.host_key,
+        connect_timeout=5.0,
+    )
+    with SSHConnection(settings) as opened:
+        yield opened
+
+
+def slurmd_cpus(connection: SSHConnection) -> int:
+    """The CPUs slurmd finds on the node (`slurmd -C`), which the test cluster's slurm.conf
+    declares. slurmd lives in sbin, outside the service user's PATH."""
+    printed = connection.run(
+        ["sh", "-c", 'PATH="$PATH:/usr/sbin:/sbin" exec slurmd -C'], timeout=30
+    ).stdout
+    match = re.search(r"\bCPUs=([0-9]+)\b", printed)
+    assert match, printed
+    return int(match[1])
+
+
+def test_the_inventory_of_the_test_cluster(connection, testcluster):
+    version = connection.run(["sinfo", "--version"], timeout=30).stdout.split()[-1]
+
+    inventory = inventory_read(connection)
+
+    assert inventory.cluster_name == testcluster.cluster_name
+    assert inventory.slurm_version == version
+    assert inventory.partitions == (
+        PartitionInfo(
+            name=testcluster.partition,
+            nodes=1,
+            cpus=slurmd_cpus(connection),
+            gpus=0,
+            max_time_minutes=None,  # MaxTime=INFINITE
+            is_up=True,
+            is_default=True,
+        ),
+    )

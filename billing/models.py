@@ -20,6 +20,7 @@ from django.db.models import Q
 from computeshare.models import BaseModel
 
 ZERO = Decimal("0")
+HALF_MICRO_UNIT = Decimal("0.0000005")
 
 
 def money_field(**options: Any) -> models.DecimalField:  # type: ignore[type-arg]
@@ -128,9 +129,19 @@ class Hold(BaseModel):
                 condition=Q(amount__gte=0, captured__gte=0, released__gte=0),
                 name="hold_amounts_never_negative",
             ),
+            # Within half a micro-unit rather than equal: amounts have six places, so on
+            # PostgreSQL's exact numerics this is equality, while SQLite (the embedded demo)
+            # adds its decimals as floating point and would refuse 2.32 + 0.16 = 2.48.
             models.CheckConstraint(
                 condition=Q(
-                    placed=models.F("amount") + models.F("captured") + models.F("released")
+                    placed__lte=models.F("amount")
+                    + models.F("captured")
+                    + models.F("released")
+                    + HALF_MICRO_UNIT,
+                    placed__gte=models.F("amount")
+                    + models.F("captured")
+                    + models.F("released")
+                    - HALF_MICRO_UNIT,
                 ),
                 name="hold_placed_is_accounted_for",
             ),

@@ -49,3 +49,8 @@ class MaxPerBuyerExceeded(Conflict):
 class BidNotOpen(Conflict):
     code = "bid_not_open"
     default_detail = "This bid is no longer open."
+
+
+class ClusterSuspended(Conflict):
+    code = "cluster_suspended"
+    default_detail = "The platform's operators suspended this cluster; contact them."

@@ -511,20 +511,20 @@ def holds_settle(
     rows = list(
         holds.select_for_update()
         .order_by("pk")
-        .values_list("pk", "organization_id", "amount", "status")
+        .values_list("pk", "organization_id", "amount", "released", "status")
     )
     if not rows:
         return 0
     released_by_organization: dict[int, Decimal] = {}
-    kept: dict[int, tuple[Decimal, Decimal]] = {}  # pk -> (keep, release), for partial keeps
-    for pk, organization_id, amount, status in rows:
+    kept: dict[int, tuple[Decimal, Decimal]] = {}  # pk -> (keep, released after), partial keeps
+    for pk, organization_id, amount, released, status in rows:
         if status != Hold.Status.OPEN:
             raise HoldNotOpen(extra={"hold": pk})
         keeping = keep.get(pk, ZERO)
         if not ZERO <= keeping <= amount:
             raise HoldTooSmall(extra={"held": str(amount), "requested": str(keeping)})
         if keeping:
-            kept[pk] = (keeping, amount - keeping)
+            kept[pk] = (keeping, released + amount - keeping)
         released_by_organization[organization_id] = (
             released_by_organization.get(organization_id, ZERO) + amount - keeping
         )
@@ -535,11 +535,9 @@ def holds_settle(
     holds.model.objects.filter(pk__in=holds.values("pk")).exclude(pk__in=list(kept)).update(
         released=F("released") + F("amount"), amount=0, status=Hold.Status.CLOSED, updated_at=now
     )
-    for pk, (keeping, release) in kept.items():
-        if release:
-            Hold.objects.filter(pk=pk).update(
-                amount=keeping, released=F("released") + release, updated_at=now
-            )
+    for pk, (keeping, released_after) in kept.items():
+        # Values computed here, not in SQL: exact on every database.
+        Hold.objects.filter(pk=pk).update(amount=keeping, released=released_after, updated_at=now)
 
     organizations = sorted(pk for pk, total in released_by_organization.items() if total)
     accounts: dict[AccountKey, Account] = {}

@@ -10,6 +10,7 @@ from marketplace.services.auctions import (
 from marketplace.services.clusters import (
     cluster_create,
     cluster_create_local,
+    cluster_suspend,
     cluster_verification_run,
     cluster_verification_start,
     cluster_verify,
@@ -46,6 +47,7 @@ __all__ = [
     "bid_withdraw",
     "cluster_create",
     "cluster_create_local",
+    "cluster_suspend",
     "cluster_verification_run",
     "cluster_verification_start",
     "cluster_verify",

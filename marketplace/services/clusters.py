@@ -215,6 +215,8 @@ def cluster_verify(
     stored inventory is always one that a successful verification read whole."""
     if actor is not None:
         _require_admin(actor)
+    if cluster.status == Cluster.Status.SUSPENDED:
+        raise errors.ClusterSuspended()
     report = progress or (lambda step: None)
     if cluster.backend == Cluster.Backend.LOCAL:
         return _cluster_store_inventory(cluster, _local_inventory())
@@ -287,6 +289,14 @@ def _cluster_store_inventory(cluster: Cluster, inventory: ClusterInventory) -> C
     return cluster
 
 
+@transaction.atomic
+def cluster_suspend(*, cluster: Cluster, reason: str) -> Cluster:
+    """An operator takes a cluster off the market: no new offers (they need an online cluster)
+    until the owners verify it again. Existing allocations keep their holds."""
+    _cluster_mark(cluster, Cluster.Status.SUSPENDED, reason)
+    return cluster
+
+
 # --- Verification from the web page, in a Celery task ------------------------------------------
 
 
@@ -329,7 +339,7 @@ def cluster_verification_run(*, verification_id: int) -> ClusterVerification | N
     try:
         cluster = cluster_verify(actor=None, cluster=verification.cluster, progress=progress)
         detail = f"Online: {cluster.partitions.filter(is_up=True).count()} partitions."
-    except (errors.HostKeyMismatch, errors.ClusterUnreachable) as error:
+    except (errors.HostKeyMismatch, errors.ClusterUnreachable, errors.ClusterSuspended) as error:
         status, code, detail = ClusterVerification.Status.FAILED, error.code, error.detail
     ClusterVerification.objects.filter(pk=verification.pk).update(
         status=status,

@@ -186,6 +186,10 @@ def _open_for_orders(offer: Offer, actor: Membership) -> None:
         raise errors.OfferNotOpen(
             extra={"status": offer.status, "auction_closes_at": offer.auction_closes_at.isoformat()}
         )
+    if offer.cluster.status == Cluster.Status.SUSPENDED:
+        raise errors.OfferNotOpen(
+            "The platform suspended this offer's cluster.", extra={"status": offer.status}
+        )
 
 
 def _check_cap(offer: Offer, actor: Membership, units: int) -> None:

@@ -132,6 +132,18 @@ class ClusterCreateSerializer(serializers.Serializer):
     slurm_account = serializers.CharField(max_length=64, required=False, allow_blank=True)
 
 
+class ClusterConnectionSerializer(serializers.Serializer):
+    """A partial change of how the platform reaches the cluster (PATCH)."""
+
+    ssh_host = serializers.CharField(max_length=255, required=False)
+    ssh_port = serializers.IntegerField(min_value=1, max_value=65535, required=False)
+    ssh_user = serializers.CharField(max_length=64, required=False)
+    ssh_private_key = serializers.CharField(
+        write_only=True, max_length=20_000, trim_whitespace=False, required=False
+    )
+    ssh_host_key = serializers.CharField(max_length=2_000, required=False)
+
+
 # --- Offers --------------------------------------------------------------------------------------
 
 

@@ -2,6 +2,8 @@ from datetime import timedelta
 from decimal import Decimal
 
 import factory
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
@@ -51,6 +53,24 @@ class MembershipFactory(factory.django.DjangoModelFactory):
 # test cluster.
 
 
+def ssh_private_key_text() -> str:
+    """A fresh unencrypted Ed25519 private key in OpenSSH format."""
+    key = ed25519.Ed25519PrivateKey.generate()
+    return key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.OpenSSH,
+        serialization.NoEncryption(),
+    ).decode()
+
+
+def ssh_host_key_line() -> str:
+    """A fresh `ssh-ed25519 AAAA...` public key line, as a host key."""
+    public = ed25519.Ed25519PrivateKey.generate().public_key()
+    return public.public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ).decode()
+
+
 class ClusterFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Cluster
@@ -61,6 +81,8 @@ class ClusterFactory(factory.django.DjangoModelFactory):
     ssh_host = "127.0.0.1"
     ssh_port = 2222
     ssh_user = "computeshare"
+    ssh_private_key = factory.LazyFunction(ssh_private_key_text)
+    ssh_host_key = factory.LazyFunction(ssh_host_key_line)
     account_mode = Cluster.AccountMode.FIXED
     slurm_account = "computeshare"
     slurm_cluster_name = "computeshare-test"

@@ -24,6 +24,7 @@ from marketplace.serializers_market import (
     BidCreateSerializer,
     BidFilterSerializer,
     BidSerializer,
+    ClusterConnectionSerializer,
     ClusterCreateSerializer,
     ClusterSerializer,
     OfferCreateSerializer,
@@ -93,6 +94,28 @@ class ClusterDetailApi(APIView):
         responses={200: ClusterSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
     )
     def get(self, request: Request, cluster_id: str) -> Response:
+        return _cluster_response(request, selectors.cluster_get(cluster_id))
+
+    @extend_schema(
+        operation_id="clusters_partial_update",
+        request=ClusterConnectionSerializer,
+        responses={200: ClusterSerializer, **ERRORS},
+        description=(
+            "The owners change the connection settings (for example a rotated host key); the "
+            "cluster is `unverified` until verified again."
+        ),
+    )
+    def patch(self, request: Request, cluster_id: str) -> Response:
+        cluster = selectors.cluster_get(cluster_id)
+        actor = _owner_membership(request, cluster)
+        if not actor.is_admin:
+            raise PermissionDenied("Only an admin of the owning organization can do this.")
+        changes = _valid(ClusterConnectionSerializer, request.data)
+        if unknown := set(request.data) - set(ClusterConnectionSerializer().fields):
+            raise ValidationFailed(
+                fields={name: ["Cannot be changed."] for name in sorted(unknown)}
+            )
+        services.cluster_connection_update(actor=actor, cluster=cluster, **changes)
         return _cluster_response(request, selectors.cluster_get(cluster_id))
 
 

@@ -8,6 +8,7 @@ from marketplace.services.auctions import (
     auctions_due,
 )
 from marketplace.services.clusters import (
+    cluster_connection_update,
     cluster_create,
     cluster_create_local,
     cluster_suspend,
@@ -45,6 +46,7 @@ __all__ = [
     "auth_token_obtain",
     "bid_place",
     "bid_withdraw",
+    "cluster_connection_update",
     "cluster_create",
     "cluster_create_local",
     "cluster_suspend",

@@ -165,6 +165,30 @@ def cluster_create(
 
 
 @transaction.atomic
+def cluster_connection_update(*, actor: Membership, cluster: Cluster, **changes: Any) -> Cluster:
+    """Changes how the platform reaches a cluster (host, port, user, private key, pinned host
+    key): after a host key was rotated on purpose, for example. The cluster goes back to
+    `unverified` (its partitions stay, for the offers that point at them) until it is verified
+    with the new settings. A suspended cluster stays suspended."""
+    if actor.organization_id != cluster.organization_id:
+        raise PermissionDenied("Only the cluster's owners can change it.")
+    _require_admin(actor)
+    allowed = {"ssh_host", "ssh_port", "ssh_user", "ssh_private_key", "ssh_host_key"}
+    if unknown := set(changes) - allowed:
+        raise ValidationFailed(fields={name: ["Cannot be changed."] for name in sorted(unknown)})
+    cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
+    current = {name: getattr(cluster, name) for name in allowed}
+    fields = _connection_fields(**{**current, **changes})
+    for name, value in fields.items():
+        setattr(cluster, name, value)
+    if cluster.status != Cluster.Status.SUSPENDED:
+        cluster.status = Cluster.Status.UNVERIFIED
+        cluster.status_detail = "Connection settings changed: verify the cluster again."
+    cluster.save()
+    return cluster
+
+
+@transaction.atomic
 def cluster_create_local(*, organization: Organization, name: str) -> Cluster:
     """A cluster on the `local` backend (jobs run as processes on this machine): for the demo
     and development only, never offered to owners through the API."""

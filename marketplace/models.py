@@ -390,7 +390,10 @@ class Bid(BaseModel):
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
-            models.Index(fields=["offer", "status"], name="bid_offer_status"),
+            # The clearing reads an offer's open bids in rank order straight off this index.
+            models.Index(
+                fields=["offer", "status", "-price", "created_at", "id"], name="bid_ranking"
+            ),
             models.Index(fields=["organization", "status"], name="bid_organization_status"),
         ]
         constraints = [

@@ -1,7 +1,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from marketplace import views, views_money
+from marketplace import views, views_market, views_money
 from marketplace.forms import LoginForm
 
 urlpatterns = [
@@ -35,5 +35,47 @@ urlpatterns += [
         "organizations/<uuid:organization_id>/statements/<int:year>/<int:month>/",
         views_money.StatementView.as_view(),
         name="organization-statement",
+    ),
+]
+
+# The market's pages (marketplace/views_market.py).
+urlpatterns += [
+    path("offers/", views_market.OfferListView.as_view(), name="offer-list"),
+    path("offers/<uuid:offer_id>/", views_market.OfferDetailView.as_view(), name="offer-detail"),
+    path("offers/<uuid:offer_id>/bid/", views_market.OfferBidView.as_view(), name="offer-bid"),
+    path("offers/<uuid:offer_id>/buy/", views_market.OfferBuyView.as_view(), name="offer-buy"),
+    path(
+        "offers/<uuid:offer_id>/cancel/",
+        views_market.OfferCancelView.as_view(),
+        name="offer-cancel",
+    ),
+    path(
+        "bids/<uuid:bid_id>/withdraw/", views_market.BidWithdrawView.as_view(), name="bid-withdraw"
+    ),
+    path("market/price-history/", views_market.PriceHistoryView.as_view(), name="price-history"),
+    path(
+        "organizations/<uuid:organization_id>/allocations/",
+        views_market.OrganizationAllocationsView.as_view(),
+        name="organization-allocations",
+    ),
+    path(
+        "organizations/<uuid:organization_id>/clusters/",
+        views_market.OrganizationClustersView.as_view(),
+        name="organization-clusters",
+    ),
+    path(
+        "organizations/<uuid:organization_id>/offers/",
+        views_market.OrganizationOffersView.as_view(),
+        name="organization-offers",
+    ),
+    path(
+        "clusters/<uuid:cluster_id>/verify/",
+        views_market.ClusterVerifyView.as_view(),
+        name="cluster-verify",
+    ),
+    path(
+        "clusters/<uuid:cluster_id>/verification/",
+        views_market.ClusterVerificationView.as_view(),
+        name="cluster-verification",
     ),
 ]

@@ -7,6 +7,9 @@ from billing.services.budgets import (
     budget_set,
 )
 from billing.services.ledger import (
+    LARGEST as LARGEST_AMOUNT,
+)
+from billing.services.ledger import (
     hold_capture,
     hold_place,
     hold_release,
@@ -26,6 +29,7 @@ from billing.services.top_ups import (
 )
 
 __all__ = [
+    "LARGEST_AMOUNT",
     "budget_alert_dismiss",
     "budget_alert_notify",
     "budget_get",

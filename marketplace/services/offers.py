@@ -131,9 +131,17 @@ def offer_create(
         problems.setdefault("buy_now_price", []).append("Must be at least the reserve price.")
     if cap is not None and units is not None and cap > units:
         problems.setdefault("max_per_buyer", []).append("Must not be more than the quantity.")
-    if found is not None and units is not None and start and end and end > start:
+    if (
+        found is not None
+        and "resource" not in problems
+        and units is not None
+        and start
+        and end
+        and end > max(start, now)
+    ):
+        # Hours of the window already past cannot be sold.
         per_hour = found.gpus if resource == Resource.GPU else found.cpus
-        capacity = int(per_hour * (end - start).total_seconds() // 3600)
+        capacity = int(per_hour * (end - max(start, now)).total_seconds() // 3600)
         if units > capacity:
             problems.setdefault("quantity", []).append(
                 f"The partition has at most {capacity} {resource} units in this window."
@@ -192,6 +200,15 @@ def _open_for_orders(offer: Offer, actor: Membership) -> None:
         )
 
 
+def _hold_amount(price: Decimal, units: int) -> Decimal:
+    amount = price * units
+    if amount >= billing.LARGEST_AMOUNT:
+        raise ValidationFailed(
+            fields={"quantity": ["Price times quantity is more than the ledger can hold."]}
+        )
+    return amount
+
+
 def _check_cap(offer: Offer, actor: Membership, units: int) -> None:
     if offer.max_per_buyer is None:
         return
@@ -245,7 +262,7 @@ def offer_buy(*, actor: Membership, offer: Offer, quantity: Any) -> Allocation:
     allocation_id = uuid.uuid4()
     hold = billing.hold_place(
         organization=actor.organization,
-        amount=offer.buy_now_price * units,
+        amount=_hold_amount(offer.buy_now_price, units),
         reference_kind=ReferenceKind.ALLOCATION,
         reference=allocation_id,
         memo=f"Bought {units} {offer.resource} units on {offer}",
@@ -311,7 +328,7 @@ def bid_place(
     bid_id = uuid.uuid4()
     hold = billing.hold_place(
         organization=actor.organization,
-        amount=bid_price * units,
+        amount=_hold_amount(bid_price, units),
         reference_kind=ReferenceKind.BID,
         reference=bid_id,
         memo=f"Bid {units} x {bid_price} on {offer.cluster.name}/{offer.partition.name}",
@@ -335,9 +352,11 @@ def bid_place(
 @transaction.atomic
 def bid_withdraw(*, actor: Membership, bid: Bid) -> Bid:
     """Withdraws an open bid before the auction closes and releases its whole hold."""
+    if actor.organization_id != bid.organization_id:
+        raise PermissionDenied("Only the bidding organization can withdraw its bid.")
     _require_admin(actor, "withdraw bids")
     offer = _lock_offer(bid.offer)
-    bid = Bid.objects.select_for_update().select_related("hold").get(pk=bid.pk)
+    bid = Bid.objects.select_for_update().get(pk=bid.pk)
     if not bid.is_open:
         raise errors.BidNotOpen(extra={"status": bid.status})
     if not offer.accepts_orders_at(timezone.now()):

@@ -1,8 +1,9 @@
 """Clears, now, every auction whose close time has passed (the periodic task does the same)."""
 
+import uuid
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from marketplace import services
 from marketplace.models import Offer
@@ -16,6 +17,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, offers: list[str], **options: Any) -> None:
         if offers:
+            try:
+                offers = [str(uuid.UUID(offer)) for offer in offers]
+            except ValueError as error:
+                raise CommandError(f"Offer ids are UUIDs: {error}") from error
             due = list(Offer.objects.filter(uuid__in=offers).values_list("pk", flat=True))
             if len(due) != len(set(offers)):
                 self.stderr.write("Some of the offers named do not exist.")
@@ -23,13 +28,15 @@ class Command(BaseCommand):
             due = services.auctions_due()
         for offer_id in due:
             outcome = services.auction_clear(offer_id=offer_id)
-            uuid = Offer.objects.values_list("uuid", flat=True).get(pk=offer_id)
+            offer_uuid = Offer.objects.values_list("uuid", flat=True).get(pk=offer_id)
             if not outcome.cleared:
-                self.stdout.write(f"{uuid}: not cleared (still open for bids, or already done)")
+                self.stdout.write(
+                    f"{offer_uuid}: not cleared (still open for bids, or already done)"
+                )
             elif outcome.price is None:
-                self.stdout.write(f"{uuid}: no sale ({outcome.bids} bids)")
+                self.stdout.write(f"{offer_uuid}: no sale ({outcome.bids} bids)")
             else:
                 self.stdout.write(
-                    f"{uuid}: {outcome.units_sold} units to {outcome.winners} winners "
+                    f"{offer_uuid}: {outcome.units_sold} units to {outcome.winners} winners "
                     f"at {outcome.price} ({outcome.bids} bids)"
                 )

@@ -1,0 +1,707 @@
+"""The web pages of the market: browsing offers, an offer with its buy-now and bid forms, the
+price history, a team's allocations and bids, and an owner's clusters (verified live) and
+offers.
+
+Like the API, they find every object through a selector scoped to the user (what the user may
+not see is a 404), let the services decide, and show a service's refusal beside the field it
+concerns, or on top of the form with the figures that explain it (a 402 names the balance or
+the budget it ran into). A refusal by role (403) is left to the error page."""
+
+import datetime
+import math
+from dataclasses import dataclass
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.paginator import Page, Paginator
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.decorators import method_decorator
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
+from django.views import View
+from django.views.decorators.cache import never_cache
+
+from billing import selectors as billing_selectors
+from computeshare.errors import (
+    ApplicationError,
+    Conflict,
+    NotFound,
+    PaymentRequired,
+    PermissionDenied,
+    ValidationFailed,
+)
+from computeshare.forms import form_add_service_error
+from computeshare.models import User
+from marketplace import selectors, services
+from marketplace.forms_market import (
+    UTC,
+    BidForm,
+    BuyNowForm,
+    ClusterRegisterForm,
+    OfferBrowseFilter,
+    OfferCreateForm,
+    PriceHistoryForm,
+)
+from marketplace.models import Cluster, Membership, Offer, Organization
+
+PAGE_SIZE = 50
+HISTORY_LIMIT = 200
+CENT = Decimal("0.01")
+
+
+# --- Reads that selectors.py does not have yet -------------------------------------------------
+
+
+def offer_list_for_organization(organization: Organization) -> QuerySet[Offer]:
+    """The offers on the organization's own clusters, newest first: an owner's listing."""
+    return (
+        selectors.offer_list()
+        .filter(cluster__organization=organization)
+        .order_by("-created_at", "-id")
+    )
+
+
+def organizations_administered_by(user: User) -> list[Organization]:
+    """The user's organizations in which the user is an admin, the ones that can buy and bid."""
+    return [
+        organization
+        for organization in selectors.organization_list_for_user(user)
+        if organization.role == Membership.Role.ADMIN  # type: ignore[attr-defined]
+    ]
+
+
+# --- Showing refusals --------------------------------------------------------------------------
+
+# Refusals that are not input errors but concern one field all the same.
+FIELD_OF_REFUSAL = {
+    "insufficient_quantity": "quantity",
+    "max_per_buyer_exceeded": "quantity",
+    "cluster_not_online": "cluster",
+}
+# What a page catches and shows on the form; any other refusal (by role: 403) reaches the
+# error page through the middleware.
+SHOWN_ON_FORM = (ValidationFailed, Conflict, PaymentRequired)
+
+
+def cents(value: Any) -> str:
+    """An amount as the pages show it: rounded half up to the cent, thousands grouped."""
+    return f"{Decimal(value).quantize(CENT, rounding=ROUND_HALF_UP):,.2f}"
+
+
+def price_text(value: Decimal) -> str:
+    """A unit price: to the cent when that is exact (`2.50`), else every digit (`0.0125`)."""
+    exact = value.normalize()
+    if exact == exact.quantize(CENT):
+        return f"{value.quantize(CENT):f}"
+    return f"{exact:f}"
+
+
+def refusal_text(error: ApplicationError) -> str:
+    """The service's sentence, with the figures from `extra` that let the user act on it."""
+    extra = error.extra
+    try:
+        if error.code == "insufficient_funds":
+            currency = extra["currency"]
+            return (
+                f"{error.detail} Available: {cents(extra['available'])} {currency}; "
+                f"this needs {cents(extra['required'])} {currency}."
+            )
+        if error.code == "budget_exceeded":
+            currency = extra["currency"]
+            return (
+                f"{error.detail} Monthly limit: {cents(extra['monthly_limit'])} {currency}; "
+                f"committed and spent: {cents(extra['committed_and_spent'])} {currency}; "
+                f"this needs {cents(extra['requested'])} {currency}."
+            )
+        if error.code == "insufficient_quantity":
+            return f"Only {extra['remaining']} units are left for sale."
+        if error.code == "max_per_buyer_exceeded":
+            return (
+                f"{error.detail} The cap is {extra['max_per_buyer']} units; your organization "
+                f"has {extra['already']} already."
+            )
+    except KeyError:
+        pass
+    return error.detail
+
+
+def form_add_refusal(form: forms.Form, error: ApplicationError) -> None:
+    if isinstance(error, ValidationFailed):
+        form_add_service_error(form, error)
+        return
+    field = FIELD_OF_REFUSAL.get(error.code)
+    form.add_error(field if field in form.fields else None, refusal_text(error))
+
+
+def next_url(request: HttpRequest, default: str) -> str:
+    """Where a small POST form sends the user back: its `next` when it is on this site."""
+    target = request.POST.get("next", "")
+    if target and url_has_allowed_host_and_scheme(
+        target, allowed_hosts={request.get_host()}, require_https=request.is_secure()
+    ):
+        return target
+    return default
+
+
+def page_query(request: HttpRequest, page_parameter: str = "page") -> str:
+    """The query string without the page number, for the pager's links."""
+    query = request.GET.copy()
+    query.pop(page_parameter, None)
+    return query.urlencode()
+
+
+# --- Browsing offers ---------------------------------------------------------------------------
+
+
+class OfferListView(LoginRequiredMixin, View):
+    template_name = "marketplace/market/offer_list.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        data = request.GET.copy()
+        # Open offers unless the user picks another status; "any status" sends an empty value.
+        data.setdefault("status", Offer.Status.OPEN)
+        filters = OfferBrowseFilter(
+            data, queryset=selectors.offer_list(), clusters=selectors.cluster_list()
+        )
+        # The window filters come from `datetime-local` inputs, read as UTC.
+        with timezone.override(UTC):
+            is_valid = filters.is_valid()
+            offers = filters.qs if is_valid else Offer.objects.none()
+        page = Paginator(offers, PAGE_SIZE).get_page(request.GET.get("page"))
+        context = {
+            "form": filters.form,
+            "page": page,
+            "query": page_query(request),
+            "currency": settings.PLATFORM_CURRENCY,
+        }
+        return render(request, self.template_name, context, status=200 if is_valid else 400)
+
+
+# --- One offer: buy now, bid, withdraw, cancel -------------------------------------------------
+
+
+def buying_organizations(user: User, offer: Offer) -> list[Organization]:
+    """The organizations the user can buy and bid for on this offer: those it administers,
+    but the owner's (the service refuses an organization buying its own capacity)."""
+    return [
+        organization
+        for organization in organizations_administered_by(user)
+        if organization.pk != offer.cluster.organization_id
+    ]
+
+
+def price_history_url(offer: Offer) -> str:
+    query = urlencode(
+        {
+            "cluster": str(offer.cluster.uuid),
+            "partition": offer.partition.name,
+            "resource": offer.resource,
+        }
+    )
+    return f"{reverse('price-history')}?{query}"
+
+
+def offer_page(
+    request: HttpRequest,
+    offer: Offer,
+    *,
+    bid_form: BidForm | None = None,
+    buy_form: BuyNowForm | None = None,
+    status: int = 200,
+) -> HttpResponse:
+    user = request.user
+    owner = selectors.membership_in(user, offer.cluster.organization_id)
+    buyers = buying_organizations(user, offer)
+    administered = {org.pk for org in organizations_administered_by(user)}
+    accepts_orders = offer.accepts_orders_at(timezone.now())
+    if bid_form is None:
+        bid_form = BidForm(organizations=buyers)
+    if buy_form is None and offer.buy_now_price is not None:
+        buy_form = BuyNowForm(organizations=buyers)
+    bids = list(selectors.bid_list_for_user(user).filter(offer=offer))
+    for bid in bids:
+        bid.can_withdraw = accepts_orders and bid.is_open and bid.organization_id in administered
+    is_owner_admin = owner is not None and owner.is_admin
+    context = {
+        "offer": offer,
+        "cluster": offer.cluster,
+        "partition": offer.partition,
+        "accepts_orders": accepts_orders,
+        "is_owner": owner is not None,
+        "can_cancel": is_owner_admin
+        and offer.is_open
+        and offer.bid_count == 0
+        and offer.units_sold == 0,
+        "buyers": buyers,
+        # For the live preview of the hold an order places (static/js/market.js).
+        "wallets": {
+            str(org.uuid): {
+                "name": org.name,
+                "available": str(billing_selectors.wallet_get(org).available),
+            }
+            for org in buyers
+        },
+        "bid_form": bid_form,
+        "buy_form": buy_form,
+        # A refused order is still said when the refusal was that orders are over.
+        "order_forms": [form for form in (bid_form, buy_form) if form is not None],
+        "bids": bids,
+        "price_history_url": price_history_url(offer),
+        "currency": settings.PLATFORM_CURRENCY,
+    }
+    return render(request, "marketplace/market/offer_detail.html", context, status=status)
+
+
+def offer_url(offer: Offer) -> str:
+    return reverse("offer-detail", args=[offer.uuid])
+
+
+class OfferDetailView(LoginRequiredMixin, View):
+    def get(self, request: HttpRequest, offer_id: str) -> HttpResponse:
+        return offer_page(request, selectors.offer_get(offer_id))
+
+
+class OfferBidView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, offer_id: str) -> HttpResponse:
+        offer = selectors.offer_get(offer_id)
+        form = BidForm(request.POST, organizations=buying_organizations(request.user, offer))
+        status = 400
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                actor = selectors.membership_for_body(request.user, data["organization"])
+                bid = services.bid_place(
+                    actor=actor,
+                    offer=offer,
+                    quantity=data["quantity"],
+                    price=data["price"],
+                    min_quantity=data["min_quantity"],
+                )
+            except SHOWN_ON_FORM as error:
+                form_add_refusal(form, error)
+                status = error.status_code
+            else:
+                messages.success(
+                    request,
+                    f"Your bid of {bid.quantity} units at {price_text(bid.price)} "
+                    f"{settings.PLATFORM_CURRENCY} is placed; "
+                    f"{cents(bid.price * bid.quantity)} {settings.PLATFORM_CURRENCY} is held on "
+                    f"{actor.organization.name}'s wallet until the auction clears.",
+                )
+                return HttpResponseRedirect(offer_url(offer) + "#your-bids")
+        return offer_page(request, offer, bid_form=form, status=status)
+
+
+class OfferBuyView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, offer_id: str) -> HttpResponse:
+        offer = selectors.offer_get(offer_id)
+        form = BuyNowForm(request.POST, organizations=buying_organizations(request.user, offer))
+        status = 400
+        if form.is_valid():
+            try:
+                actor = selectors.membership_for_body(
+                    request.user, form.cleaned_data["organization"]
+                )
+                allocation = services.offer_buy(
+                    actor=actor, offer=offer, quantity=form.cleaned_data["quantity"]
+                )
+            except SHOWN_ON_FORM as error:
+                form_add_refusal(form, error)
+                status = error.status_code
+            else:
+                messages.success(
+                    request,
+                    f"{actor.organization.name} bought {allocation.quantity} units; "
+                    f"{cents(allocation.unit_price * allocation.quantity)} "
+                    f"{settings.PLATFORM_CURRENCY} is held for the window.",
+                )
+                return HttpResponseRedirect(
+                    reverse("organization-allocations", args=[actor.organization.uuid])
+                )
+        return offer_page(request, offer, buy_form=form, status=status)
+
+
+class BidWithdrawView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, bid_id: str) -> HttpResponse:
+        bid = selectors.bid_get_for_user(request.user, bid_id)
+        actor = selectors.membership_in(request.user, bid.organization_id)
+        assert actor is not None  # a bid is visible only to its organization's members
+        held = bid.hold.amount if bid.hold is not None else Decimal(0)
+        try:
+            services.bid_withdraw(actor=actor, bid=bid)
+        except Conflict as error:
+            messages.error(request, error.detail)
+        else:
+            messages.success(
+                request,
+                f"The bid is withdrawn; its hold of {cents(held)} {settings.PLATFORM_CURRENCY} "
+                "is back in the available balance.",
+            )
+        return HttpResponseRedirect(next_url(request, offer_url(bid.offer)))
+
+
+class OfferCancelView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, offer_id: str) -> HttpResponse:
+        offer = selectors.offer_get(offer_id)
+        actor = selectors.membership_in(request.user, offer.cluster.organization_id)
+        if actor is None:
+            raise PermissionDenied("Only the cluster's owners can cancel its offers.")
+        try:
+            services.offer_cancel(actor=actor, offer=offer)
+        except Conflict as error:
+            messages.error(request, error.detail)
+        else:
+            messages.success(request, f"The offer of {offer} is cancelled.")
+        return HttpResponseRedirect(next_url(request, offer_url(offer)))
+
+
+# --- Price history -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ChartPoint:
+    x: float
+    y: float
+    price: Decimal
+    closed_at: datetime.datetime
+
+    @property
+    def label(self) -> str:
+        return price_text(self.price)
+
+    @property
+    def label_y(self) -> float:
+        return round(self.y - 9, 1)
+
+
+@dataclass(frozen=True)
+class Tick:
+    position: float
+    label: str
+
+
+@dataclass(frozen=True)
+class PriceChart:
+    """Coordinates of an inline SVG line chart: x is when each auction closed, y its clearing
+    price, from zero up to a round number above the highest price."""
+
+    width: int
+    height: int
+    left: int
+    right: int
+    top: int
+    bottom: int
+    points: list[ChartPoint]
+    line: str
+    x_ticks: list[Tick]
+    y_ticks: list[Tick]
+
+
+CHART_WIDTH, CHART_HEIGHT = 720, 280
+CHART_LEFT, CHART_RIGHT, CHART_TOP, CHART_BOTTOM = 72, 24, 24, 48
+
+
+def nice_step(highest: Decimal, intervals: int = 4) -> Decimal:
+    """The smallest round step (1, 2, 2.5 or 5 times a power of ten) that reaches `highest`
+    in at most `intervals` steps."""
+    exponent = math.floor(math.log10(highest / intervals))
+    for multiple in ("1", "2", "2.5", "5", "10"):
+        step = Decimal(multiple).scaleb(exponent)
+        if step * intervals >= highest:
+            break
+    return step
+
+
+def price_chart(history: list[Offer]) -> PriceChart | None:
+    sold = [offer for offer in history if offer.clearing_price is not None]
+    if not sold:
+        return None
+    right_edge = CHART_WIDTH - CHART_RIGHT
+    bottom_edge = CHART_HEIGHT - CHART_BOTTOM
+    plot_width = right_edge - CHART_LEFT
+    plot_height = bottom_edge - CHART_TOP
+
+    highest = max(offer.clearing_price for offer in sold)  # type: ignore[type-var]
+    step = nice_step(highest)
+    steps = math.ceil(highest / step)
+    places = max(2, -step.normalize().as_tuple().exponent)  # type: ignore[operator]
+    y_top = step * steps
+
+    def y_of(price: Decimal) -> float:
+        return round(bottom_edge - float(price / y_top) * plot_height, 1)
+
+    first = sold[0].auction_closes_at
+    span = (sold[-1].auction_closes_at - first).total_seconds()
+
+    def x_of(moment: datetime.datetime) -> float:
+        if span == 0:
+            return round(CHART_LEFT + plot_width / 2, 1)
+        return round(CHART_LEFT + (moment - first).total_seconds() / span * plot_width, 1)
+
+    points = [
+        ChartPoint(
+            x=x_of(offer.auction_closes_at),
+            y=y_of(offer.clearing_price),  # type: ignore[arg-type]
+            price=offer.clearing_price,  # type: ignore[arg-type]
+            closed_at=offer.auction_closes_at,
+        )
+        for offer in sold
+    ]
+    y_ticks = [
+        Tick(position=y_of(step * index), label=f"{step * index:.{places}f}")
+        for index in range(steps + 1)
+    ]
+    time_format = "%Y-%m-%d %H:%M" if span < 2 * 86400 else "%Y-%m-%d"
+    count = 1 if span == 0 else 4
+    x_ticks = []
+    for index in range(count):
+        moment = first + datetime.timedelta(seconds=span * index / max(count - 1, 1))
+        x_ticks.append(
+            Tick(position=x_of(moment), label=timezone.localtime(moment, UTC).strftime(time_format))
+        )
+    return PriceChart(
+        width=CHART_WIDTH,
+        height=CHART_HEIGHT,
+        left=CHART_LEFT,
+        right=right_edge,
+        top=CHART_TOP,
+        bottom=bottom_edge,
+        points=points,
+        line=" ".join(f"{point.x},{point.y}" for point in points),
+        x_ticks=x_ticks,
+        y_ticks=y_ticks,
+    )
+
+
+class PriceHistoryView(LoginRequiredMixin, View):
+    template_name = "marketplace/market/price_history.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        form = PriceHistoryForm(request.GET, clusters=selectors.cluster_list())
+        history: list[Offer] = []
+        cluster: Cluster | None = None
+        if form.is_valid():
+            data = form.cleaned_data
+            if data["cluster"] is not None:
+                try:
+                    cluster = selectors.cluster_get(data["cluster"])
+                except NotFound:
+                    form.add_error("cluster", "No such cluster.")
+        if form.is_valid():
+            offers = selectors.price_history(
+                cluster=cluster,
+                partition=form.cleaned_data["partition"] or None,
+                resource=form.cleaned_data["resource"] or None,
+            )
+            # The latest points, shown oldest first.
+            history = list(offers.reverse()[:HISTORY_LIMIT])[::-1]
+        context = {
+            "form": form,
+            "cluster": cluster,
+            "partition": form.cleaned_data.get("partition") if form.is_valid() else "",
+            "resource": form.cleaned_data.get("resource") if form.is_valid() else "",
+            "history": history,
+            "chart": price_chart(history),
+            "currency": settings.PLATFORM_CURRENCY,
+        }
+        return render(request, self.template_name, context, status=200 if form.is_valid() else 400)
+
+
+# --- A team's allocations and bids -------------------------------------------------------------
+
+
+class OrganizationAllocationsView(LoginRequiredMixin, View):
+    template_name = "marketplace/market/allocations.html"
+
+    def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
+        membership = selectors.membership_get_for_user(request.user, organization_id)
+        organization = membership.organization
+        allocations = selectors.allocation_list_for_user(request.user).filter(
+            organization=organization
+        )
+        bids = (
+            selectors.bid_list_for_user(request.user)
+            .filter(organization=organization)
+            .select_related("offer__cluster", "offer__partition")
+        )
+        allocation_page: Page[Any] = Paginator(allocations, PAGE_SIZE).get_page(
+            request.GET.get("page")
+        )
+        bid_page: Page[Any] = Paginator(bids, PAGE_SIZE).get_page(request.GET.get("bids_page"))
+        context = {
+            "membership": membership,
+            "organization": organization,
+            "allocations": allocation_page,
+            "bids": bid_page,
+            "allocation_query": page_query(request, "page"),
+            "bid_query": page_query(request, "bids_page"),
+            "currency": settings.PLATFORM_CURRENCY,
+        }
+        return render(request, self.template_name, context)
+
+
+# --- An owner's clusters -----------------------------------------------------------------------
+
+
+def cluster_card(
+    request: HttpRequest, cluster: Cluster, membership: Membership, status: int = 200
+) -> HttpResponse:
+    """One cluster's card, also the fragment the page polls while a verification runs."""
+    context = {
+        "cluster": cluster,
+        "verification": selectors.cluster_verification_latest(cluster),
+        "membership": membership,
+    }
+    return render(request, "marketplace/market/_cluster.html", context, status=status)
+
+
+class OrganizationClustersView(LoginRequiredMixin, View):
+    template_name = "marketplace/market/clusters.html"
+
+    def _render(
+        self,
+        request: HttpRequest,
+        membership: Membership,
+        form: ClusterRegisterForm | None = None,
+        status: int = 200,
+    ) -> HttpResponse:
+        clusters = selectors.cluster_list().filter(organization=membership.organization)
+        context = {
+            "membership": membership,
+            "organization": membership.organization,
+            "clusters": [
+                (cluster, selectors.cluster_verification_latest(cluster)) for cluster in clusters
+            ],
+            "form": form or ClusterRegisterForm(),
+        }
+        return render(request, self.template_name, context, status=status)
+
+    def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
+        membership = selectors.membership_get_for_user(request.user, organization_id)
+        return self._render(request, membership)
+
+    def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        form = ClusterRegisterForm(request.POST)
+        if form.is_valid():
+            try:
+                cluster = services.cluster_create(actor=membership, **form.cleaned_data)
+            except ValidationFailed as error:
+                form_add_service_error(form, error)
+            else:
+                messages.success(
+                    request,
+                    f"{cluster.name} is registered with host key {cluster.host_key_fingerprint}. "
+                    "Verify it to read its partitions.",
+                )
+                return HttpResponseRedirect(request.path)
+        return self._render(request, membership, form, status=400)
+
+
+def owner_membership(request: HttpRequest, cluster: Cluster) -> Membership:
+    """The user's membership of the cluster's organization. The cluster itself is public, but
+    its connection, its verifications and their errors are the owners' only: a 404 to anyone
+    else."""
+    membership = selectors.membership_in(request.user, cluster.organization_id)
+    if membership is None:
+        raise NotFound("No such cluster.")
+    return membership
+
+
+class ClusterVerifyView(LoginRequiredMixin, View):
+    """Starts a verification in a worker. From the page (htmx) it answers with the cluster's
+    card, which polls its progress; without JavaScript it goes back to the clusters page."""
+
+    def post(self, request: HttpRequest, cluster_id: str) -> HttpResponse:
+        cluster = selectors.cluster_get(cluster_id)
+        membership = owner_membership(request, cluster)
+        services.cluster_verification_start(actor=membership, cluster=cluster)
+        if getattr(request, "htmx", False):
+            return cluster_card(request, cluster, membership)
+        messages.info(request, f"Verifying {cluster.name}…")
+        return HttpResponseRedirect(
+            reverse("organization-clusters", args=[cluster.organization.uuid])
+        )
+
+
+@method_decorator(never_cache, name="dispatch")
+class ClusterVerificationView(LoginRequiredMixin, View):
+    """The cluster's card with its latest verification, polled every second while it runs."""
+
+    def get(self, request: HttpRequest, cluster_id: str) -> HttpResponse:
+        cluster = selectors.cluster_get(cluster_id)
+        return cluster_card(request, cluster, owner_membership(request, cluster))
+
+
+# --- An owner's offers -------------------------------------------------------------------------
+
+
+class OrganizationOffersView(LoginRequiredMixin, View):
+    template_name = "marketplace/market/organization_offers.html"
+
+    def _render(
+        self,
+        request: HttpRequest,
+        membership: Membership,
+        form: OfferCreateForm | None = None,
+        status: int = 200,
+    ) -> HttpResponse:
+        organization = membership.organization
+        clusters = self._online_clusters(organization)
+        offers = offer_list_for_organization(organization)
+        page = Paginator(offers, PAGE_SIZE).get_page(request.GET.get("page"))
+        context = {
+            "membership": membership,
+            "organization": organization,
+            "form": form or OfferCreateForm(clusters=clusters),
+            "has_clusters": bool(clusters),
+            "offers": page,
+            "query": page_query(request),
+            "currency": settings.PLATFORM_CURRENCY,
+        }
+        return render(request, self.template_name, context, status=status)
+
+    @staticmethod
+    def _online_clusters(organization: Organization) -> list[Cluster]:
+        return list(
+            selectors.cluster_list().filter(organization=organization, status=Cluster.Status.ONLINE)
+        )
+
+    def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
+        membership = selectors.membership_get_for_user(request.user, organization_id)
+        return self._render(request, membership)
+
+    def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        form = OfferCreateForm(
+            request.POST, clusters=self._online_clusters(membership.organization)
+        )
+        status = 400
+        if form.is_valid():
+            data = dict(form.cleaned_data)
+            try:
+                cluster = selectors.cluster_get(data.pop("cluster"))
+            except NotFound:
+                form.add_error("cluster", "No such cluster.")
+            else:
+                try:
+                    offer = services.offer_create(actor=membership, cluster=cluster, **data)
+                except SHOWN_ON_FORM as error:
+                    form_add_refusal(form, error)
+                    status = error.status_code
+                else:
+                    messages.success(
+                        request,
+                        f"Listed {offer.quantity} {offer.get_resource_display().lower()} on "
+                        f"{cluster.name}/{offer.partition.name}; the auction closes "
+                        f"{offer.auction_closes_at:%Y-%m-%d %H:%M} UTC.",
+                    )
+                    return HttpResponseRedirect(request.path)
+        return self._render(request, membership, form, status=status)

@@ -502,7 +502,7 @@ def test_the_command_reports_a_named_offer_it_did_not_clear():
     )
 
     assert output.getvalue() == (
-        f"{offer.uuid}: not cleared (still open, or already done)\n"
+        f"{offer.uuid}: not cleared (still open for bids, or already done)\n"
     )
     assert errors_output.getvalue() == "Some of the offers named do not exist.\n"
     assert snapshot() == before

@@ -80,6 +80,8 @@ class OfferBrowseFilter(OfferFilter):
             form = super().form
             fields = form.fields
             fields["resource"].widget = _styled_select([("", "Any resource"), *Resource.choices])
+            fields["cluster"].label = "Cluster"
+            fields["partition"].label = "Partition"
             fields["cluster"].widget = _styled_select(self.cluster_choices)
             fields["partition"].widget.attrs["placeholder"] = "Any partition"
             fields["status"].widget = _styled_select([("", "Any status"), *Offer.Status.choices])

@@ -300,7 +300,7 @@ class Offer(BaseModel):
             models.Index(fields=["status", "reserve_price"], name="offer_status_price"),
             models.Index(fields=["status", "window_start"], name="offer_status_window"),
             models.Index(
-                fields=["cluster", "partition", "resource", "cleared_at"],
+                fields=["cluster", "partition", "resource", "auction_closes_at"],
                 name="offer_price_history",
             ),
         ]

@@ -148,7 +148,7 @@ def price_history(
         offers = offers.filter(partition__name=partition)
     if resource:
         offers = offers.filter(resource=resource)
-    return offers.order_by("cleared_at", "pk")
+    return offers.order_by("auction_closes_at", "pk")
 
 
 # --- Bids and allocations: only the holding organization's members see them --------------------

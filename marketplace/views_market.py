@@ -187,12 +187,16 @@ class OfferListView(LoginRequiredMixin, View):
 # --- One offer: buy now, bid, withdraw, cancel -------------------------------------------------
 
 
-def buying_organizations(user: User, offer: Offer) -> list[Organization]:
+def buying_organizations(
+    user: User, offer: Offer, administered: list[Organization] | None = None
+) -> list[Organization]:
     """The organizations the user can buy and bid for on this offer: those it administers,
     but the owner's (the service refuses an organization buying its own capacity)."""
+    if administered is None:
+        administered = organizations_administered_by(user)
     return [
         organization
-        for organization in organizations_administered_by(user)
+        for organization in administered
         if organization.pk != offer.cluster.organization_id
     ]
 
@@ -218,8 +222,9 @@ def offer_page(
 ) -> HttpResponse:
     user = request.user
     owner = selectors.membership_in(user, offer.cluster.organization_id)
-    buyers = buying_organizations(user, offer)
-    administered = {org.pk for org in organizations_administered_by(user)}
+    administered = organizations_administered_by(user)
+    buyers = buying_organizations(user, offer, administered)
+    administered_ids = {organization.pk for organization in administered}
     accepts_orders = offer.accepts_orders_at(timezone.now())
     if bid_form is None:
         bid_form = BidForm(organizations=buyers)
@@ -227,7 +232,9 @@ def offer_page(
         buy_form = BuyNowForm(organizations=buyers)
     bids = list(selectors.bid_list_for_user(user).filter(offer=offer))
     for bid in bids:
-        bid.can_withdraw = accepts_orders and bid.is_open and bid.organization_id in administered
+        bid.can_withdraw = (
+            accepts_orders and bid.is_open and bid.organization_id in administered_ids
+        )
     is_owner_admin = owner is not None and owner.is_admin
     context = {
         "offer": offer,
@@ -458,7 +465,9 @@ def price_chart(history: list[Offer]) -> PriceChart | None:
         Tick(position=y_of(step * index), label=f"{step * index:.{places}f}")
         for index in range(steps + 1)
     ]
-    time_format = "%Y-%m-%d %H:%M" if span < 2 * 86400 else "%Y-%m-%d"
+    # Ticks are evenly spaced in time, not at midnights: the hour is shown unless a tick's
+    # date alone is precise enough for the span.
+    time_format = "%Y-%m-%d %H:%M" if span < 7 * 86400 else "%Y-%m-%d"
     count = 1 if span == 0 else 4
     x_ticks = []
     for index in range(count):

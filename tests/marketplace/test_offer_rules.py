@@ -580,8 +580,8 @@ def test_an_offer_on_a_suspended_cluster_takes_no_bids_or_purchases(offer):
     for refused in (bid_refused, buy_refused):
         assert (refused.value.code, refused.value.detail, refused.value.extra) == (
             "offer_not_open",
-            "The platform suspended this offer's cluster.",
-            {"status": "open"},
+            "This offer's cluster is not available for sale now.",
+            {"status": "open", "cluster_status": "suspended"},
         )
     assert snapshot() == before
 

@@ -51,7 +51,7 @@ class ClusterAdmin(admin.ModelAdmin):
         field.name for field in Cluster._meta.fields if field.name not in ("ssh_private_key", "id")
     ]
     inlines = [PartitionInline]
-    actions = ["suspend"]
+    actions = ["suspend", "reinstate"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -61,6 +61,12 @@ class ClusterAdmin(admin.ModelAdmin):
         for cluster in queryset:
             services.cluster_suspend(cluster=cluster, reason=f"Suspended by {request.user}")
         self.message_user(request, f"Suspended {queryset.count()} clusters.")
+
+    @admin.action(description="Lift the suspension (the owners must verify the cluster again)")
+    def reinstate(self, request: HttpRequest, queryset: QuerySet[Cluster]) -> None:
+        for cluster in queryset:
+            services.cluster_reinstate(cluster=cluster)
+        self.message_user(request, f"Reinstated {queryset.count()} clusters.")
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):

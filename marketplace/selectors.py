@@ -36,7 +36,7 @@ def membership_get_for_user(user: User, organization_uuid: uuid.UUID | str) -> M
         return Membership.objects.select_related("organization").get(
             organization__uuid=organization_uuid, user=user
         )
-    except (Membership.DoesNotExist, ValueError) as error:
+    except (Membership.DoesNotExist, ValueError, ValidationError) as error:
         raise NotFound("No such organization.") from error
 
 

@@ -34,7 +34,7 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
     Idempotent: the offer's row lock serialises concurrent clearings, and an offer that is no
     longer open is left as it is, so clearing twice changes nothing."""
     now = now or timezone.now()
-    offer = Offer.objects.select_for_update().select_related("cluster").get(pk=offer_id)
+    offer = Offer.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=offer_id)
     if not offer.is_open or now < offer.auction_closes_at:
         return AuctionOutcome(offer_id=offer_id, cleared=False)
 

@@ -229,6 +229,10 @@ def _local_inventory() -> ClusterInventory:
 Progress = Callable[[str], None]
 
 
+class NotAnAccountManager(BridgeError):
+    """Managed mode on a cluster whose service user may not create Slurm accounts."""
+
+
 def cluster_verify(
     *, actor: Membership | None, cluster: Cluster, progress: Progress | None = None
 ) -> Cluster:
@@ -249,6 +253,17 @@ def cluster_verify(
         with SSHConnection(ssh_settings_for(cluster)) as connection:
             report("Reading partitions, CPUs, GPUs and time limits with sinfo")
             inventory = inventory_read(connection, timeout=VERIFY_TIMEOUT_SECONDS)
+            if cluster.account_mode == Cluster.AccountMode.MANAGED:
+                report("Checking that the service user may manage Slurm accounts")
+                level = slurm_accounts.admin_level_get(
+                    connection, user=cluster.ssh_user, timeout=VERIFY_TIMEOUT_SECONDS
+                )
+                if level not in slurm_accounts.ACCOUNT_ADMIN_LEVELS:
+                    raise NotAnAccountManager(
+                        f"managed mode needs the service user {cluster.ssh_user} to be a Slurm "
+                        f"operator (its admin level is {level}): run `sacctmgr modify user "
+                        f"{cluster.ssh_user} set adminlevel=operator`, or use fixed mode"
+                    )
     except BridgeHostKeyMismatch as error:
         detail = (
             f"The host offered a {error.offered_type} key {error.offered_fingerprint}; "
@@ -315,9 +330,18 @@ def _cluster_store_inventory(cluster: Cluster, inventory: ClusterInventory) -> C
 
 @transaction.atomic
 def cluster_suspend(*, cluster: Cluster, reason: str) -> Cluster:
-    """An operator takes a cluster off the market: no new offers (they need an online cluster)
-    until the owners verify it again. Existing allocations keep their holds."""
+    """An operator takes a cluster off the market: no new offers, no bids or purchases on its
+    open offers, and the owners cannot verify it back. Existing allocations keep their holds.
+    `cluster_reinstate` lifts it."""
     _cluster_mark(cluster, Cluster.Status.SUSPENDED, reason)
+    return cluster
+
+
+@transaction.atomic
+def cluster_reinstate(*, cluster: Cluster) -> Cluster:
+    """Lifts a suspension: the cluster is `unverified` until its owners verify it again."""
+    if cluster.status == Cluster.Status.SUSPENDED:
+        _cluster_mark(cluster, Cluster.Status.UNVERIFIED, "Reinstated: verify the cluster again.")
     return cluster
 
 
@@ -362,9 +386,28 @@ def cluster_verification_run(*, verification_id: int) -> ClusterVerification | N
     status, code, detail = ClusterVerification.Status.SUCCEEDED, "", ""
     try:
         cluster = cluster_verify(actor=None, cluster=verification.cluster, progress=progress)
-        detail = f"Online: {cluster.partitions.filter(is_up=True).count()} partitions."
+        count = cluster.partitions.filter(is_up=True).count()
+        detail = f"Online: {count} partition{'' if count == 1 else 's'}."
     except (errors.HostKeyMismatch, errors.ClusterUnreachable, errors.ClusterSuspended) as error:
         status, code, detail = ClusterVerification.Status.FAILED, error.code, error.detail
+    except BaseException:
+        # A bug or the task's time limit: the row must not stay `running`, or the page would
+        # wait on it. The error itself goes on to the worker's log.
+        _verification_finish(
+            verification,
+            ClusterVerification.Status.FAILED,
+            "internal_error",
+            "The verification stopped on an internal error; try again.",
+        )
+        raise
+    _verification_finish(verification, status, code, detail)
+    verification.refresh_from_db()
+    return verification
+
+
+def _verification_finish(
+    verification: ClusterVerification, status: str, code: str, detail: str
+) -> None:
     ClusterVerification.objects.filter(pk=verification.pk).update(
         status=status,
         error_code=code,
@@ -373,8 +416,6 @@ def cluster_verification_run(*, verification_id: int) -> ClusterVerification | N
         finished_at=timezone.now(),
         updated_at=timezone.now(),
     )
-    verification.refresh_from_db()
-    return verification
 
 
 # --- Managed Slurm accounts --------------------------------------------------------------------
@@ -389,23 +430,22 @@ def slurm_account_plan(*, cluster: Cluster, organization: Organization) -> Slurm
     allocation ever made). None on clusters that are not managed."""
     if cluster.account_mode != Cluster.AccountMode.MANAGED or cluster.backend != "slurm":
         return None
+    account, _ = SlurmAccount.objects.get_or_create(
+        cluster=cluster,
+        organization=organization,
+        defaults={"name": slurm_accounts.account_name_for(str(organization.uuid))},
+    )
+    # Locked before summing: a concurrent purchase of the same team on this cluster waits here
+    # until this transaction commits, then sums again and sees these allocations too.
+    account = SlurmAccount.objects.select_for_update().get(pk=account.pk)
     totals = dict(
         Allocation.objects.filter(cluster=cluster, organization=organization)
         .values_list("resource")
         .annotate(units=Sum("quantity"))
     )
-    wanted = {
-        "wanted_cpu_minutes": (totals.get("cpu") or 0) * MINUTES_PER_HOUR,
-        "wanted_gpu_minutes": (totals.get("gpu") or 0) * MINUTES_PER_HOUR,
-    }
-    account, created = SlurmAccount.objects.get_or_create(
-        cluster=cluster,
-        organization=organization,
-        defaults={"name": slurm_accounts.account_name_for(str(organization.uuid)), **wanted},
-    )
-    if not created:
-        SlurmAccount.objects.filter(pk=account.pk).update(**wanted, updated_at=timezone.now())
-        account.refresh_from_db()
+    account.wanted_cpu_minutes = (totals.get("cpu") or 0) * MINUTES_PER_HOUR
+    account.wanted_gpu_minutes = (totals.get("gpu") or 0) * MINUTES_PER_HOUR
+    account.save(update_fields=["wanted_cpu_minutes", "wanted_gpu_minutes", "updated_at"])
     return account
 
 
@@ -429,6 +469,9 @@ def slurm_accounts_sync(*, cluster_id: int, account_ids: list[int] | None = None
     try:
         with SSHConnection(ssh_settings_for(cluster)) as connection:
             for current in accounts:
+                # What is wanted now, not when the task was queued: a stale task must not put
+                # back an older, lower limit.
+                current.refresh_from_db(fields=["wanted_cpu_minutes", "wanted_gpu_minutes"])
                 slurm_accounts.account_ensure(
                     connection,
                     cluster_name=cluster.slurm_cluster_name,
@@ -441,17 +484,24 @@ def slurm_accounts_sync(*, cluster_id: int, account_ids: list[int] | None = None
                     connection,
                     cluster_name=cluster.slurm_cluster_name,
                     account=current.name,
-                    cpu_minutes=current.wanted_cpu_minutes,
+                    # A team with only GPU-hours here gets no CPU limit rather than zero.
+                    cpu_minutes=current.wanted_cpu_minutes or None,
                     gpu_minutes=current.wanted_gpu_minutes or None,
                 )
-                SlurmAccount.objects.filter(pk=current.pk).update(
+                # Recorded as applied only if nothing changed what is wanted meanwhile; if it
+                # did, the sync queued by that change (or the reconciliation) applies it.
+                SlurmAccount.objects.filter(
+                    pk=current.pk,
+                    wanted_cpu_minutes=current.wanted_cpu_minutes,
+                    wanted_gpu_minutes=current.wanted_gpu_minutes,
+                ).update(
                     applied_cpu_minutes=current.wanted_cpu_minutes,
                     applied_gpu_minutes=current.wanted_gpu_minutes,
                     synced_at=timezone.now(),
                     last_error="",
                     updated_at=timezone.now(),
                 )
-    except BridgeError as error:
+    except (BridgeError, ValueError) as error:
         failed = [current.pk] if current is not None else [account.pk for account in accounts]
         SlurmAccount.objects.filter(pk__in=failed).update(
             last_error=str(error)[:500], updated_at=timezone.now()

@@ -164,7 +164,13 @@ def offer_create(
 
 
 def _lock_offer(offer: Offer) -> Offer:
-    return Offer.objects.select_for_update().select_related("cluster", "partition").get(pk=offer.pk)
+    # `of=("self",)`: the offer's row only, not its cluster's, so that orders on one offer never
+    # wait on another offer of the same cluster.
+    return (
+        Offer.objects.select_for_update(of=("self",))
+        .select_related("cluster", "partition")
+        .get(pk=offer.pk)
+    )
 
 
 @transaction.atomic

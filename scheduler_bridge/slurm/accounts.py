@@ -177,6 +177,23 @@ def account_limit_set(
     return True
 
 
+ACCOUNT_ADMIN_LEVELS = ("operator", "administrator")
+
+
+def admin_level_get(connection: SSHConnection, *, user: str, timeout: float = 30.0) -> str:
+    """The Slurm admin level of `user` (`none`, `operator` or `administrator`, lowercased);
+    managing accounts needs operator or more. An unknown user is `none`."""
+    _require_slurm_name("user", user)
+    result = connection.run(
+        ["sacctmgr", "--noheader", "--parsable2", "show", "user", user, "format=AdminLevel"],
+        timeout=timeout,
+    )
+    levels = {line.strip().lower() for line in result.stdout.splitlines() if line.strip()}
+    if len(levels) > 1:
+        raise UnexpectedOutput(f"sacctmgr listed several admin levels for {user}: {levels}")
+    return levels.pop() if levels else "none"
+
+
 def parse_grp_tres_mins(text: str) -> tuple[int | None, int | None]:
     """(CPU minutes, GPU minutes) from a GrpTRESMins value such as `cpu=6000,gres/gpu=120`; a
     TRES that is not listed is None. Other TRES (memory, typed GPUs like `gres/gpu:a100`, ...)

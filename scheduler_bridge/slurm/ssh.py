@@ -9,8 +9,10 @@ from __future__ import annotations
 import base64
 import binascii
 import io
+import os
 import select
 import shlex
+import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -104,6 +106,22 @@ class _RefuseUnknownHostKey(paramiko.MissingHostKeyPolicy):
         )
 
 
+def _connect_failure(error: BaseException) -> str:
+    """Why a connection failed, in words a cluster owner can act on ("connection refused"),
+    rather than paramiko's "[Errno None] Unable to connect to port 22 on ..."."""
+    if isinstance(error, paramiko.ssh_exception.NoValidConnectionsError):
+        reasons = {
+            os.strerror(errno).lower() if (errno := getattr(cause, "errno", None)) else str(cause)
+            for cause in error.errors.values()
+        }
+        return ", ".join(sorted(reasons))
+    if isinstance(error, TimeoutError | socket.timeout):
+        return "timed out"
+    if isinstance(error, OSError) and error.errno:
+        return os.strerror(error.errno).lower()
+    return str(error) or type(error).__name__
+
+
 def remote_command(arguments: Sequence[str] | str) -> str:
     """The exact text sent to the remote shell: the command (each argument quoted when given as a
     list) run by /bin/sh inside a clean environment."""
@@ -169,8 +187,7 @@ class SSHConnection:
         except (OSError, paramiko.SSHException, EOFError) as error:
             client.close()
             raise ClusterUnreachable(
-                f"cannot connect to {settings.host}:{settings.port}: "
-                f"{error or type(error).__name__}"
+                f"cannot connect to {settings.host}:{settings.port}: {_connect_failure(error)}"
             ) from error
         transport = client.get_transport()
         if transport is not None:

@@ -135,6 +135,20 @@ def offer_get(offer_uuid: Any) -> Offer:
         raise NotFound("No such offer.") from error
 
 
+def offer_list_for_organization(organization: Organization) -> QuerySet[Offer]:
+    """The offers on the organization's own clusters, newest first: an owner's listing."""
+    return offer_list().filter(cluster__organization=organization).order_by("-created_at", "-id")
+
+
+def organizations_administered_by(user: User) -> list[Organization]:
+    """The user's organizations in which the user is an admin, the ones that can buy and bid."""
+    return [
+        organization
+        for organization in organization_list_for_user(user)
+        if organization.role == Membership.Role.ADMIN  # type: ignore[attr-defined]
+    ]
+
+
 def price_history(
     *, cluster: Cluster | None = None, partition: str | None = None, resource: str | None = None
 ) -> QuerySet[Offer]:
@@ -159,7 +173,7 @@ def bid_list_for_user(user: User) -> QuerySet[Bid]:
         Bid.objects.filter(
             organization__in=Membership.objects.filter(user=user).values("organization")
         )
-        .select_related("offer", "organization", "hold")
+        .select_related("offer__cluster", "offer__partition", "organization", "hold")
         .order_by("-created_at", "-id")
     )
 

@@ -7,9 +7,6 @@ not see is a 404), let the services decide, and show a service's refusal beside 
 concerns, or on top of the form with the figures that explain it (a 402 names the balance or
 the budget it ran into). A refusal by role (403) is left to the error page."""
 
-import datetime
-import math
-from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
 from typing import Any
 
@@ -18,7 +15,6 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.paginator import Page, Paginator
-from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
@@ -40,6 +36,7 @@ from computeshare.errors import (
 from computeshare.forms import form_add_service_error
 from computeshare.models import User
 from marketplace import selectors, services
+from marketplace.charts import price_chart, price_text
 from marketplace.forms_market import (
     UTC,
     BidForm,
@@ -54,27 +51,6 @@ from marketplace.models import Cluster, Membership, Offer, Organization
 PAGE_SIZE = 50
 HISTORY_LIMIT = 200
 CENT = Decimal("0.01")
-
-
-# --- Reads that selectors.py does not have yet -------------------------------------------------
-
-
-def offer_list_for_organization(organization: Organization) -> QuerySet[Offer]:
-    """The offers on the organization's own clusters, newest first: an owner's listing."""
-    return (
-        selectors.offer_list()
-        .filter(cluster__organization=organization)
-        .order_by("-created_at", "-id")
-    )
-
-
-def organizations_administered_by(user: User) -> list[Organization]:
-    """The user's organizations in which the user is an admin, the ones that can buy and bid."""
-    return [
-        organization
-        for organization in selectors.organization_list_for_user(user)
-        if organization.role == Membership.Role.ADMIN  # type: ignore[attr-defined]
-    ]
 
 
 # --- Showing refusals --------------------------------------------------------------------------
@@ -93,14 +69,6 @@ SHOWN_ON_FORM = (ValidationFailed, Conflict, PaymentRequired)
 def cents(value: Any) -> str:
     """An amount as the pages show it: rounded half up to the cent, thousands grouped."""
     return f"{Decimal(value).quantize(CENT, rounding=ROUND_HALF_UP):,.2f}"
-
-
-def price_text(value: Decimal) -> str:
-    """A unit price: to the cent when that is exact (`2.50`), else every digit (`0.0125`)."""
-    exact = value.normalize()
-    if exact == exact.quantize(CENT):
-        return f"{value.quantize(CENT):f}"
-    return f"{exact:f}"
 
 
 def refusal_text(error: ApplicationError) -> str:
@@ -193,7 +161,7 @@ def buying_organizations(
     """The organizations the user can buy and bid for on this offer: those it administers,
     but the owner's (the service refuses an organization buying its own capacity)."""
     if administered is None:
-        administered = organizations_administered_by(user)
+        administered = selectors.organizations_administered_by(user)
     return [
         organization
         for organization in administered
@@ -222,7 +190,7 @@ def offer_page(
 ) -> HttpResponse:
     user = request.user
     owner = selectors.membership_in(user, offer.cluster.organization_id)
-    administered = organizations_administered_by(user)
+    administered = selectors.organizations_administered_by(user)
     buyers = buying_organizations(user, offer, administered)
     administered_ids = {organization.pk for organization in administered}
     accepts_orders = offer.accepts_orders_at(timezone.now())
@@ -372,123 +340,6 @@ class OfferCancelView(LoginRequiredMixin, View):
 # --- Price history -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class ChartPoint:
-    x: float
-    y: float
-    price: Decimal
-    closed_at: datetime.datetime
-
-    @property
-    def label(self) -> str:
-        return price_text(self.price)
-
-    @property
-    def label_y(self) -> float:
-        return round(self.y - 9, 1)
-
-
-@dataclass(frozen=True)
-class Tick:
-    position: float
-    label: str
-
-
-@dataclass(frozen=True)
-class PriceChart:
-    """Coordinates of an inline SVG line chart: x is when each auction closed, y its clearing
-    price, from zero up to a round number above the highest price."""
-
-    width: int
-    height: int
-    left: int
-    right: int
-    top: int
-    bottom: int
-    points: list[ChartPoint]
-    line: str
-    x_ticks: list[Tick]
-    y_ticks: list[Tick]
-
-
-CHART_WIDTH, CHART_HEIGHT = 720, 280
-CHART_LEFT, CHART_RIGHT, CHART_TOP, CHART_BOTTOM = 72, 24, 24, 48
-
-
-def nice_step(highest: Decimal, intervals: int = 4) -> Decimal:
-    """The smallest round step (1, 2, 2.5 or 5 times a power of ten) that reaches `highest`
-    in at most `intervals` steps."""
-    exponent = math.floor(math.log10(highest / intervals))
-    for multiple in ("1", "2", "2.5", "5", "10"):
-        step = Decimal(multiple).scaleb(exponent)
-        if step * intervals >= highest:
-            break
-    return step
-
-
-def price_chart(history: list[Offer]) -> PriceChart | None:
-    sold = [offer for offer in history if offer.clearing_price is not None]
-    if not sold:
-        return None
-    right_edge = CHART_WIDTH - CHART_RIGHT
-    bottom_edge = CHART_HEIGHT - CHART_BOTTOM
-    plot_width = right_edge - CHART_LEFT
-    plot_height = bottom_edge - CHART_TOP
-
-    highest = max(offer.clearing_price for offer in sold)  # type: ignore[type-var]
-    step = nice_step(highest)
-    steps = math.ceil(highest / step)
-    places = max(2, -step.normalize().as_tuple().exponent)  # type: ignore[operator]
-    y_top = step * steps
-
-    def y_of(price: Decimal) -> float:
-        return round(bottom_edge - float(price / y_top) * plot_height, 1)
-
-    first = sold[0].auction_closes_at
-    span = (sold[-1].auction_closes_at - first).total_seconds()
-
-    def x_of(moment: datetime.datetime) -> float:
-        if span == 0:
-            return round(CHART_LEFT + plot_width / 2, 1)
-        return round(CHART_LEFT + (moment - first).total_seconds() / span * plot_width, 1)
-
-    points = [
-        ChartPoint(
-            x=x_of(offer.auction_closes_at),
-            y=y_of(offer.clearing_price),  # type: ignore[arg-type]
-            price=offer.clearing_price,  # type: ignore[arg-type]
-            closed_at=offer.auction_closes_at,
-        )
-        for offer in sold
-    ]
-    y_ticks = [
-        Tick(position=y_of(step * index), label=f"{step * index:.{places}f}")
-        for index in range(steps + 1)
-    ]
-    # Ticks are evenly spaced in time, not at midnights: the hour is shown unless a tick's
-    # date alone is precise enough for the span.
-    time_format = "%Y-%m-%d %H:%M" if span < 7 * 86400 else "%Y-%m-%d"
-    count = 1 if span == 0 else 4
-    x_ticks = []
-    for index in range(count):
-        moment = first + datetime.timedelta(seconds=span * index / max(count - 1, 1))
-        x_ticks.append(
-            Tick(position=x_of(moment), label=timezone.localtime(moment, UTC).strftime(time_format))
-        )
-    return PriceChart(
-        width=CHART_WIDTH,
-        height=CHART_HEIGHT,
-        left=CHART_LEFT,
-        right=right_edge,
-        top=CHART_TOP,
-        bottom=bottom_edge,
-        points=points,
-        line=" ".join(f"{point.x},{point.y}" for point in points),
-        x_ticks=x_ticks,
-        y_ticks=y_ticks,
-    )
-
-
 class PriceHistoryView(LoginRequiredMixin, View):
     template_name = "marketplace/market/price_history.html"
 
@@ -535,11 +386,7 @@ class OrganizationAllocationsView(LoginRequiredMixin, View):
         allocations = selectors.allocation_list_for_user(request.user).filter(
             organization=organization
         )
-        bids = (
-            selectors.bid_list_for_user(request.user)
-            .filter(organization=organization)
-            .select_related("offer__cluster", "offer__partition")
-        )
+        bids = selectors.bid_list_for_user(request.user).filter(organization=organization)
         allocation_page: Page[Any] = Paginator(allocations, PAGE_SIZE).get_page(
             request.GET.get("page")
         )
@@ -664,7 +511,7 @@ class OrganizationOffersView(LoginRequiredMixin, View):
     ) -> HttpResponse:
         organization = membership.organization
         clusters = self._online_clusters(organization)
-        offers = offer_list_for_organization(organization)
+        offers = selectors.offer_list_for_organization(organization)
         page = Paginator(offers, PAGE_SIZE).get_page(request.GET.get("page"))
         context = {
             "membership": membership,

@@ -24,6 +24,7 @@ from billing.models import Hold, Transaction
 from computeshare.errors import NotFound
 from computeshare.models import User
 from marketplace import selectors, services
+from marketplace.charts import nice_step, price_chart
 from marketplace.models import (
     Allocation,
     Bid,
@@ -34,7 +35,6 @@ from marketplace.models import (
     Organization,
     Partition,
 )
-from marketplace.views_market import nice_step, price_chart
 from tests.conftest import OrganizationWithPeople, client_for
 from tests.factories import (
     ClusterFactory,

@@ -1,4 +1,4 @@
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import ClassVar
 
@@ -206,6 +206,27 @@ class ClusterVerification(BaseModel):
 
     def __str__(self) -> str:
         return f"verification of {self.cluster} ({self.status})"
+
+    # A run still `running` after this long lost its worker: the page stops waiting for it and
+    # a new request starts another.
+    STALE_AFTER = timedelta(minutes=5)
+
+    @property
+    def is_stale(self) -> bool:
+        return (
+            self.status == self.Status.RUNNING
+            and timezone.now() - self.created_at > self.STALE_AFTER
+        )
+
+    @property
+    def shown_status(self) -> str:
+        return self.Status.FAILED if self.is_stale else self.status
+
+    @property
+    def shown_detail(self) -> str:
+        if self.is_stale:
+            return "No worker finished this verification; verify again."
+        return self.detail
 
 
 class SlurmAccount(BaseModel):

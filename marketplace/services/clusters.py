@@ -7,7 +7,6 @@ of the database, talks to the cluster, then writes the result in one short trans
 import os
 import re
 from collections.abc import Callable
-from datetime import timedelta
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -358,7 +357,7 @@ def cluster_verification_start(*, actor: Membership, cluster: Cluster) -> Cluste
     Cluster.objects.select_for_update().filter(pk=cluster.pk).first()
     running = cluster.verifications.filter(
         status=ClusterVerification.Status.RUNNING,
-        created_at__gte=timezone.now() - timedelta(minutes=5),
+        created_at__gte=timezone.now() - ClusterVerification.STALE_AFTER,
     ).first()
     if running is not None:
         return running

@@ -1496,3 +1496,31 @@ def test_cancelling_from_the_organization_offers_page_comes_back_to_it(client, o
 def test_an_organization_id_that_is_not_a_uuid_is_not_found(team):
     with pytest.raises(NotFound):
         selectors.membership_get_for_user(team.admin, "not-a-uuid")
+
+
+def test_a_verification_whose_worker_vanished_stops_the_polling(client, owner):
+    # Given a verification left `running` ten minutes ago (its worker died)
+    cluster = unverified_cluster(owner)
+    verification = services.cluster_verification_start(
+        actor=membership(owner.admin, owner.organization), cluster=cluster
+    )
+    ClusterVerification.objects.filter(pk=verification.pk).update(
+        created_at=timezone.now() - datetime.timedelta(minutes=10)
+    )
+    client.force_login(owner.admin)
+
+    # When the card is fetched
+    card = html(client.get(reverse("cluster-verification", args=[cluster.uuid]))).by_id(
+        f"cluster-{cluster.uuid}"
+    )
+
+    # Then it says so, stops polling and offers Verify again, which starts a new run
+    assert "hx-trigger" not in card.attrs
+    progress = card.find(data_field="verification")
+    assert progress.attrs["data-verification-status"] == "failed"
+    assert "No worker finished this verification; verify again." in progress.text()
+    assert "disabled" not in card.find("button").attrs
+    again = services.cluster_verification_start(
+        actor=membership(owner.admin, owner.organization), cluster=cluster
+    )
+    assert again.pk != verification.pk

@@ -128,6 +128,17 @@ def offer_list() -> QuerySet[Offer]:
     return Offer.objects.select_related("cluster", "partition")
 
 
+def offer_list_for_listing() -> QuerySet[Offer]:
+    """`offer_list` with only the columns a listing shows: in particular the cluster's encrypted
+    private key is neither read nor decrypted for every row."""
+    return offer_list().only(
+        *(field.name for field in Offer._meta.concrete_fields if field.name != "created_by"),
+        "cluster__uuid",
+        "cluster__name",
+        "partition__name",
+    )
+
+
 def offer_get(offer_uuid: Any) -> Offer:
     try:
         return offer_list().get(uuid=offer_uuid)

@@ -1,17 +1,15 @@
 """Input and output shapes of the cluster, offer, bid and allocation endpoints (API.md). Units
 and money are decimal strings; ids are UUIDs. They translate; the services decide."""
 
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from rest_framework import serializers
-from rest_framework.fields import DateTimeField
 
 from billing.serializers import Money
 from marketplace.models import Allocation, Bid, Cluster, Offer, Resource
-
-_datetime = DateTimeField()
 
 
 def units_text(value: Decimal | int | None) -> str | None:
@@ -28,8 +26,13 @@ def money_text(value: Decimal | None) -> str | None:
     return None if value is None else f"{value:.6f}"
 
 
-def time_text(value: Any) -> str | None:
-    return None if value is None else _datetime.to_representation(value)
+def time_text(value: datetime | None) -> str | None:
+    """As DRF writes times (ISO 8601, UTC as `Z`), without its per-call time zone lookup: the
+    offers list writes five per offer."""
+    if value is None:
+        return None
+    text = value.astimezone(UTC).isoformat()
+    return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
 class Units(serializers.Field):

@@ -191,7 +191,7 @@ class OfferListCreateApi(APIView):
         parameters=[*PAGE_PARAMETERS, *OFFER_FILTERS],
     )
     def get(self, request: Request) -> Response:
-        filters = OfferFilter(request.query_params, queryset=selectors.offer_list())
+        filters = OfferFilter(request.query_params, queryset=selectors.offer_list_for_listing())
         if not filters.is_valid():
             raise ValidationFailed(
                 fields={

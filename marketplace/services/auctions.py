@@ -1,10 +1,12 @@
 """Clearing auctions and closing allocation windows."""
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from billing import services as billing
@@ -72,22 +74,22 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
         memo=f"Auction cleared on {offer.cluster.name}: bids released"[:255],
     )
 
-    won = [
-        Bid(
-            pk=pk,
-            status=(Bid.Status.WON if clearing.fills[pk] == row[2] else Bid.Status.PARTIALLY_WON),
+    # Set-wise: every full winner in one statement, the one partly filled bid (there is at
+    # most one: the bid that used up the supply) in another, and then every bid still open lost.
+    full = [pk for pk, row in winners.items() if clearing.fills[pk] == row[2]]
+    partial = [pk for pk in winners if clearing.fills[pk] != winners[pk][2]]
+    for batch in _batches(full, 10_000):
+        Bid.objects.filter(pk__in=batch).update(
+            status=Bid.Status.WON, quantity_won=F("quantity"), price_paid=price, updated_at=now
+        )
+    for pk in partial:
+        Bid.objects.filter(pk=pk).update(
+            status=Bid.Status.PARTIALLY_WON,
             quantity_won=clearing.fills[pk],
             price_paid=price,
             updated_at=now,
         )
-        for pk, row in winners.items()
-    ]
-    Bid.objects.bulk_update(
-        won, ["status", "quantity_won", "price_paid", "updated_at"], batch_size=1_000
-    )
-    open_bids.exclude(pk__in=list(winners)).update(
-        status=Bid.Status.LOST, quantity_won=0, updated_at=now
-    )
+    open_bids.update(status=Bid.Status.LOST, quantity_won=0, updated_at=now)
     allocations = Allocation.objects.bulk_create(
         [
             Allocation(
@@ -124,9 +126,7 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
         ]
     )
     if allocations and offer.cluster.account_mode == offer.cluster.AccountMode.MANAGED:
-        for allocation in allocations:
-            allocation.cluster = offer.cluster
-        _after_allocation(allocations)
+        _after_allocation(offer.cluster, {row[6] for row in winners.values()})
     return AuctionOutcome(
         offer_id=offer_id,
         cleared=True,
@@ -135,6 +135,11 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
         winners=len(winners),
         bids=len(rows),
     )
+
+
+def _batches(items: list[int], size: int) -> Iterator[list[int]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
 
 
 def auctions_due(now: datetime | None = None) -> list[int]:

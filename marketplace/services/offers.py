@@ -18,7 +18,7 @@ from billing import services as billing
 from billing.models import ReferenceKind
 from computeshare.errors import PermissionDenied, ValidationFailed
 from marketplace import errors
-from marketplace.models import Allocation, Bid, Cluster, Membership, Offer, Resource
+from marketplace.models import Allocation, Bid, Cluster, Membership, Offer, Organization, Resource
 from marketplace.services.clusters import slurm_account_plan
 
 
@@ -234,24 +234,20 @@ def _check_cap(offer: Offer, actor: Membership, units: int) -> None:
         )
 
 
-def _after_allocation(allocations: list[Allocation]) -> None:
-    """Plans each buyer's managed Slurm account (in this transaction) and syncs it with the
-    cluster after the commit."""
+def _after_allocation(cluster: Cluster, organization_ids: set[int]) -> None:
+    """Plans the buyers' managed Slurm accounts on the cluster (in this transaction) and syncs
+    them with the cluster after the commit. Nothing on clusters that are not managed."""
     from marketplace.tasks import slurm_accounts_sync_task
 
-    planned: dict[int, list[int]] = {}
-    for allocation in allocations:
-        account = slurm_account_plan(
-            cluster=allocation.cluster, organization=allocation.organization
-        )
+    if cluster.account_mode != Cluster.AccountMode.MANAGED:
+        return
+    account_ids = []
+    for organization in Organization.objects.filter(pk__in=organization_ids).order_by("pk"):
+        account = slurm_account_plan(cluster=cluster, organization=organization)
         if account is not None:
-            planned.setdefault(allocation.cluster_id, []).append(account.pk)
-    for cluster_id, account_ids in planned.items():
-        transaction.on_commit(
-            lambda cluster_id=cluster_id, account_ids=account_ids: slurm_accounts_sync_task.delay(
-                cluster_id, account_ids
-            )
-        )
+            account_ids.append(account.pk)
+    if account_ids:
+        transaction.on_commit(lambda: slurm_accounts_sync_task.delay(cluster.pk, account_ids))
 
 
 @transaction.atomic
@@ -293,7 +289,7 @@ def offer_buy(*, actor: Membership, offer: Offer, quantity: Any) -> Allocation:
     Offer.objects.filter(pk=offer.pk).update(
         units_sold=F("units_sold") + units, updated_at=timezone.now()
     )
-    _after_allocation([allocation])
+    _after_allocation(offer.cluster, {actor.organization_id})
     return allocation
 
 

@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 help:
 	@echo "make demo    install everything and serve the demo on http://127.0.0.1:8000"
 	@echo "make test    install everything, start PostgreSQL, Redis and the Slurm test cluster, run all checks"
-	@echo "make bench   print how fast the ledger and the Stripe webhook are on the local PostgreSQL"
+	@echo "make bench   print how fast the ledger, the webhook, auction clearing and the offers list are"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -53,10 +53,12 @@ typecheck:
 pytest:
 	$(BIN)/pytest
 
-# Figures, not pass or fail: how fast money moves on the local PostgreSQL (bench/ledger.py).
+# Figures, not pass or fail, on the local PostgreSQL: how fast money moves (bench/ledger.py),
+# and how the market clears auctions and serves the offers list (bench/marketplace.py).
 bench: install
 	scripts/test-services
 	$(BIN)/python bench/ledger.py
+	$(BIN)/python bench/marketplace.py
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .pytest_cache .ruff_cache .mypy_cache

@@ -1,6 +1,7 @@
 """Input and output shapes of the cluster, offer, bid and allocation endpoints (API.md). Units
 and money are decimal strings; ids are UUIDs. They translate; the services decide."""
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
@@ -10,6 +11,7 @@ from rest_framework import serializers
 
 from billing.serializers import Money
 from marketplace.models import Allocation, Bid, Cluster, Offer, Resource
+from marketplace.selectors import OFFER_LISTING_FIELDS
 
 
 def units_text(value: Decimal | int | None) -> str | None:
@@ -175,29 +177,41 @@ class OfferSerializer(serializers.Serializer):
     currency = serializers.CharField()
     created_at = serializers.DateTimeField()
 
-    def to_representation(self, offer: Offer) -> dict[str, Any]:
+    def to_representation(self, offer: Offer | Mapping[str, Any]) -> dict[str, Any]:
+        row = offer if isinstance(offer, Mapping) else _listing_row(offer)
         return {
-            "id": str(offer.uuid),
-            "cluster": str(offer.cluster.uuid),
-            "cluster_name": offer.cluster.name,
-            "partition": offer.partition.name,
-            "resource": offer.resource,
-            "quantity": str(offer.quantity),
-            "remaining": str(offer.quantity - offer.units_sold),
-            "window_start": time_text(offer.window_start),
-            "window_end": time_text(offer.window_end),
-            "reserve_price": money_text(offer.reserve_price),
-            "buy_now_price": money_text(offer.buy_now_price),
-            "auction_closes_at": time_text(offer.auction_closes_at),
-            "max_per_buyer": None if offer.max_per_buyer is None else str(offer.max_per_buyer),
-            "status": offer.status,
-            "clearing_price": money_text(offer.clearing_price),
-            "cleared_at": time_text(offer.cleared_at),
-            "bid_count": offer.bid_count,
-            "units_bid": str(offer.units_bid),
+            "id": str(row["uuid"]),
+            "cluster": str(row["cluster__uuid"]),
+            "cluster_name": row["cluster__name"],
+            "partition": row["partition__name"],
+            "resource": row["resource"],
+            "quantity": str(row["quantity"]),
+            "remaining": str(row["quantity"] - row["units_sold"]),
+            "window_start": time_text(row["window_start"]),
+            "window_end": time_text(row["window_end"]),
+            "reserve_price": money_text(row["reserve_price"]),
+            "buy_now_price": money_text(row["buy_now_price"]),
+            "auction_closes_at": time_text(row["auction_closes_at"]),
+            "max_per_buyer": None if row["max_per_buyer"] is None else str(row["max_per_buyer"]),
+            "status": row["status"],
+            "clearing_price": money_text(row["clearing_price"]),
+            "cleared_at": time_text(row["cleared_at"]),
+            "bid_count": row["bid_count"],
+            "units_bid": str(row["units_bid"]),
             "currency": settings.PLATFORM_CURRENCY,
-            "created_at": time_text(offer.created_at),
+            "created_at": time_text(row["created_at"]),
         }
+
+
+def _listing_row(offer: Offer) -> dict[str, Any]:
+    """An offer object as the row `selectors.offer_rows` would read."""
+    row = {}
+    for path in OFFER_LISTING_FIELDS:
+        value: Any = offer
+        for name in path.split("__"):
+            value = getattr(value, name)
+        row[path] = value
+    return row
 
 
 class OfferCreateSerializer(serializers.Serializer):

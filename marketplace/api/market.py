@@ -191,7 +191,7 @@ class OfferListCreateApi(APIView):
         parameters=[*PAGE_PARAMETERS, *OFFER_FILTERS],
     )
     def get(self, request: Request) -> Response:
-        filters = OfferFilter(request.query_params, queryset=selectors.offer_list_for_listing())
+        filters = OfferFilter(request.query_params, queryset=selectors.offer_list())
         if not filters.is_valid():
             raise ValidationFailed(
                 fields={
@@ -199,7 +199,7 @@ class OfferListCreateApi(APIView):
                     for name, messages in filters.errors.items()
                 }
             )
-        return paginated_response(request, self, filters.qs, OfferSerializer)
+        return paginated_response(request, self, selectors.offer_rows(filters.qs), OfferSerializer)
 
     @extend_schema(
         operation_id="offers_create",

@@ -7,6 +7,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
@@ -37,6 +38,7 @@ def time_text(value: datetime | None) -> str | None:
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 
+@extend_schema_field({"type": "string", "pattern": r"^[0-9]+(\.[0-9]+)?$", "example": "40"})
 class Units(serializers.Field):
     """Read-only units as a decimal string (`"40"`, `"0.25"`)."""
 
@@ -48,6 +50,15 @@ class Units(serializers.Field):
         return units_text(value)
 
 
+@extend_schema_field(
+    {
+        "oneOf": [
+            {"type": "integer", "minimum": 1},
+            {"type": "string", "pattern": "^[0-9]+$"},
+        ],
+        "description": "A whole number of units, as a number or a decimal string.",
+    }
+)
 class WholeUnits(serializers.Field):
     """A whole number of units, given as a JSON number or a decimal string; the service checks
     the range."""

@@ -215,6 +215,14 @@ SPECTACULAR_SETTINGS = {
     # The interactive docs load Swagger UI from our own static files (npm), never from a CDN.
     "SWAGGER_UI_DIST": f"/{STATIC_URL}vendor/swagger-ui",
     "SWAGGER_UI_FAVICON_HREF": f"/{STATIC_URL}favicon.svg",
+    # Several models have a `status`; each set of values gets its own name in the schema.
+    "ENUM_NAME_OVERRIDES": {
+        "ClusterStatusEnum": "marketplace.models.Cluster.Status",
+        "OfferStatusEnum": "marketplace.models.Offer.Status",
+        "BidStatusEnum": "marketplace.models.Bid.Status",
+        "AllocationStatusEnum": "marketplace.models.Allocation.Status",
+        "TopUpStatusEnum": "billing.models.TopUp.Status",
+    },
 }
 
 LOGGING = {

@@ -1524,3 +1524,19 @@ def test_a_verification_whose_worker_vanished_stops_the_polling(client, owner):
         actor=membership(owner.admin, owner.organization), cluster=cluster
     )
     assert again.pk != verification.pk
+
+
+@pytest.mark.parametrize(
+    ("stored", "shown"),
+    [
+        ("2.500000", "2.50"),
+        ("0.020000", "0.02"),
+        ("0.026000", "0.026"),
+        ("0.012500", "0.0125"),
+        ("12.000000", "12.00"),
+    ],
+)
+def test_unit_prices_show_cents_or_every_significant_digit(stored, shown):
+    from marketplace.templatetags.market import price
+
+    assert price(Decimal(stored)) == shown

@@ -2,53 +2,22 @@
 transaction, started together. Row locks must serialize what competes for the same money, and
 the fixed lock order must keep two organizations that pay each other out of deadlock."""
 
-import threading
-from collections import Counter
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connection
 
 from billing import selectors, services
 from billing.errors import HoldTooSmall, InsufficientFunds
 from billing.models import Account, Hold, ReferenceKind, Transaction
 from billing.services.ledger import accounts_open
+from tests.concurrency import kinds, run_together
 from tests.factories import OrganizationFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 D = Decimal
-TIMEOUT = 30
-
-
-def run_together(calls: list[Callable[[], Any]]) -> list[Any]:
-    """Runs each call in its own thread, all released at once; returns what each returned or
-    raised, in the order of `calls`."""
-    barrier = threading.Barrier(len(calls), timeout=TIMEOUT)
-    outcomes: list[Any] = [None] * len(calls)
-
-    def run(index: int, call: Callable[[], Any]) -> None:
-        try:
-            barrier.wait()
-            outcomes[index] = call()
-        except Exception as error:
-            outcomes[index] = error
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(index, call)) for index, call in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(TIMEOUT)
-    assert not any(thread.is_alive() for thread in threads), "a thread is stuck"
-    return outcomes
-
-
-def kinds(outcomes: list[Any]) -> Counter[str]:
-    return Counter(type(outcome).__name__ for outcome in outcomes)
 
 
 def fees() -> Decimal:

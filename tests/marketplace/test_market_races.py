@@ -2,16 +2,13 @@
 transaction, released together. The offer's row lock must keep an offer from being oversold,
 a clearing from running twice, and a bid from slipping in beside a clearing unseen."""
 
-import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
 import pytest
-from django.db import connection
 from django.utils import timezone
 
 from billing import selectors as billing_selectors
@@ -21,40 +18,12 @@ from billing.services.ledger import accounts_open
 from marketplace import errors, services
 from marketplace.models import Allocation, Bid, Membership, Offer, Organization
 from marketplace.services import AuctionOutcome
+from tests.concurrency import kinds, run_together
 from tests.factories import MembershipFactory, OfferFactory, funded_organization
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 D = Decimal
-TIMEOUT = 60
-
-
-def run_together(calls: list[Callable[[], Any]]) -> list[Any]:
-    """Runs each call in its own thread, all released at once; returns what each returned or
-    raised, in the order of `calls`."""
-    barrier = threading.Barrier(len(calls), timeout=TIMEOUT)
-    outcomes: list[Any] = [None] * len(calls)
-
-    def run(index: int, call: Callable[[], Any]) -> None:
-        try:
-            barrier.wait()
-            outcomes[index] = call()
-        except Exception as error:
-            outcomes[index] = error
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(index, call)) for index, call in enumerate(calls)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(TIMEOUT)
-    assert not any(thread.is_alive() for thread in threads), "a thread is stuck"
-    return outcomes
-
-
-def kinds(outcomes: list[Any]) -> Counter[str]:
-    return Counter(type(outcome).__name__ for outcome in outcomes)
 
 
 @pytest.fixture(autouse=True)

@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 
 from computeshare.models import User
 from marketplace.models import Membership
+from scheduler_bridge.slurm.ssh import SSHSettings
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
 REPOSITORY = Path(__file__).resolve().parent.parent
@@ -99,6 +100,18 @@ class TestCluster:
     def private_key(self) -> str:
         return Path(self.private_key_path).read_text()
 
+    def ssh_settings(self, **changes: Any) -> SSHSettings:
+        """How to reach the cluster's login node (5 s to connect), with `changes` applied."""
+        values: dict[str, Any] = {
+            "host": self.host,
+            "port": self.port,
+            "user": self.user,
+            "private_key": self.private_key,
+            "host_key": self.host_key,
+            "connect_timeout": 5.0,
+        }
+        return SSHSettings(**{**values, **changes})
+
 
 @pytest.fixture(scope="session")
 def testcluster() -> TestCluster:
@@ -117,18 +130,10 @@ def testcluster() -> TestCluster:
 def _require_slurm_answers(cluster: TestCluster) -> None:
     """Fails (never skips) every test that needs the cluster when sshd or slurmctld is down."""
     from scheduler_bridge.slurm.errors import BridgeError
-    from scheduler_bridge.slurm.ssh import SSHConnection, SSHSettings
+    from scheduler_bridge.slurm.ssh import SSHConnection
 
-    settings = SSHSettings(
-        host=cluster.host,
-        port=cluster.port,
-        user=cluster.user,
-        private_key=cluster.private_key,
-        host_key=cluster.host_key,
-        connect_timeout=5.0,
-    )
     try:
-        with SSHConnection(settings) as connection:
+        with SSHConnection(cluster.ssh_settings()) as connection:
             answer = connection.run(["scontrol", "ping"], timeout=15, check=False)
     except BridgeError as error:
         pytest.fail(f"The Slurm test cluster does not answer over SSH: {error}")

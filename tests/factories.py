@@ -53,22 +53,29 @@ class MembershipFactory(factory.django.DjangoModelFactory):
 # test cluster.
 
 
-def ssh_private_key_text() -> str:
-    """A fresh unencrypted Ed25519 private key in OpenSSH format."""
+def ssh_key_pair() -> tuple[str, str]:
+    """A fresh Ed25519 key pair: the unencrypted private key in OpenSSH format, and its public
+    key line (`ssh-ed25519 AAAA...`)."""
     key = ed25519.Ed25519PrivateKey.generate()
-    return key.private_bytes(
+    private = key.private_bytes(
         serialization.Encoding.PEM,
         serialization.PrivateFormat.OpenSSH,
         serialization.NoEncryption(),
     ).decode()
+    public = key.public_key().public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    )
+    return private, public.decode()
+
+
+def ssh_private_key_text() -> str:
+    """A fresh private key that nothing knows (no authorized_keys lists it)."""
+    return ssh_key_pair()[0]
 
 
 def ssh_host_key_line() -> str:
-    """A fresh `ssh-ed25519 AAAA...` public key line, as a host key."""
-    public = ed25519.Ed25519PrivateKey.generate().public_key()
-    return public.public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    ).decode()
+    """A fresh public key line: as a host key, one no server presents."""
+    return ssh_key_pair()[1]
 
 
 class ClusterFactory(factory.django.DjangoModelFactory):

@@ -8,8 +8,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.db import connection as database
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -18,9 +16,14 @@ from computeshare.fields import fernet
 from computeshare.models import User
 from marketplace import services
 from marketplace.models import Cluster, ClusterVerification, Membership, Organization, Partition
-from scheduler_bridge.slurm.ssh import SSHConnection, SSHSettings, host_key_from_line
+from scheduler_bridge.slurm.ssh import SSHConnection, host_key_from_line
 from tests.conftest import client_for, wait_for
-from tests.factories import MembershipFactory, OrganizationFactory
+from tests.factories import (
+    MembershipFactory,
+    OrganizationFactory,
+    ssh_host_key_line,
+    ssh_private_key_text,
+)
 
 pytestmark = pytest.mark.slurm
 
@@ -41,27 +44,6 @@ def owner() -> Owner:
     return Owner(organization, membership.user, membership)
 
 
-def other_host_key() -> str:
-    """The public key line of a fresh Ed25519 key: not the test cluster's host key."""
-    public = Ed25519PrivateKey.generate().public_key()
-    return public.public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    ).decode()
-
-
-def unknown_private_key() -> str:
-    """A fresh Ed25519 private key that the cluster's authorized_keys does not list."""
-    return (
-        Ed25519PrivateKey.generate()
-        .private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.OpenSSH,
-            serialization.NoEncryption(),
-        )
-        .decode()
-    )
-
-
 def fingerprint_of(host_key_line: str) -> str:
     return host_key_from_line(host_key_line).fingerprint
 
@@ -74,15 +56,7 @@ def free_loopback_port() -> int:
 
 
 def on_cluster(testcluster: Any, arguments: list[str]) -> str:
-    settings = SSHSettings(
-        host=testcluster.host,
-        port=testcluster.port,
-        user=testcluster.user,
-        private_key=testcluster.private_key,
-        host_key=testcluster.host_key,
-        connect_timeout=5.0,
-    )
-    with SSHConnection(settings) as connection:
+    with SSHConnection(testcluster.ssh_settings()) as connection:
         return connection.run(arguments, timeout=30).stdout
 
 
@@ -221,7 +195,7 @@ def test_verifying_again_updates_the_same_partition_rows(owner, testcluster):
 
 @pytest.mark.django_db
 def test_a_wrong_pinned_host_key_is_refused_and_marks_the_cluster(owner, testcluster):
-    wrong_key = other_host_key()
+    wrong_key = ssh_host_key_line()
     cluster_id = register(owner, testcluster, ssh_host_key=wrong_key)
 
     response = verify(owner, cluster_id)
@@ -250,7 +224,7 @@ def test_an_online_cluster_whose_host_key_changes_is_marked_and_keeps_its_partit
     cluster = Cluster.objects.get(uuid=cluster_id)
     partitions_before = partition_rows(cluster)
     verified = (cluster.verified_at, cluster.slurm_cluster_name, cluster.slurm_version)
-    wrong_key = other_host_key()
+    wrong_key = ssh_host_key_line()
     Cluster.objects.filter(pk=cluster.pk).update(
         ssh_host_key=wrong_key, host_key_fingerprint=fingerprint_of(wrong_key)
     )
@@ -297,7 +271,7 @@ def test_a_port_where_nothing_listens_is_unreachable_with_the_reason(owner, test
 def test_a_private_key_the_cluster_refuses_is_unreachable_saying_the_key_was_refused(
     owner, testcluster
 ):
-    cluster_id = register(owner, testcluster, ssh_private_key=unknown_private_key())
+    cluster_id = register(owner, testcluster, ssh_private_key=ssh_private_key_text())
 
     response = verify(owner, cluster_id)
 
@@ -375,7 +349,7 @@ def test_a_verification_from_the_web_page_runs_in_the_worker_and_succeeds(
 def test_a_verification_from_the_web_page_against_a_wrong_host_key_fails_in_the_worker(
     celery_worker, owner, testcluster
 ):
-    wrong_key = other_host_key()
+    wrong_key = ssh_host_key_line()
     cluster = registered_cluster(owner, testcluster, ssh_host_key=wrong_key)
 
     verification = services.cluster_verification_start(actor=owner.membership, cluster=cluster)

@@ -12,8 +12,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.db import connection
 from django.utils import timezone
 from rest_framework.test import APIClient
@@ -41,6 +39,7 @@ from tests.factories import (
     OrganizationFactory,
     PartitionFactory,
     funded_organization,
+    ssh_key_pair,
 )
 
 pytestmark = pytest.mark.django_db
@@ -148,18 +147,7 @@ class KeyPair:
 
 
 def new_key_pair() -> KeyPair:
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.OpenSSH,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-        .decode()
-    )
-    return KeyPair(private, public)
+    return KeyPair(*ssh_key_pair())
 
 
 def secret_fragments(private_key: str) -> list[str]:

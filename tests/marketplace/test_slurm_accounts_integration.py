@@ -27,7 +27,7 @@ from marketplace.tasks import slurm_accounts_reconcile_task
 from scheduler_bridge.slurm.accounts import account_name_for
 from scheduler_bridge.slurm.errors import ClusterUnreachable
 from scheduler_bridge.slurm.parsers import parse_parsable2
-from scheduler_bridge.slurm.ssh import SSHConnection, SSHSettings
+from scheduler_bridge.slurm.ssh import SSHConnection
 from tests.conftest import wait_for
 from tests.factories import (
     MembershipFactory,
@@ -45,15 +45,7 @@ SERVICE_USER = "computeshare"
 @pytest.fixture
 def slurm(testcluster: Any) -> Iterator[SSHConnection]:
     """A connection of our own to the cluster, to check what it enforces."""
-    settings = SSHSettings(
-        host=testcluster.host,
-        port=testcluster.port,
-        user=testcluster.user,
-        private_key=testcluster.private_key,
-        host_key=testcluster.host_key,
-        connect_timeout=5.0,
-    )
-    with SSHConnection(settings) as opened:
+    with SSHConnection(testcluster.ssh_settings()) as opened:
         yield opened
 
 

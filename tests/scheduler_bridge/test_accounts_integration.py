@@ -16,22 +16,14 @@ from scheduler_bridge.slurm.accounts import (
 )
 from scheduler_bridge.slurm.errors import RemoteCommandFailed
 from scheduler_bridge.slurm.parsers import parse_parsable2
-from scheduler_bridge.slurm.ssh import SSHConnection, SSHSettings
+from scheduler_bridge.slurm.ssh import SSHConnection
 
 pytestmark = pytest.mark.slurm
 
 
 @pytest.fixture
 def connection(testcluster):
-    settings = SSHSettings(
-        host=testcluster.host,
-        port=testcluster.port,
-        user=testcluster.user,
-        private_key=testcluster.private_key,
-        host_key=testcluster.host_key,
-        connect_timeout=5.0,
-    )
-    with SSHConnection(settings) as opened:
+    with SSHConnection(testcluster.ssh_settings()) as opened:
         yield opened
 
 

@@ -9,8 +9,6 @@ from pathlib import Path
 
 import paramiko
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from scheduler_bridge.slurm.errors import (
     AuthenticationRefused,
@@ -21,22 +19,10 @@ from scheduler_bridge.slurm.errors import (
     RemoteCommandTimeout,
 )
 from scheduler_bridge.slurm.parsers import parse_parsable2, parse_sbatch_parsable
-from scheduler_bridge.slurm.ssh import SSHConnection, SSHSettings, host_key_from_line
+from scheduler_bridge.slurm.ssh import SSHConnection, host_key_from_line
+from tests.factories import ssh_key_pair
 
 pytestmark = pytest.mark.slurm
-
-
-def settings_for(cluster, **changes) -> SSHSettings:
-    values = {
-        "host": cluster.host,
-        "port": cluster.port,
-        "user": cluster.user,
-        "private_key": cluster.private_key,
-        "host_key": cluster.host_key,
-        "connect_timeout": 5.0,
-    }
-    values.update(changes)
-    return SSHSettings(**values)
 
 
 def public_key_line(key: paramiko.PKey) -> str:
@@ -45,7 +31,7 @@ def public_key_line(key: paramiko.PKey) -> str:
 
 @pytest.fixture
 def connection(testcluster):
-    with SSHConnection(settings_for(testcluster)) as opened:
+    with SSHConnection(testcluster.ssh_settings()) as opened:
         yield opened
 
 
@@ -108,8 +94,8 @@ def test_a_one_line_job_runs_and_is_completed_in_sacct(connection, testcluster):
 
 
 def test_a_wrong_pinned_host_key_is_refused(testcluster):
-    _, other_key = generated_ed25519()
-    connection = SSHConnection(settings_for(testcluster, host_key=other_key))
+    _, other_key = ssh_key_pair()
+    connection = SSHConnection(testcluster.ssh_settings(host_key=other_key))
 
     with pytest.raises(HostKeyMismatch) as refused:
         connection.open()
@@ -121,7 +107,7 @@ def test_a_wrong_pinned_host_key_is_refused(testcluster):
 
 def test_a_pinned_key_of_another_type_is_refused_too(testcluster):
     rsa = paramiko.RSAKey.generate(2048)
-    connection = SSHConnection(settings_for(testcluster, host_key=public_key_line(rsa)))
+    connection = SSHConnection(testcluster.ssh_settings(host_key=public_key_line(rsa)))
 
     with pytest.raises(HostKeyMismatch):
         connection.open()
@@ -129,14 +115,14 @@ def test_a_pinned_key_of_another_type_is_refused_too(testcluster):
 
 def test_an_unreadable_host_key_line_is_invalid(testcluster):
     with pytest.raises(InvalidKey):
-        SSHConnection(settings_for(testcluster, host_key="ssh-ed25519 not-base64!")).open()
+        SSHConnection(testcluster.ssh_settings(host_key="ssh-ed25519 not-base64!")).open()
 
 
 def test_a_key_the_server_does_not_know_is_refused(testcluster):
-    text, _ = generated_ed25519()
+    text, _ = ssh_key_pair()
 
     with pytest.raises(AuthenticationRefused):
-        SSHConnection(settings_for(testcluster, private_key=text)).open()
+        SSHConnection(testcluster.ssh_settings(private_key=text)).open()
 
 
 def test_a_closed_port_is_unreachable(testcluster):
@@ -145,7 +131,7 @@ def test_a_closed_port_is_unreachable(testcluster):
         free_port = probe.getsockname()[1]
 
     with pytest.raises(ClusterUnreachable) as unreachable:
-        SSHConnection(settings_for(testcluster, port=free_port)).open()
+        SSHConnection(testcluster.ssh_settings(port=free_port)).open()
 
     assert "127.0.0.1" in str(unreachable.value)
     assert unreachable.value.is_transient
@@ -218,7 +204,7 @@ def hostile_login_environment(testcluster):
 
 
 def test_the_remote_slurm_environment_does_not_leak_in(testcluster, hostile_login_environment):
-    settings = settings_for(testcluster)
+    settings = testcluster.ssh_settings()
     raw = paramiko.SSHClient()
     raw.get_host_keys().add(
         f"[{settings.host}]:{settings.port}", "ssh-ed25519", host_key_from_line(settings.host_key)
@@ -269,19 +255,3 @@ def test_the_cluster_refuses_password_logins(testcluster):
 
     assert result.returncode == 255
     assert "Permission denied" in result.stderr
-
-
-def generated_ed25519() -> tuple[str, str]:
-    """A fresh key pair: the private key in OpenSSH format and the public key line."""
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.OpenSSH,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-        .decode()
-    )
-    return private, public

@@ -11,8 +11,6 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -42,6 +40,7 @@ from tests.factories import (
     OfferFactory,
     OrganizationFactory,
     PartitionFactory,
+    ssh_key_pair,
 )
 from tests.web.test_money_pages import Node, field_block, html
 
@@ -112,22 +111,6 @@ def cell_texts(row: Node) -> list[str]:
 
 def messages_of(document: Node) -> list[str]:
     return [alert.text() for alert in document.find_all(css_class="alert-dismissible")]
-
-
-def new_keys() -> tuple[str, str]:
-    """A fresh Ed25519 key pair: the private key in OpenSSH format and its public key line."""
-    key = Ed25519PrivateKey.generate()
-    private = key.private_bytes(
-        serialization.Encoding.PEM,
-        serialization.PrivateFormat.OpenSSH,
-        serialization.NoEncryption(),
-    ).decode()
-    public = (
-        key.public_key()
-        .public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
-        .decode()
-    )
-    return private, public
 
 
 def bid_data(organization: Organization, quantity: str, price: str, minimum: str = "") -> dict:
@@ -1036,7 +1019,7 @@ def clusters_url(organization: Organization) -> str:
 
 
 def register_data(**changes: str) -> dict[str, str]:
-    private, public = new_keys()
+    private, public = ssh_key_pair()
     data = {
         "name": "Tiny HPC",
         "ssh_host": "login.tiny-hpc.example.org",
@@ -1149,7 +1132,7 @@ def test_a_member_cannot_register_and_an_outsider_does_not_see_the_organization(
 
 def unverified_cluster(owner: Owner, port: int = 9) -> Cluster:
     """A cluster registered on a loopback port where nothing listens."""
-    private, public = new_keys()
+    private, public = ssh_key_pair()
     return services.cluster_create(
         actor=membership(owner.admin, owner.organization),
         name="Loopback",
@@ -1250,7 +1233,7 @@ def test_the_polled_card_ends_with_the_reason_a_cluster_is_unreachable(client, o
 def test_the_polled_card_shows_a_host_key_mismatch_with_both_fingerprints(
     client, owner, testcluster
 ):
-    _, wrong_host_key = new_keys()
+    _, wrong_host_key = ssh_key_pair()
     cluster = services.cluster_create(
         actor=membership(owner.admin, owner.organization),
         name="Impostor",

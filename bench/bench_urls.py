@@ -8,28 +8,7 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 
 from marketplace.models import Offer
-
-FIELDS = (
-    "uuid",
-    "cluster__uuid",
-    "cluster__name",
-    "partition__name",
-    "resource",
-    "quantity",
-    "units_sold",
-    "window_start",
-    "window_end",
-    "reserve_price",
-    "buy_now_price",
-    "auction_closes_at",
-    "max_per_buyer",
-    "status",
-    "clearing_price",
-    "cleared_at",
-    "bid_count",
-    "units_bid",
-    "created_at",
-)
+from marketplace.selectors import OFFER_LISTING_FIELDS
 
 
 def bare_offers(request: HttpRequest) -> JsonResponse:
@@ -46,7 +25,7 @@ def bare_offers(request: HttpRequest) -> JsonResponse:
             reserve_price__lte=max_price,
         )
         .order_by("reserve_price", "pk")
-        .values(*FIELDS)[:page_size]
+        .values(*OFFER_LISTING_FIELDS)[:page_size]
     )
     return JsonResponse({"results": list(offers)})
 

@@ -112,8 +112,9 @@ def cluster_get(cluster_uuid: Any) -> Cluster:
         raise NotFound("No such cluster.") from error
 
 
-def cluster_list_for_owner(user: User) -> QuerySet[Cluster]:
-    return cluster_list().filter(organization__memberships__user=user)
+def cluster_list_for_organization(organization: Organization) -> QuerySet[Cluster]:
+    """The organization's own clusters, as its owners' pages list them."""
+    return cluster_list().filter(organization=organization)
 
 
 def cluster_verification_latest(cluster: Cluster) -> ClusterVerification | None:

@@ -428,7 +428,7 @@ class OrganizationClustersView(LoginRequiredMixin, View):
         form: ClusterRegisterForm | None = None,
         status: int = 200,
     ) -> HttpResponse:
-        clusters = selectors.cluster_list().filter(organization=membership.organization)
+        clusters = selectors.cluster_list_for_organization(membership.organization)
         context = {
             "membership": membership,
             "organization": membership.organization,
@@ -527,7 +527,9 @@ class OrganizationOffersView(LoginRequiredMixin, View):
     @staticmethod
     def _online_clusters(organization: Organization) -> list[Cluster]:
         return list(
-            selectors.cluster_list().filter(organization=organization, status=Cluster.Status.ONLINE)
+            selectors.cluster_list_for_organization(organization).filter(
+                status=Cluster.Status.ONLINE
+            )
         )
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:

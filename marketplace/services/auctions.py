@@ -13,7 +13,7 @@ from billing import services as billing
 from billing.models import Hold, ReferenceKind
 from marketplace.auction import SealedBid, uniform_price_clear
 from marketplace.models import Allocation, Bid, Offer
-from marketplace.services.offers import _after_allocation
+from marketplace.services.offers import slurm_accounts_follow, allocation_of
 
 
 @dataclass(frozen=True)
@@ -92,14 +92,9 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
     open_bids.update(status=Bid.Status.LOST, quantity_won=0, updated_at=now)
     allocations = Allocation.objects.bulk_create(
         [
-            Allocation(
+            allocation_of(
+                offer,
                 organization_id=row[6],
-                offer=offer,
-                cluster_id=offer.cluster_id,
-                partition_id=offer.partition_id,
-                resource=offer.resource,
-                window_start=offer.window_start,
-                window_end=offer.window_end,
                 source=Allocation.Source.AUCTION,
                 bid_id=pk,
                 quantity=clearing.fills[pk],
@@ -126,7 +121,7 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
         ]
     )
     if allocations and offer.cluster.account_mode == offer.cluster.AccountMode.MANAGED:
-        _after_allocation(offer.cluster, {row[6] for row in winners.values()})
+        slurm_accounts_follow(offer.cluster, {row[6] for row in winners.values()})
     return AuctionOutcome(
         offer_id=offer_id,
         cleared=True,

@@ -209,6 +209,20 @@ def _open_for_orders(offer: Offer, actor: Membership) -> None:
         )
 
 
+def allocation_of(offer: Offer, **fields: Any) -> Allocation:
+    """An unsaved allocation of `offer`, with what it copies from the offer (cluster,
+    partition, resource, window) filled in."""
+    return Allocation(
+        offer=offer,
+        cluster_id=offer.cluster_id,
+        partition_id=offer.partition_id,
+        resource=offer.resource,
+        window_start=offer.window_start,
+        window_end=offer.window_end,
+        **fields,
+    )
+
+
 def _hold_amount(price: Decimal, units: int) -> Decimal:
     amount = price * units
     if amount >= billing.LARGEST_AMOUNT:
@@ -234,7 +248,7 @@ def _check_cap(offer: Offer, actor: Membership, units: int) -> None:
         )
 
 
-def _after_allocation(cluster: Cluster, organization_ids: set[int]) -> None:
+def slurm_accounts_follow(cluster: Cluster, organization_ids: set[int]) -> None:
     """Plans the buyers' managed Slurm accounts on the cluster (in this transaction) and syncs
     them with the cluster after the commit. Nothing on clusters that are not managed."""
     from marketplace.tasks import slurm_accounts_sync_task
@@ -272,24 +286,20 @@ def offer_buy(*, actor: Membership, offer: Offer, quantity: Any) -> Allocation:
         reference=allocation_id,
         memo=f"Bought {units} {offer.resource} units on {offer}",
     )
-    allocation = Allocation.objects.create(
+    allocation = allocation_of(
+        offer,
         uuid=allocation_id,
         organization=actor.organization,
-        offer=offer,
-        cluster=offer.cluster,
-        partition=offer.partition,
-        resource=offer.resource,
-        window_start=offer.window_start,
-        window_end=offer.window_end,
         source=Allocation.Source.BUY_NOW,
         quantity=units,
         unit_price=offer.buy_now_price,
         hold=hold,
     )
+    allocation.save()
     Offer.objects.filter(pk=offer.pk).update(
         units_sold=F("units_sold") + units, updated_at=timezone.now()
     )
-    _after_allocation(offer.cluster, {actor.organization_id})
+    slurm_accounts_follow(offer.cluster, {actor.organization_id})
     return allocation
 
 

@@ -13,7 +13,7 @@ from billing import services as billing
 from billing.models import Hold, ReferenceKind
 from marketplace.auction import SealedBid, uniform_price_clear
 from marketplace.models import Allocation, Bid, Offer
-from marketplace.services.offers import slurm_accounts_follow, allocation_of
+from marketplace.services.offers import allocation_of, slurm_accounts_follow
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,10 @@
 (scheduler_bridge -> marketplace -> billing -> computeshare), the SSH and Slurm library has no
 Django, and only one module talks to Stripe.
 
-The SSH and Slurm library (`scheduler_bridge.slurm`) is plain Python with no Django and no app
-import: it is a leaf that the marketplace uses to verify clusters and manage their accounts, as
-the jobs code uses it to run jobs. Only the `scheduler_bridge` app (models, services, tasks)
+The SSH and Slurm library (`scheduler_bridge.slurm`) and the schedulers behind one interface
+(`scheduler_bridge.backends`) are plain Python with no Django and no app import: a leaf that
+the marketplace uses to verify clusters and manage their accounts, as the jobs code uses it
+to run jobs. Only the `scheduler_bridge` app (models, services, tasks)
 sits above the marketplace."""
 
 import ast
@@ -41,20 +42,21 @@ def test_imports_go_one_way(layer: str):
         for path in python_files(layer)
         for module in imported_modules(path)
         if module.split(".")[0] in above
-        and not module.startswith("scheduler_bridge.slurm")
+        and not module.startswith(("scheduler_bridge.slurm", "scheduler_bridge.backends"))
         # The project package wires every app's URLs together; that is its job.
         and not (layer == "computeshare" and path.name == "urls.py")
     ]
     assert offenders == []
 
 
-def test_the_slurm_library_has_no_django():
+def test_the_scheduler_libraries_have_no_django():
     offenders = [
         f"{path.relative_to(REPOSITORY)} imports {module}"
-        for path in python_files("scheduler_bridge/slurm")
+        for library in ("scheduler_bridge/slurm", "scheduler_bridge/backends")
+        for path in python_files(library)
         for module in imported_modules(path)
         if module.split(".")[0] in {"django", "rest_framework", "celery", *LAYERS}
-        and not module.startswith("scheduler_bridge.slurm")
+        and not module.startswith(("scheduler_bridge.slurm", "scheduler_bridge.backends"))
     ]
     assert offenders == []
 

@@ -59,3 +59,18 @@ class RemoteCommandFailed(BridgeError):
 
 class UnexpectedOutput(BridgeError):
     """A command succeeded but printed something its parser does not understand."""
+
+
+class SchedulerUnavailable(RemoteCommandFailed):
+    """A Slurm command failed because slurmctld or slurmdbd did not answer (down, restarting,
+    overloaded): a later try may pass, unlike a command Slurm refused."""
+
+    is_transient = True
+
+
+class SubmissionUnclear(BridgeError):
+    """A batch of submissions ended without a readable answer for every spec (the remote
+    command failed or printed something unexpected): any of them may have been submitted, so
+    the caller looks the names up before it submits them again."""
+
+    is_transient = True

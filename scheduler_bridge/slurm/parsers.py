@@ -24,14 +24,20 @@ def parse_sbatch_parsable(text: str) -> SubmittedJob:
     return SubmittedJob(job_id=job_id, cluster=cluster or None)
 
 
-def parse_parsable2(text: str, fields: list[str]) -> list[dict[str, str]]:
+def parse_parsable2(
+    text: str, fields: list[str], *, last_field_is_free_text: bool = False
+) -> list[dict[str, str]]:
     """Rows of `--parsable2 --noheader` output (fields separated by `|`, none trailing), keyed by
-    the field names the command was given in `-o`/`--format`."""
+    the field names the command was given in `-o`/`--format`.
+
+    With `last_field_is_free_text`, the last field takes the rest of the line, `|` included: a
+    command that puts its one free-text field (a job name) last stays readable whatever that
+    text holds, except a line break."""
     rows = []
-    for line in text.splitlines():
+    for line in text.split("\n"):
         if not line.strip():
             continue
-        values = line.split("|")
+        values = line.split("|", len(fields) - 1) if last_field_is_free_text else line.split("|")
         if len(values) != len(fields):
             raise UnexpectedOutput(
                 f"expected {len(fields)} fields ({'|'.join(fields)}), got {len(values)}: {line!r}"

@@ -2,7 +2,11 @@
 
 Every command runs under a deadline with stdout and stderr read while it runs, in a clean
 environment (so that the remote user's `SQUEUE_FORMAT` and friends cannot change what Slurm
-prints), and a non-zero exit raises instead of returning output to parse."""
+prints), and a non-zero exit raises instead of returning output to parse.
+
+Files go over SFTP on the same connection. A connection caps how many channels (commands and the
+SFTP session) it has open at once, because sshd refuses sessions past its `MaxSessions` (10 by
+default) and a refused session looks like a dropped connection."""
 
 from __future__ import annotations
 
@@ -13,8 +17,10 @@ import os
 import select
 import shlex
 import socket
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import paramiko
@@ -29,6 +35,8 @@ from scheduler_bridge.slurm.errors import (
 )
 
 DEFAULT_COMMAND_TIMEOUT = 60.0
+# Below OpenSSH's default MaxSessions (10): sshd never has to refuse one of our channels.
+DEFAULT_MAX_CHANNELS = 8
 MAX_CAPTURED_BYTES = 16 * 1024 * 1024
 _READ_CHUNK = 65536
 
@@ -129,12 +137,41 @@ def remote_command(arguments: Sequence[str] | str) -> str:
     return _CLEAN_ENVIRONMENT_PREFIX + shlex.quote(inner)
 
 
-class SSHConnection:
-    """A connection to one login node. Not thread-safe; open it in the process that uses it."""
+# Clients inherited from a parent process: never used, closed or garbage-collected in the child,
+# because paramiko's channels send a close message over the socket when collected, which would
+# end the parent's session. Their socket descriptors are closed in the child (see `_abandon`).
+_INHERITED_CLIENTS: list[paramiko.SSHClient] = []
 
-    def __init__(self, settings: SSHSettings) -> None:
+
+def _abandon(client: paramiko.SSHClient) -> None:
+    """Lets go of a client opened by another (parent) process without a word on its socket: the
+    child's copy of the descriptor is closed, the shared session stays the parent's."""
+    transport = client.get_transport()
+    sock = transport.sock if transport is not None else None
+    if isinstance(sock, socket.socket) and sock.fileno() >= 0:
+        # detach() first, so that the socket object never closes a descriptor number that the
+        # child has reused by then.
+        os.close(sock.detach())
+    _INHERITED_CLIENTS.append(client)
+
+
+class SSHConnection:
+    """A connection to one login node, shared by threads: every command and the SFTP session
+    run on channels of one transport, at most `max_channels` at a time.
+
+    A connection opened in a parent process is never used in a forked child: the child opens its
+    own (a transport's socket and threads cannot be shared across processes)."""
+
+    def __init__(self, settings: SSHSettings, *, max_channels: int = DEFAULT_MAX_CHANNELS) -> None:
         self.settings = settings
+        self.max_channels = max_channels
         self._client: paramiko.SSHClient | None = None
+        self._opened_in_process: int | None = None
+        self._lock = threading.RLock()
+        self._channels = threading.BoundedSemaphore(max_channels)
+        self._sftp: paramiko.SFTPClient | None = None
+        self._sftp_lock = threading.Lock()
+        self._home: str | None = None
 
     def __enter__(self) -> SSHConnection:
         self.open()
@@ -145,12 +182,31 @@ class SSHConnection:
 
     @property
     def is_open(self) -> bool:
-        transport = self._client.get_transport() if self._client else None
+        client = self._client
+        if client is None or self._opened_in_process != os.getpid():
+            return False
+        transport = client.get_transport()
         return bool(transport and transport.is_active())
 
+    @property
+    def transport(self) -> paramiko.Transport | None:
+        """The SSH transport of this process's open client (keepalive, liveness), if any."""
+        client = self._client
+        if client is None or self._opened_in_process != os.getpid():
+            return None
+        return client.get_transport()
+
     def open(self) -> None:
-        if self.is_open:
-            return
+        """Opens the connection, or opens it again when it has dropped or was opened by a
+        parent process."""
+        with self._lock:
+            if self.is_open:
+                return
+            self._drop_client()
+            self._client = self._connect()
+            self._opened_in_process = os.getpid()
+
+    def _connect(self) -> paramiko.SSHClient:
         settings = self.settings
         pinned = host_key_from_line(settings.host_key)
         client = paramiko.SSHClient()
@@ -192,12 +248,119 @@ class SSHConnection:
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(settings.keepalive_seconds)
-        self._client = client
+        return client
 
     def close(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        with self._lock:
+            self._drop_client()
+
+    def forget_after_fork(self) -> None:
+        """In a forked child: lets go of the parent's client without a word on its socket and
+        without taking the connection's locks, which a thread of the parent may have held at
+        the fork. The next use opens the child's own connection."""
+        self._lock = threading.RLock()
+        self._sftp_lock = threading.Lock()
+        self._drop_client()
+
+    def _drop_client(self) -> None:
+        """Closes the client (and its SFTP session), or abandons it when a parent opened it."""
+        client, self._client = self._client, None
+        sftp, self._sftp = self._sftp, None
+        if client is None:
+            return
+        if self._opened_in_process != os.getpid():
+            _abandon(client)
+            # The parent's SFTP slot is not ours to give back: this process starts afresh.
+            self._channels = threading.BoundedSemaphore(self.max_channels)
+            return
+        if sftp is not None:
+            sftp.close()
+            self._channels.release()
+        client.close()
+
+    @contextmanager
+    def _channel_slot(self, timeout: float, shown: str) -> Iterator[None]:
+        """Holds one of the connection's channel slots, waiting at most `timeout` for one."""
+        channels = self._channels
+        if not channels.acquire(timeout=max(timeout, 0.0)):
+            raise RemoteCommandTimeout(f"(waiting for a free channel) {shown}", timeout)
+        try:
+            yield
+        finally:
+            channels.release()
+
+    @property
+    def home(self) -> str:
+        """The service user's home directory on the login node: the root of every job directory.
+        Resolved once over SFTP (the server's idea of `.`), not from a shell variable."""
+        if self._home is None:
+            with self.sftp() as sftp:
+                self._home = sftp.normalize(".")
+        return self._home
+
+    @contextmanager
+    def sftp(self, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> Iterator[paramiko.SFTPClient]:
+        """The connection's SFTP session, opened on first use and again after a drop, held by
+        one thread at a time. Each SFTP request waits at most `timeout` for its answer.
+
+        SFTP status errors (a missing file, a refused permission) pass through as paramiko's
+        `OSError`s; a dropped connection raises `ClusterUnreachable`."""
+        with self._sftp_lock:
+            sftp = self._open_sftp(timeout)
+            channel = sftp.get_channel()
+            if channel is not None:
+                channel.settimeout(timeout)
+            try:
+                yield sftp
+            except TimeoutError as error:
+                # A late answer could still come: the session is not trusted again.
+                self._drop_sftp(sftp)
+                raise RemoteCommandTimeout("(sftp)", timeout) from error
+            except (OSError, EOFError, paramiko.SSHException) as error:
+                channel = sftp.get_channel()
+                session_alive = channel is not None and not channel.closed and self.is_open
+                if isinstance(error, OSError) and session_alive:
+                    raise  # an answer of the server (no such file, ...): the session is fine
+                self._drop_sftp(sftp)
+                if not self.is_open:
+                    self.close()
+                raise ClusterUnreachable(f"the SFTP session failed: {error}") from error
+
+    def _drop_sftp(self, sftp: paramiko.SFTPClient) -> None:
+        with self._lock:
+            if self._sftp is not sftp:
+                return  # the connection was closed (and its SFTP slot freed) meanwhile
+            self._sftp = None
+            sftp.close()
+            self._channels.release()
+
+    def _open_sftp(self, timeout: float) -> paramiko.SFTPClient:
+        """The open SFTP session, or a new one. Called with `_sftp_lock` held."""
+        with self._lock:
+            sftp = self._sftp
+            if sftp is not None:
+                channel = sftp.get_channel()
+                if channel is not None and not channel.closed and self.is_open:
+                    return sftp
+                self._drop_sftp(sftp)
+        # The slot is taken before the connection lock, in the same order as `run` takes them.
+        channels = self._channels
+        if not channels.acquire(timeout=timeout):
+            raise RemoteCommandTimeout("(waiting for a free channel) sftp", timeout)
+        try:
+            self.open()
+            with self._lock:
+                client = self._client
+                assert client is not None
+                sftp = client.open_sftp()
+                self._sftp = sftp
+                return sftp
+        except BaseException as error:
+            channels.release()
+            if isinstance(error, OSError | EOFError | paramiko.SSHException):
+                self.close()
+                raise ClusterUnreachable(f"cannot open an SFTP session: {error}") from error
+            raise
 
     def run(
         self,
@@ -211,14 +374,39 @@ class SSHConnection:
         line the caller built from quoted parts. Raises `RemoteCommandFailed` on a non-zero exit
         (unless `check` is false), `RemoteCommandTimeout` past the deadline and
         `ClusterUnreachable` when the connection drops."""
-        self.open()
-        assert self._client is not None
         command = remote_command(arguments)
         shown = arguments if isinstance(arguments, str) else shlex.join(arguments)
         started = time.monotonic()
         deadline = started + timeout
+        with self._channel_slot(timeout, shown):
+            self.open()
+            client = self._client
+            assert client is not None
+            exit_status, stdout, stderr = self._execute(
+                client, command, shown, stdin, deadline, timeout
+            )
+        result = CommandResult(
+            command=shown,
+            exit_status=exit_status,
+            stdout=stdout.decode("utf-8", "replace"),
+            stderr=stderr.decode("utf-8", "replace"),
+            elapsed_seconds=time.monotonic() - started,
+        )
+        if check and exit_status != 0:
+            raise RemoteCommandFailed(shown, exit_status, result.stdout, result.stderr)
+        return result
+
+    def _execute(
+        self,
+        client: paramiko.SSHClient,
+        command: str,
+        shown: str,
+        stdin: bytes | None,
+        deadline: float,
+        timeout: float,
+    ) -> tuple[int, bytes, bytes]:
         try:
-            transport = self._client.get_transport()
+            transport = client.get_transport()
             if transport is None or not transport.is_active():
                 raise ClusterUnreachable("the SSH connection is closed")
             channel = transport.open_session(timeout=min(timeout, self.settings.connect_timeout))
@@ -236,16 +424,7 @@ class SSHConnection:
             raise ClusterUnreachable(
                 f"the SSH connection failed during `{shown}`: {error}"
             ) from error
-        result = CommandResult(
-            command=shown,
-            exit_status=exit_status,
-            stdout=stdout.decode("utf-8", "replace"),
-            stderr=stderr.decode("utf-8", "replace"),
-            elapsed_seconds=time.monotonic() - started,
-        )
-        if check and exit_status != 0:
-            raise RemoteCommandFailed(shown, exit_status, result.stdout, result.stderr)
-        return result
+        return exit_status, stdout, stderr
 
     @staticmethod
     def _collect(

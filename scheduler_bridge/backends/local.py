@@ -1,0 +1,457 @@
+"""The `local` scheduler: jobs run as process groups on this machine, with the interface and the
+states of the Slurm backend, a hard time limit and CPU time measured by the kernel. It serves the
+embedded demo and development; it is not offered to owners.
+
+`LocalBackend` writes each job's records under `root/.local-scheduler` and starts one detached
+supervisor per job (`local_runner`), which runs the tasks and writes their records; the backend
+reads those records to answer `queue`, `runs` and `find`. Nothing is held in memory between
+calls, so any number of backends in any number of processes can share one root.
+
+A supervisor that died (kill -9, a reboot) would leave its tasks "running" forever; every read
+checks that the supervisor of each unended task is still the same live process, and ends the
+tasks of a dead one as NODE_FAIL (the machine failed, not the job: not charged), killing what it
+had left running.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from pathlib import Path, PurePosixPath
+
+from scheduler_bridge.backends import local_runner
+from scheduler_bridge.backends.arrays import parse_array
+from scheduler_bridge.backends.local_runner import (
+    CANCELLED,
+    NODE_FAIL,
+    PENDING,
+    STATE_DIRECTORY_NAME,
+    SUPERVISOR_STARTUP_SECONDS,
+    JobRecord,
+    StateDirectory,
+    TaskRecord,
+    now_utc,
+    signal_task_processes,
+)
+from scheduler_bridge.backends.types import (
+    JobSpec,
+    QueueEntry,
+    RunRecord,
+    Stream,
+    SubmitResult,
+    output_file_name,
+)
+from scheduler_bridge.slurm.errors import BridgeError
+
+PARTITION = "local"
+# As Slurm's default MaxArraySize (1001): indices 0 to 1000.
+# `find` answers for jobs submitted this recently, as `sacct` does for "the last days".
+FIND_WINDOW = timedelta(days=7)
+LAUNCH_TIMEOUT_SECONDS = 30.0
+_REPOSITORY = Path(__file__).resolve().parents[2]
+_ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_JOB_ID = re.compile(r"([0-9]+)(?:_([0-9]+))?")
+_API_STATES = {
+    "PENDING": "pending",
+    "RUNNING": "running",
+    "COMPLETED": "completed",
+    "FAILED": "failed",
+    "TIMEOUT": "timeout",
+    "CANCELLED": "cancelled",
+    "NODE_FAIL": "node_fail",
+}
+
+
+class LocalSchedulerError(BridgeError):
+    """The local machine could not record or start a job (disk full, no process left): it may
+    pass on retry."""
+
+    is_transient = True
+
+
+class _Refused(Exception):
+    """A spec the local machine cannot honour; its message is the SubmitResult's error."""
+
+
+@dataclass(frozen=True)
+class _Plan:
+    indices: tuple[int | None, ...]  # (None,) for a job that is not an array
+    throttle: int | None
+
+
+class LocalBackend:
+    """The `Backend` protocol on this machine. `root` holds everything: the job directories
+    (`JobSpec.directory` is relative to it) and the scheduler's state.
+
+    `seconds_per_minute` scales time limits, for tests only (2.0 makes a 1-minute limit last 2
+    seconds); `kill_grace_seconds` is the time between the SIGTERM and the SIGKILL that end a
+    task at its time limit or on cancel, as Slurm's KillWait."""
+
+    def __init__(
+        self,
+        root: str | Path,
+        *,
+        cpus: int | None = None,
+        python: str = sys.executable,
+        seconds_per_minute: float = 60.0,
+        kill_grace_seconds: float = 5.0,
+    ) -> None:
+        self.root = Path(root).resolve()
+        self.cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+        self.python = python
+        self.seconds_per_minute = seconds_per_minute
+        self.kill_grace_seconds = kill_grace_seconds
+        self.state = StateDirectory(self.root)
+        self.state.create()
+
+    # Submission ----------------------------------------------------------------------------------
+
+    def submit(self, specs: Sequence[JobSpec]) -> list[SubmitResult]:
+        plans: list[_Plan | str] = []
+        for spec in specs:
+            try:
+                plans.append(self._plan(spec))
+            except _Refused as refusal:
+                plans.append(str(refusal))
+        task_count = sum(len(plan.indices) for plan in plans if isinstance(plan, _Plan))
+        try:
+            next_id = self.state.allocate_ids(task_count) if task_count else 0
+            results: list[SubmitResult] = []
+            launches: list[tuple[int, subprocess.Popen[bytes] | None]] = []
+            for spec, plan in zip(specs, plans, strict=True):
+                if isinstance(plan, str):
+                    results.append(SubmitResult(spec.name, None, error=plan))
+                    continue
+                self._record(spec, plan, next_id)
+                launches.append((next_id, self._launch(next_id)))
+                results.append(SubmitResult(spec.name, str(next_id)))
+                next_id += len(plan.indices)
+        except OSError as error:
+            raise LocalSchedulerError(
+                f"the local scheduler could not record a job: {error}"
+            ) from error
+        for job_id, launcher in launches:
+            self._await_launch(job_id, launcher)
+        return results
+
+    def _plan(self, spec: JobSpec) -> _Plan:
+        """Checks what this machine can honour; raises `_Refused` with the reason."""
+        if spec.partition != PARTITION:
+            raise _Refused(f"invalid partition {spec.partition!r}: the local cluster has 'local'")
+        if spec.nodes != 1:
+            raise _Refused(f"{spec.nodes} nodes requested: the local cluster has one")
+        if spec.gpus != 0:
+            raise _Refused(f"{spec.gpus} GPUs requested: the local cluster has none")
+        if spec.ntasks < 1 or spec.cpus_per_task < 1 or spec.time_limit_minutes < 1:
+            raise _Refused("tasks, CPUs per task and the time limit must be at least 1")
+        requested = spec.ntasks * spec.cpus_per_task
+        if requested > self.cpus:
+            raise _Refused(f"{requested} CPUs requested: the local machine has {self.cpus}")
+        if not spec.script.startswith("#!"):
+            raise _Refused("the script must start with #!")
+        if "\0" in spec.name:
+            raise _Refused("the job name contains a NUL character")
+        for name, value in spec.environment.items():
+            if not _ENVIRONMENT_NAME.fullmatch(name):
+                raise _Refused(f"invalid environment variable name {name!r}")
+            if "\0" in value:
+                raise _Refused(f"the value of {name} contains a NUL character")
+        self._job_directory(spec.directory, refuse=_Refused)
+        if spec.array is None:
+            return _Plan(indices=(None,), throttle=None)
+        try:
+            array = parse_array(spec.array)
+        except ValueError as error:
+            raise _Refused(str(error)) from None
+        return _Plan(indices=array.indices, throttle=array.throttle)
+
+    def _job_directory(self, directory: str, *, refuse: type[Exception] = BridgeError) -> Path:
+        """The absolute job directory; a path that leaves the root or reaches into the
+        scheduler's state is refused."""
+        relative = PurePosixPath(directory)
+        if (
+            relative.is_absolute()
+            or not relative.parts
+            or ".." in relative.parts
+            or relative.parts[0] == STATE_DIRECTORY_NAME
+        ):
+            raise refuse(f"invalid job directory {directory!r}")
+        return self.root / relative
+
+    def _record(self, spec: JobSpec, plan: _Plan, first_id: int) -> None:
+        """Writes the script and the job's records; the name goes last, so that a job `find`
+        can see is a job that exists."""
+        directory = self._job_directory(spec.directory)
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        local_runner.write_atomically(directory / "job.sh", spec.script.encode(), mode=0o700)
+        submit_time = now_utc()
+        tasks = tuple((first_id + offset, index) for offset, index in enumerate(plan.indices))
+        job = JobRecord(
+            job_id=first_id,
+            name=spec.name,
+            directory=spec.directory,
+            time_limit_minutes=spec.time_limit_minutes,
+            ntasks=spec.ntasks,
+            cpus_per_task=spec.cpus_per_task,
+            machine_cpus=self.cpus,
+            tasks=tasks,
+            throttle=plan.throttle,
+            environment=dict(spec.environment),
+            submit_time=submit_time,
+            seconds_per_minute=self.seconds_per_minute,
+            kill_grace_seconds=self.kill_grace_seconds,
+        )
+        records = [
+            TaskRecord(
+                job_id=first_id,
+                raw_job_id=raw_job_id,
+                array_task_id=index,
+                name=spec.name,
+                scheduler_state=PENDING,
+                submit_time=submit_time,
+                time_limit_minutes=spec.time_limit_minutes,
+                requested_cpus=job.requested_cpus,
+            )
+            for raw_job_id, index in tasks
+        ]
+        self.state.register_job(job, records)
+        self.state.register_name(spec.name, first_id, submit_time)
+
+    def _launch(self, job_id: int) -> subprocess.Popen[bytes] | None:
+        """Starts the job's supervisor in a session of its own, with an environment that holds
+        nothing of this process's (the worker's secrets stay here)."""
+        try:
+            return subprocess.Popen(
+                [
+                    self.python,
+                    *("-m", "scheduler_bridge.backends.local_runner"),
+                    *("--root", str(self.root), "--job", str(job_id)),
+                ],
+                cwd=self.root,
+                env={
+                    "PATH": local_runner.SCRIPT_PATH,
+                    "PYTHONPATH": str(_REPOSITORY),
+                    "LANG": "C.UTF-8",
+                    "TZ": "UTC",
+                },
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+                close_fds=True,
+            )
+        except OSError:
+            return None
+
+    def _await_launch(self, job_id: int, launcher: subprocess.Popen[bytes] | None) -> None:
+        """Waits for the launcher, which exits once its child has claimed the job's tasks. When
+        that failed, the tasks no supervisor claimed end as NODE_FAIL at once."""
+        if launcher is not None:
+            try:
+                if launcher.wait(timeout=LAUNCH_TIMEOUT_SECONDS) == 0:
+                    return
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                launcher.wait()
+        for record in self.state.read_tasks(job_id):
+            if record.supervisor is None:
+                self._end_abandoned(record, NODE_FAIL, "the local supervisor did not start")
+
+    # Reading -------------------------------------------------------------------------------------
+
+    def find(self, names: Sequence[str]) -> dict[str, str]:
+        since = now_utc() - FIND_WINDOW
+        found = {}
+        for name in names:
+            entry = self.state.read_name(name)
+            if entry is not None and entry[1] >= since:
+                found[name] = str(entry[0])
+        return found
+
+    def queue(self) -> list[QueueEntry]:
+        entries = []
+        liveness: dict[int, bool] = {}
+        for job_id in self.state.active_job_ids():
+            for record in self._settled(self.state.read_tasks(job_id), liveness):
+                if not record.is_ended:
+                    entries.append(
+                        QueueEntry(
+                            job_id=_display_id(record),
+                            array_job_id=str(record.job_id),
+                            array_task_id=record.array_task_id,
+                            name=record.name,
+                            state=_API_STATES[record.scheduler_state],
+                            scheduler_state=record.scheduler_state,
+                            reason=record.reason,
+                        )
+                    )
+        return entries
+
+    def runs(self, job_ids: Sequence[str]) -> list[RunRecord]:
+        seen: set[int] = set()
+        runs = []
+        liveness: dict[int, bool] = {}
+        for job_id in job_ids:
+            match = _JOB_ID.fullmatch(job_id)
+            if match is None:
+                continue
+            records = self.state.read_tasks(int(match[1]))
+            if match[2] is not None:
+                records = [r for r in records if r.array_task_id == int(match[2])]
+            for record in self._settled(records, liveness):
+                if record.raw_job_id not in seen:
+                    seen.add(record.raw_job_id)
+                    runs.append(_run_record(record))
+        return runs
+
+    def runs_between(self, start: datetime, end: datetime) -> list[RunRecord]:
+        """Reads every job the root has held that may overlap the window. A job directory last
+        changed before `start` whose job is not active ended before the window, unread."""
+        active = set(self.state.active_job_ids())
+        runs = []
+        liveness: dict[int, bool] = {}
+        for entry in os.scandir(self.state.jobs):
+            if not entry.name.isdigit():
+                continue
+            job_id = int(entry.name)
+            if job_id not in active and entry.stat().st_mtime < start.timestamp():
+                continue
+            for record in self._settled(self.state.read_tasks(job_id), liveness):
+                if (
+                    record.name.startswith("cs-")
+                    and record.start_time is not None
+                    and record.start_time <= end
+                    and (record.end_time is None or record.end_time >= start)
+                ):
+                    runs.append(_run_record(record))
+        return sorted(runs, key=lambda run: int(run.raw_job_id))
+
+    def output_tail(
+        self, directory: str, stream: Stream, array_task_id: int | None, tail_bytes: int
+    ) -> bytes:
+        path = self._job_directory(directory) / output_file_name(stream, array_task_id)
+        try:
+            with open(path, "rb") as file:
+                size = os.fstat(file.fileno()).st_size
+                file.seek(max(0, size - max(0, tail_bytes)))
+                return file.read(max(0, tail_bytes))
+        except FileNotFoundError:
+            return b""
+
+    # Cancel --------------------------------------------------------------------------------------
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """A pending task ends without starting; a running one gets SIGTERM (its supervisor
+        follows with SIGKILL after the grace). Tasks whose supervisor is gone are killed and
+        ended here."""
+        unended: list[TaskRecord] = []
+        for job_id in job_ids:
+            match = _JOB_ID.fullmatch(job_id)
+            if match is None:
+                raise BridgeError(f"invalid job id {job_id!r}")
+            records = self.state.read_tasks(int(match[1]))
+            if match[2] is not None:
+                records = [r for r in records if r.array_task_id == int(match[2])]
+            unended += [record for record in records if not record.is_ended]
+        # Every request before any signal: a supervisor that sees a task die reads them, to tell
+        # a cancel from a failure and not to start the next task of an array in its place.
+        for record in unended:
+            self.state.request_cancel(record.job_id, record.raw_job_id)
+        for record in unended:
+            if record.supervisor is not None and record.supervisor.is_alive():
+                if record.process is not None:
+                    signal_task_processes(record.process, signal.SIGTERM)
+            else:
+                self._end_abandoned(record, CANCELLED, "")
+
+    # Supervisors that are gone -------------------------------------------------------------------
+
+    def _settled(self, records: list[TaskRecord], liveness: dict[int, bool]) -> list[TaskRecord]:
+        """The records, with the unended tasks of dead supervisors ended as NODE_FAIL.
+        `liveness` caches each supervisor's answer for the length of one call."""
+        settled = []
+        for record in records:
+            if not record.is_ended and not self._is_supervised(record, liveness):
+                record = self._end_abandoned(
+                    record, NODE_FAIL, "the local supervisor of this task is gone"
+                )
+            settled.append(record)
+        return settled
+
+    @staticmethod
+    def _is_supervised(record: TaskRecord, liveness: dict[int, bool]) -> bool:
+        if record.supervisor is None:
+            # Its supervisor may be starting; it never will after this long.
+            age = (now_utc() - record.submit_time).total_seconds()
+            return age < SUPERVISOR_STARTUP_SECONDS
+        if record.supervisor.pid not in liveness:
+            liveness[record.supervisor.pid] = record.supervisor.is_alive()
+        return liveness[record.supervisor.pid]
+
+    def _end_abandoned(self, record: TaskRecord, state: str, reason: str) -> TaskRecord:
+        """Ends a task no live supervisor follows, killing whatever it left running. Checked
+        again under the job's lock: a supervisor may have claimed or ended it meanwhile."""
+
+        def end(current: TaskRecord) -> TaskRecord:
+            if current.supervisor is not None and current.supervisor.is_alive():
+                return current
+            if current.process is not None:
+                signal_task_processes(current.process, signal.SIGKILL)
+            end_time = now_utc()
+            elapsed = (
+                0
+                if current.start_time is None
+                else int((end_time - current.start_time).total_seconds())
+            )
+            return replace(
+                current,
+                scheduler_state=state,
+                reason=reason,
+                end_time=end_time,
+                elapsed_seconds=max(0, elapsed),
+            )
+
+        ended = self.state.update_task(record.job_id, record.raw_job_id, end)
+        if ended.is_ended:
+            self.state.release_if_ended(record.job_id)
+        return ended
+
+    def close(self) -> None:
+        """Nothing to release: every call opens and closes what it uses."""
+
+
+def _display_id(record: TaskRecord) -> str:
+    if record.array_task_id is None:
+        return str(record.job_id)
+    return f"{record.job_id}_{record.array_task_id}"
+
+
+def _run_record(record: TaskRecord) -> RunRecord:
+    elapsed = record.elapsed_seconds
+    if not record.is_ended and record.start_time is not None:
+        elapsed = max(0, int((now_utc() - record.start_time).total_seconds()))
+    return RunRecord(
+        job_id=_display_id(record),
+        raw_job_id=str(record.raw_job_id),
+        array_job_id=str(record.job_id),
+        array_task_id=record.array_task_id,
+        name=record.name,
+        state=_API_STATES[record.scheduler_state],
+        scheduler_state=record.scheduler_state,
+        exit_code=record.exit_code,
+        submit_time=record.submit_time,
+        start_time=record.start_time,
+        end_time=record.end_time,
+        elapsed_seconds=elapsed,
+        allocated_cpus=record.allocated_cpus,
+        allocated_gpus=0,
+        cpu_seconds=record.cpu_seconds,
+        time_limit_minutes=record.time_limit_minutes,
+        reason=record.reason,
+    )

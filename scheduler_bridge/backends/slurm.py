@@ -1,0 +1,285 @@
+"""The Slurm backend: a cluster's login node over one SSH connection (commands and SFTP).
+
+Each call is a fixed, small number of remote commands whatever the number of jobs: a batch of
+submissions is one SFTP session plus one shell script running every sbatch, a poll is one
+squeue, accounting is one sacct per chunk of ids."""
+
+from __future__ import annotations
+
+import posixpath
+import stat
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+import paramiko
+
+from scheduler_bridge.backends.types import (
+    JobSpec,
+    QueueEntry,
+    RunRecord,
+    Stream,
+    SubmitResult,
+    output_file_name,
+)
+from scheduler_bridge.slurm.errors import (
+    RemoteCommandFailed,
+    SchedulerUnavailable,
+    SubmissionUnclear,
+    UnexpectedOutput,
+)
+from scheduler_bridge.slurm.jobs import (
+    ENVIRONMENT_FILE,
+    NAME_CHUNK,
+    SACCT_CHUNK,
+    SCRIPT_FILE,
+    SubmissionOutcome,
+    chunks,
+    environment_file_content,
+    is_transient_message,
+    job_directory_problem,
+    only_ended_jobs_refused,
+    parse_sacct_by_name,
+    parse_sacct_runs,
+    parse_squeue,
+    parse_squeue_by_name,
+    parse_submission_output,
+    refusal_reason,
+    sacct_by_name_arguments,
+    sacct_runs_arguments,
+    sacct_window_arguments,
+    sbatch_arguments,
+    scancel_arguments,
+    spec_problem,
+    squeue_arguments,
+    squeue_by_name_arguments,
+    submission_script,
+    valid_job_ids,
+)
+from scheduler_bridge.slurm.parsers import parse_sbatch_parsable
+from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection
+
+# Platform jobs are named "cs-<job uuid>"; the nightly reconciliation looks at no other job.
+PLATFORM_NAME_PREFIX = "cs-"
+# The submission script gets this much more time per sbatch it runs (about 15 ms each on an
+# idle controller), on top of the command timeout.
+_SECONDS_PER_SUBMISSION = 0.25
+
+
+class SlurmBackend:
+    """`Backend` for a Slurm cluster reached over `connection` (as the service user, whose home
+    holds every job directory). Every remote command runs under `command_timeout` seconds."""
+
+    def __init__(self, connection: SSHConnection, *, command_timeout: float = 60.0) -> None:
+        self.connection = connection
+        self.command_timeout = command_timeout
+
+    @property
+    def user(self) -> str:
+        return self.connection.settings.user
+
+    # --- Submission -----------------------------------------------------------------------------
+
+    def submit(self, specs: Sequence[JobSpec]) -> list[SubmitResult]:
+        """Writes every spec's script and environment over SFTP, then runs all the sbatch calls
+        in one remote command. A spec Slurm refuses gets its reason (transient when the
+        controller did not answer) without touching the others. When the outcome of the batch
+        is unclear (the command failed, the connection dropped, the output is unreadable), this
+        raises a transient error: the caller must `find` the names before submitting again."""
+        if not specs:
+            return []
+        results: list[SubmitResult | None] = [None] * len(specs)
+        submissions: list[tuple[int, str, list[str]]] = []
+        home = self.connection.home
+        with self.connection.sftp(self.command_timeout) as sftp:
+            created: set[str] = {home}
+            for index, spec in enumerate(specs):
+                problem = spec_problem(spec)
+                if problem is not None:
+                    results[index] = SubmitResult(spec.name, None, error=problem)
+                    continue
+                directory = posixpath.join(home, spec.directory)
+                try:
+                    _write_job_files(sftp, directory, spec, created)
+                except OSError as error:
+                    channel = sftp.get_channel()
+                    if (
+                        isinstance(error, TimeoutError)
+                        or channel is None
+                        or channel.closed
+                        or not self.connection.is_open
+                    ):
+                        raise  # no answer of the server's: the SFTP session reports it
+                    results[index] = SubmitResult(
+                        spec.name, None, error=f"cannot write the job files in {directory}: {error}"
+                    )
+                    continue
+                submissions.append((index, directory, sbatch_arguments(spec, directory)))
+        if submissions:
+            for (index, _, _), outcome in zip(
+                submissions, self._run_sbatches(submissions), strict=True
+            ):
+                results[index] = outcome_result(specs[index].name, outcome)
+        finished = [result for result in results if result is not None]
+        assert len(finished) == len(specs), "every spec has a result"
+        return finished
+
+    def _run_sbatches(
+        self, submissions: list[tuple[int, str, list[str]]]
+    ) -> list[SubmissionOutcome]:
+        token = f"@@computeshare-{uuid.uuid4().hex}@@"
+        script = submission_script(
+            [(directory, arguments) for _, directory, arguments in submissions], token
+        )
+        timeout = self.command_timeout + _SECONDS_PER_SUBMISSION * len(submissions)
+        try:
+            result = self.connection.run(["/bin/sh", "-s"], stdin=script.encode(), timeout=timeout)
+            return parse_submission_output(result.stdout, token, len(submissions))
+        except (RemoteCommandFailed, UnexpectedOutput) as error:
+            raise SubmissionUnclear(
+                f"the submission of {len(submissions)} jobs is unclear: {error}"
+            ) from error
+
+    # --- Following ------------------------------------------------------------------------------
+
+    def find(self, names: Sequence[str]) -> dict[str, str]:
+        """The job id (for an array, the array's id) of every name squeue or the last 7 days of
+        accounting know. Names that could never have been submitted are not looked up."""
+        wanted = list(dict.fromkeys(name for name in names if name and "," not in name))
+        found: dict[str, str] = {}
+        for chunk in chunks(wanted, NAME_CHUNK):
+            queued = parse_squeue_by_name(
+                self._slurm(squeue_by_name_arguments(self.user, chunk)).stdout
+            )
+            accounted = parse_sacct_by_name(
+                self._slurm(sacct_by_name_arguments(self.user, chunk)).stdout
+            )
+            for source in (accounted, queued):
+                for name, job_id in source.items():
+                    if name in chunk and (name not in found or int(job_id) > int(found[name])):
+                        found[name] = job_id
+        return found
+
+    def queue(self) -> list[QueueEntry]:
+        return parse_squeue(self._slurm(squeue_arguments(self.user)).stdout)
+
+    def runs(self, job_ids: Sequence[str]) -> list[RunRecord]:
+        records: list[RunRecord] = []
+        for chunk in chunks(valid_job_ids(job_ids), SACCT_CHUNK):
+            records += parse_sacct_runs(
+                self._slurm(sacct_runs_arguments(chunk)).stdout, with_steps=True
+            )
+        return records
+
+    def runs_between(self, start: datetime, end: datetime) -> list[RunRecord]:
+        output = self._slurm(sacct_window_arguments(self.user, start, end)).stdout
+        return [
+            record
+            for record in parse_sacct_runs(output)
+            if record.name.startswith(PLATFORM_NAME_PREFIX)
+        ]
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """One scancel for every id. Slurm versions differ on ids that have ended: 22.05 exits 0
+        in silence, others print "Invalid job id specified" and exit 1; both are success."""
+        if not job_ids:
+            return
+        arguments = scancel_arguments(valid_job_ids(job_ids))
+        result = self.connection.run(arguments, timeout=self.command_timeout, check=False)
+        if result.exit_status != 0 and not only_ended_jobs_refused(result.stderr):
+            raise _command_error(result)
+
+    def output_tail(
+        self, directory: str, stream: Stream, array_task_id: int | None, tail_bytes: int
+    ) -> bytes:
+        problem = job_directory_problem(directory)
+        if problem is not None:
+            raise ValueError(problem)
+        if tail_bytes <= 0:
+            return b""
+        path = posixpath.join(
+            self.connection.home, directory, output_file_name(stream, array_task_id)
+        )
+        with self.connection.sftp(self.command_timeout) as sftp:
+            try:
+                with sftp.open(path, "rb") as handle:
+                    size = handle.stat().st_size or 0
+                    handle.seek(max(0, size - tail_bytes))
+                    return handle.read(min(size, tail_bytes))
+            except FileNotFoundError:
+                return b""
+
+    def close(self) -> None:
+        """Closes the connection. A pooled connection opens again on its next use."""
+        self.connection.close()
+
+    def _slurm(self, arguments: list[str]) -> CommandResult:
+        """Runs a Slurm command whose non-zero exit is an error: transient when the controller
+        or the database did not answer, final otherwise."""
+        result = self.connection.run(arguments, timeout=self.command_timeout, check=False)
+        if result.exit_status != 0:
+            raise _command_error(result)
+        return result
+
+
+def _command_error(result: CommandResult) -> RemoteCommandFailed:
+    error_class = (
+        SchedulerUnavailable
+        if is_transient_message(result.stderr + "\n" + result.stdout)
+        else RemoteCommandFailed
+    )
+    return error_class(result.command, result.exit_status, result.stdout, result.stderr)
+
+
+def outcome_result(name: str, outcome: SubmissionOutcome) -> SubmitResult:
+    if outcome.exit_status != 0:
+        reason = refusal_reason(outcome)
+        return SubmitResult(name, None, error=reason, is_transient=is_transient_message(reason))
+    try:
+        return SubmitResult(name, parse_sbatch_parsable(outcome.stdout).job_id)
+    except UnexpectedOutput as error:
+        # sbatch said yes but no id can be read: the job may exist, so this is no refusal.
+        raise SubmissionUnclear(f"sbatch accepted {name} without a readable id: {error}") from error
+
+
+def _write_job_files(
+    sftp: paramiko.SFTPClient, directory: str, spec: JobSpec, created: set[str]
+) -> None:
+    """Creates the job directory (and its missing parents, `mkdir -p`) readable by the service
+    user only, and writes the script (0700) and the environment file (0600, it may hold
+    secrets). A file left by an earlier attempt is overwritten."""
+    _make_directories(sftp, directory, created)
+    _write_file(sftp, posixpath.join(directory, SCRIPT_FILE), spec.script.encode(), 0o700)
+    _write_file(
+        sftp,
+        posixpath.join(directory, ENVIRONMENT_FILE),
+        environment_file_content(spec.environment),
+        0o600,
+    )
+
+
+def _make_directories(sftp: paramiko.SFTPClient, directory: str, created: set[str]) -> None:
+    """`mkdir -p -m 0700` over SFTP, trying the deepest directory first: the parents usually
+    exist, so a new job directory costs one request."""
+    if directory in created:
+        return
+    try:
+        sftp.mkdir(directory, 0o700)
+    except FileNotFoundError:
+        _make_directories(sftp, posixpath.dirname(directory), created)
+        sftp.mkdir(directory, 0o700)
+    except OSError:
+        # OpenSSH answers a generic failure when the directory exists.
+        attributes = sftp.stat(directory)
+        if not stat.S_ISDIR(attributes.st_mode or 0):
+            raise NotADirectoryError(f"{directory} exists and is not a directory") from None
+        sftp.chmod(directory, 0o700)
+    created.add(directory)
+
+
+def _write_file(sftp: paramiko.SFTPClient, path: str, content: bytes, mode: int) -> None:
+    with sftp.open(path, "wb") as handle:
+        # The mode is set before the content arrives, so the content is never readable by others.
+        handle.chmod(mode)
+        handle.set_pipelined(True)
+        handle.write(content)

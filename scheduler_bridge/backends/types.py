@@ -1,0 +1,152 @@
+"""What the platform asks of a scheduler and what it gets back, whichever scheduler it is."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Literal, Protocol
+
+Stream = Literal["stdout", "stderr"]
+
+# The API's job states. `queued` and `submitted` are the platform's own (before the scheduler
+# has the job, and after sbatch answered but before the first poll saw it).
+PENDING = "pending"
+RUNNING = "running"
+COMPLETING = "completing"
+COMPLETED = "completed"
+FAILED = "failed"
+CANCELLED = "cancelled"
+TIMEOUT = "timeout"
+OUT_OF_MEMORY = "out_of_memory"
+NODE_FAIL = "node_fail"
+PREEMPTED = "preempted"
+UNDETERMINED = "undetermined"
+
+ENDED_STATES = frozenset(
+    {COMPLETED, FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED}
+)
+# Ends that are the cluster owner's doing: such a run is recorded but never charged.
+OWNER_CAUSED_STATES = frozenset({NODE_FAIL, PREEMPTED})
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One submission: every resource is an sbatch command-line option the platform builds;
+    nothing of the user's reaches an `#SBATCH` line."""
+
+    name: str  # the scheduler job name, "cs-<job uuid>": how a job is found again by name
+    script: str  # starts with "#!"; written to `directory/job.sh`
+    directory: str  # per-job directory, relative to the backend's root (the login home)
+    partition: str
+    time_limit_minutes: int
+    account: str | None = None
+    nodes: int = 1
+    ntasks: int = 1
+    cpus_per_task: int = 1
+    gpus: int = 0
+    array: str | None = None  # "0-99", "1,3,5", "0-999%20"
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SubmitResult:
+    name: str
+    scheduler_job_id: str | None  # the job id (for arrays the array's id), None when refused
+    error: str | None = None  # the scheduler's reason for refusing it
+    is_transient: bool = False  # a refusal that may pass on retry (controller down, ...)
+
+
+@dataclass(frozen=True)
+class QueueEntry:
+    """One line of the queue: a job, or one task of an array (arrays are listed per task)."""
+
+    job_id: str  # "123", or "123_4" for task 4 of array 123
+    array_job_id: str  # "123" (the job id itself when not an array)
+    array_task_id: int | None
+    name: str
+    state: str  # the API state (`PENDING`, `RUNNING`, ...), mapped from the scheduler's
+    scheduler_state: str  # as the scheduler printed it, for the record
+    reason: str  # why it pends ("Resources", "Priority", ...), "" when none
+    # A pending array whose tasks have not been split out yet: one line for many tasks,
+    # `array_task_id` None and `pending_tasks` the expression ("5-19").
+    pending_tasks: str | None = None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of a job or array task as accounting recorded it. A requeued job has one record
+    per run; the key of a run is (raw_job_id, submit_time)."""
+
+    job_id: str  # "123" or "123_4"
+    raw_job_id: str  # the scheduler's own id of this task ("JobIDRaw")
+    array_job_id: str
+    array_task_id: int | None
+    name: str
+    state: str  # API state
+    scheduler_state: str  # e.g. "CANCELLED by 1000", "REQUEUED"
+    exit_code: int | None
+    submit_time: datetime
+    start_time: datetime | None
+    end_time: datetime | None
+    elapsed_seconds: int
+    allocated_cpus: int
+    allocated_gpus: int
+    cpu_seconds: float  # total CPU time (user + system) of every step
+    time_limit_minutes: int | None = None
+    reason: str = ""
+
+    @property
+    def is_ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+
+class Backend(Protocol):
+    """The interface both schedulers implement. Every call has a deadline; a transient failure
+    (connection lost, controller down, timeout) raises a `BridgeError` whose `is_transient` is
+    true, and the caller cannot tell whether a submission went through: it must `find` the
+    names before it submits them again."""
+
+    def submit(self, specs: Sequence[JobSpec]) -> list[SubmitResult]:
+        """Writes each script into its directory and submits every spec, sharing remote
+        commands between them; one result per spec, in order."""
+        ...
+
+    def find(self, names: Sequence[str]) -> dict[str, str]:
+        """The scheduler job id of every given name that the scheduler knows (queued, running
+        or ended in the last days)."""
+        ...
+
+    def queue(self) -> list[QueueEntry]:
+        """Every job of the service user that the scheduler still holds, in one command."""
+        ...
+
+    def runs(self, job_ids: Sequence[str]) -> list[RunRecord]:
+        """Accounting records of the given job ids (array ids include all their tasks), every
+        run of every requeued job included. Queries in chunks."""
+        ...
+
+    def runs_between(self, start: datetime, end: datetime) -> list[RunRecord]:
+        """Accounting records of every platform job (name "cs-...") that was running at some
+        time between `start` and `end`: for the nightly reconciliation."""
+        ...
+
+    def cancel(self, job_ids: Sequence[str]) -> None:
+        """Asks the scheduler to cancel these jobs (an array id cancels every task). Ids that
+        have already ended are not an error."""
+        ...
+
+    def output_tail(
+        self, directory: str, stream: Stream, array_task_id: int | None, tail_bytes: int
+    ) -> bytes:
+        """The last `tail_bytes` of a job's (or array task's) stdout or stderr; b"" before the
+        file exists."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def output_file_name(stream: Stream, array_task_id: int | None) -> str:
+    """Where a job's output goes inside its directory: `stdout.txt`, or `stdout-4.txt` for task 4
+    of an array. The backends set these paths; the user cannot."""
+    return f"{stream}.txt" if array_task_id is None else f"{stream}-{array_task_id}.txt"

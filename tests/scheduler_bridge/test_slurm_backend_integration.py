@@ -1,0 +1,149 @@
+"""SlurmBackend against the real test cluster over SSH. The cluster has 2 CPUs and other people's
+jobs: every job here is a few seconds long and carries a unique name, and only those are
+cancelled. The cluster is this machine, so a file an injected command would create on the login
+node is visible here."""
+
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from scheduler_bridge.backends.slurm import SlurmBackend
+from scheduler_bridge.backends.types import CANCELLED, COMPLETED, PENDING, RUNNING, JobSpec
+from scheduler_bridge.slurm.ssh import SSHConnection
+
+pytestmark = pytest.mark.slurm
+
+# Normally a few seconds; other people's jobs can hold the 2 CPUs for a while.
+WAIT_SECONDS = 120
+
+
+@pytest.fixture(scope="module")
+def unique():
+    return uuid.uuid4().hex[:12]
+
+
+@pytest.fixture(scope="module")
+def backend(testcluster, unique):
+    connection = SSHConnection(testcluster.ssh_settings())
+    backend = SlurmBackend(connection, command_timeout=30)
+    yield backend
+    connection.run(["rm", "-rf", f"{connection.home}/computeshare-tests/{unique}"])
+    backend.close()
+
+
+def job(unique: str, label: str, script: str, testcluster, **changes) -> JobSpec:
+    values = {
+        "name": f"cs-test-{label}-{unique}",
+        "script": "#!/bin/sh\n" + script,
+        "directory": f"computeshare-tests/{unique}/{label}",
+        "partition": testcluster.partition,
+        "account": testcluster.account,
+        "time_limit_minutes": 1,
+    }
+    return JobSpec(**{**values, **changes})
+
+
+def wait_for_ended_runs(backend: SlurmBackend, job_ids: list[str], count: int):
+    """The runs of `job_ids` once `count` of them have ended (accounting lags a little behind
+    the end)."""
+    deadline = time.monotonic() + WAIT_SECONDS
+    records = []
+    while time.monotonic() < deadline:
+        records = backend.runs(job_ids)
+        if len([record for record in records if record.is_ended]) >= count:
+            return records
+        time.sleep(0.5)
+    pytest.fail(f"the runs did not end within {WAIT_SECONDS} s: {records}")
+
+
+def test_a_batch_submits_a_job_and_an_array_and_refuses_a_bad_partition(
+    backend, testcluster, unique
+):
+    single = job(unique, "single", "echo hello; sleep 1\n", testcluster)
+    array = job(unique, "array", 'echo "task $SLURM_ARRAY_TASK_ID"\n', testcluster, array="0-2")
+    refused = job(unique, "refused", "echo never\n", testcluster, partition="no-such-partition")
+    unnamable = job(unique, "unnamable", "echo never\n", testcluster, name="cs-a\nb")
+    started = datetime.now(UTC) - timedelta(minutes=1)
+
+    results = backend.submit([single, array, refused, unnamable])
+
+    assert [result.name for result in results] == [single.name, array.name, refused.name, "cs-a\nb"]
+    assert results[0].scheduler_job_id.isdigit() and results[0].error is None
+    assert results[1].scheduler_job_id.isdigit() and results[1].error is None
+    assert results[2].scheduler_job_id is None
+    assert "invalid partition" in results[2].error.lower()
+    assert results[2].is_transient is False
+    assert results[3].scheduler_job_id is None
+    assert "control character" in results[3].error
+    single_id, array_id = results[0].scheduler_job_id, results[1].scheduler_job_id
+
+    queued = [entry for entry in backend.queue() if entry.name in (single.name, array.name)]
+    found = backend.find([single.name, array.name, refused.name])
+    records = wait_for_ended_runs(backend, [single_id, array_id], count=4)
+
+    assert {entry.array_job_id for entry in queued} <= {single_id, array_id}
+    assert all(entry.state in (PENDING, RUNNING) or entry.state == "completing" for entry in queued)
+    assert found == {single.name: single_id, array.name: array_id}
+    by_job = {record.job_id: record for record in records}
+    assert set(by_job) == {single_id, f"{array_id}_0", f"{array_id}_1", f"{array_id}_2"}
+    assert all(record.state == COMPLETED and record.exit_code == 0 for record in records)
+    assert all(record.allocated_cpus == 1 for record in records)
+    assert by_job[single_id].elapsed_seconds >= 1
+    assert by_job[single_id].start_time <= by_job[single_id].end_time
+    assert by_job[f"{array_id}_2"].array_task_id == 2
+    assert backend.output_tail(single.directory, "stdout", None, 1024) == b"hello\n"
+    assert backend.output_tail(single.directory, "stdout", None, 3) == b"lo\n"
+    assert backend.output_tail(single.directory, "stderr", None, 1024) == b""
+    assert backend.output_tail(array.directory, "stdout", 2, 1024) == b"task 2\n"
+    assert backend.output_tail(array.directory, "stdout", 7, 1024) == b""
+    recent = backend.runs_between(started, datetime.now(UTC) + timedelta(minutes=1))
+    assert {single_id, f"{array_id}_1"} <= {record.job_id for record in recent}
+    assert all(record.name.startswith("cs-") for record in recent)
+
+
+def test_cancel_ends_a_job_cancelled_and_cancelling_it_again_is_fine(backend, testcluster, unique):
+    spec = job(unique, "cancelled", "sleep 50\n", testcluster)
+    [result] = backend.submit([spec])
+    job_id = result.scheduler_job_id
+
+    backend.cancel([job_id])
+    [record] = wait_for_ended_runs(backend, [job_id], count=1)
+    backend.cancel([job_id, job_id])
+
+    assert record.state == CANCELLED
+    assert record.scheduler_state.startswith("CANCELLED")
+    assert job_id not in {entry.array_job_id for entry in backend.queue()}
+
+
+def test_names_environment_and_scripts_arrive_as_data_never_as_commands(
+    backend, testcluster, unique
+):
+    marker = Path(f"/tmp/pwned-{unique}")  # the login node is this machine
+    hostile = f'it\'s "quoted" $(touch {marker}) `touch {marker}`; touch {marker} | ü ✓ 計算 $HOME'
+    spec = job(
+        unique,
+        "injection",
+        f'# {hostile}\nprintf \'%s\\n\' "$HOSTILE" "$SECOND"\n',
+        testcluster,
+        # slurmdbd stores a `"` of a name as a backtick: names may not hold one (`spec_problem`).
+        name=f"cs-test-{unique} {hostile.replace(chr(34), '')}",
+        environment={"HOSTILE": hostile + "\nnext line", "SECOND": f"$(touch {marker})"},
+    )
+
+    [result] = backend.submit([spec])
+    found = backend.find([spec.name])
+    [record] = wait_for_ended_runs(backend, [result.scheduler_job_id], count=1)
+    script_path = f"{backend.connection.home}/{spec.directory}/job.sh"
+    with backend.connection.sftp() as sftp, sftp.open(script_path) as handle:
+        written_script = handle.read().decode()
+
+    assert result.error is None
+    assert found == {spec.name: result.scheduler_job_id}
+    assert (record.state, record.name) == (COMPLETED, spec.name)
+    assert written_script == spec.script
+    output = backend.output_tail(spec.directory, "stdout", None, 4096).decode()
+    assert output == f"{hostile}\nnext line\n$(touch {marker})\n"
+    assert not marker.exists()

@@ -7,6 +7,7 @@ from computeshare.health import healthz
 api_v1 = [
     path("", include("marketplace.api_urls")),
     path("", include("billing.api_urls")),
+    path("", include("scheduler_bridge.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
@@ -16,6 +17,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("", include("marketplace.urls")),
+    path("", include("scheduler_bridge.urls")),
 ]
 
 handler404 = "computeshare.views.not_found"

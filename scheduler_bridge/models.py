@@ -1,0 +1,312 @@
+"""Jobs as the platform keeps them: a job (one submission), its tasks (one for a plain job, one
+per index for an array), the runs accounting recorded for each task (a requeued task runs more
+than once, and each run is charged once), and the job's state history."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import models
+from django.db.models import F, Q
+
+from billing.models import ZERO, money_field
+from computeshare.models import BaseModel
+from marketplace.models import Allocation, Cluster, Organization, units_field
+
+
+class JobState(models.TextChoices):
+    QUEUED = "queued", "Queued"
+    SUBMITTED = "submitted", "Submitted"
+    PENDING = "pending", "Pending"
+    RUNNING = "running", "Running"
+    COMPLETING = "completing", "Completing"
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    TIMEOUT = "timeout", "Timed out"
+    OUT_OF_MEMORY = "out_of_memory", "Out of memory"
+    NODE_FAIL = "node_fail", "Node failure"
+    PREEMPTED = "preempted", "Preempted"
+    UNDETERMINED = "undetermined", "Undetermined"
+
+
+ENDED_STATES = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.OUT_OF_MEMORY,
+        JobState.NODE_FAIL,
+        JobState.PREEMPTED,
+    }
+)
+# On the cluster: the poll follows these.
+ACTIVE_STATES = frozenset(
+    {
+        JobState.SUBMITTED,
+        JobState.PENDING,
+        JobState.RUNNING,
+        JobState.COMPLETING,
+        JobState.UNDETERMINED,
+    }
+)
+# The one table of allowed changes. Once on the cluster a job may move between any of the
+# scheduler's states (a requeued job goes from running back to pending); an ended job is final.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    JobState.QUEUED: frozenset({JobState.SUBMITTED, JobState.CANCELLED, JobState.FAILED}),
+    **{state: ACTIVE_STATES | ENDED_STATES for state in ACTIVE_STATES},
+    **{state: frozenset() for state in ENDED_STATES},
+}
+
+
+def _state_check(name: str) -> models.CheckConstraint:
+    return models.CheckConstraint(condition=Q(state__in=JobState.values), name=name)
+
+
+class Job(BaseModel):
+    """One submission against an allocation. At submission it reserves
+    `cores (or GPUs) x time limit x tasks` units of the allocation, the most it can use; as its
+    tasks end they are charged what they used and the rest of the reservation is released."""
+
+    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="jobs")
+    # Copied from the allocation: jobs are listed per organization and polled per cluster.
+    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="jobs")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="jobs")
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    name = models.CharField(max_length=200)
+    script = models.TextField()
+    time_limit_minutes = models.PositiveIntegerField()
+    nodes = models.PositiveIntegerField(default=1)
+    ntasks = models.PositiveIntegerField(default=1)
+    cpus_per_task = models.PositiveIntegerField(default=1)
+    gpus = models.PositiveIntegerField(default=0)
+    array = models.CharField(max_length=200, blank=True)
+    task_count = models.PositiveIntegerField(default=1)
+    environment = models.JSONField(default=dict, blank=True)
+    # The Slurm account the job runs under (the team's own on a managed cluster).
+    account = models.CharField(max_length=64, blank=True)
+
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    state_reason = models.CharField(max_length=500, blank=True)
+    scheduler_job_id = models.CharField(max_length=32, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    submitted_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    reserved_units = units_field()
+    units = units_field(default=ZERO)
+    cost = money_field(default=ZERO)
+    elapsed_seconds = models.PositiveBigIntegerField(default=0)
+    cpu_seconds = models.DecimalField(max_digits=20, decimal_places=3, default=ZERO)
+    # Core-seconds (or GPU-seconds) allocated over the runs: the denominator of efficiency.
+    allocated_core_seconds = models.PositiveBigIntegerField(default=0)
+
+    # Submission bookkeeping: a worker claims the job until `submit_lease_until`; a job with
+    # attempts behind it is looked up by name before it is submitted again.
+    submit_attempts = models.PositiveSmallIntegerField(default=0)
+    submit_lease_until = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # When the poll last saw the job in the queue or in accounting: a job missing from both
+    # for long becomes `undetermined`.
+    last_seen_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["organization", "-created_at"], name="job_org_created"),
+            models.Index(fields=["allocation", "state"], name="job_allocation_state"),
+            models.Index(
+                fields=["cluster", "state"],
+                name="job_cluster_unfinished",
+                condition=Q(
+                    state__in=[
+                        JobState.QUEUED,
+                        JobState.SUBMITTED,
+                        JobState.PENDING,
+                        JobState.RUNNING,
+                        JobState.COMPLETING,
+                        JobState.UNDETERMINED,
+                    ]
+                ),
+            ),
+        ]
+        constraints = [
+            _state_check("job_state_valid"),
+            models.CheckConstraint(
+                condition=Q(time_limit_minutes__gt=0, nodes__gt=0, ntasks__gt=0)
+                & Q(cpus_per_task__gt=0, task_count__gt=0),
+                name="job_sizes_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(reserved_units__gt=0) & Q(units__gte=0, units__lte=F("reserved_units")),
+                name="job_units_within_reservation",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.uuid})"
+
+    @property
+    def scheduler_name(self) -> str:
+        """The Slurm job name: carries the job's UUID, so the job can be found again by name."""
+        return f"cs-{self.uuid}"
+
+    @property
+    def directory(self) -> str:
+        """The job's own directory on the cluster, under the service user's home."""
+        return f"computeshare-jobs/{self.uuid}"
+
+    @property
+    def is_array(self) -> bool:
+        return bool(self.array)
+
+    @property
+    def is_ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+    @property
+    def efficiency(self) -> Decimal | None:
+        """CPU time over cores x elapsed, 0 to 1, once the job has ended."""
+        if not self.is_ended or not self.allocated_core_seconds:
+            return None
+        return min(
+            Decimal(1),
+            (self.cpu_seconds / Decimal(self.allocated_core_seconds)).quantize(Decimal("0.0001")),
+        )
+
+
+class JobTask(BaseModel):
+    """What the scheduler runs: the job itself, or one index of an array (`array_task_id` is
+    None for a plain job). Each task reserves its share of the job's units and settles alone."""
+
+    job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="tasks")
+    array_task_id = models.PositiveIntegerField(null=True, blank=True)
+    scheduler_job_id = models.CharField(max_length=32, blank=True)
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    state_reason = models.CharField(max_length=500, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    reserved_units = units_field()
+    units = units_field(default=ZERO)
+    cost = money_field(default=ZERO)
+    elapsed_seconds = models.PositiveBigIntegerField(default=0)
+    cpu_seconds = models.DecimalField(max_digits=20, decimal_places=3, default=ZERO)
+    allocated_core_seconds = models.PositiveBigIntegerField(default=0)
+    # Set once what the task did not use has gone back to the allocation.
+    is_released = models.BooleanField(default=False)
+
+    class Meta:
+        ordering = ["job", "array_task_id"]
+        constraints = [
+            _state_check("job_task_state_valid"),
+            models.UniqueConstraint(fields=["job", "array_task_id"], name="job_task_unique_index"),
+            models.UniqueConstraint(
+                fields=["job"],
+                condition=Q(array_task_id__isnull=True),
+                name="job_task_one_plain_task",
+            ),
+            models.CheckConstraint(
+                condition=Q(units__gte=0, units__lte=F("reserved_units")),
+                name="job_task_units_within_reservation",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        if self.array_task_id is None:
+            return str(self.job)
+        return f"{self.job} task {self.array_task_id}"
+
+    @property
+    def is_ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+
+class JobRun(BaseModel):
+    """One run of a task as Slurm's accounting recorded it, and what it was charged. The
+    unique key (cluster, raw job id, submit time) is what makes each run charged exactly once,
+    however often the poll, a retry or the reconciliation sees it."""
+
+    class Source(models.TextChoices):
+        POLL = "poll", "Poll"
+        RECONCILIATION = "reconciliation", "Nightly reconciliation"
+
+    task = models.ForeignKey(JobTask, on_delete=models.PROTECT, related_name="runs")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="job_runs")
+    raw_job_id = models.CharField(max_length=32)
+    submit_time = models.DateTimeField()
+    state = models.CharField(max_length=16, choices=JobState.choices)
+    scheduler_state = models.CharField(max_length=64)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    elapsed_seconds = models.PositiveBigIntegerField()
+    allocated_cpus = models.PositiveIntegerField()
+    allocated_gpus = models.PositiveIntegerField()
+    cpu_seconds = models.DecimalField(max_digits=20, decimal_places=3)
+    # What accounting says was used, and what was charged: capped at what the task reserved,
+    # zero when the owner's side ended it.
+    metered_units = units_field()
+    units = units_field()
+    cost = money_field()
+    is_owner_caused = models.BooleanField(default=False)
+    charge = models.OneToOneField(
+        "billing.Transaction",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="job_run",
+    )
+    source = models.CharField(max_length=16, choices=Source.choices, default=Source.POLL)
+
+    class Meta:
+        ordering = ["task", "submit_time"]
+        constraints = [
+            _state_check("job_run_state_valid"),
+            models.UniqueConstraint(
+                fields=["cluster", "raw_job_id", "submit_time"], name="job_run_charged_once"
+            ),
+            models.CheckConstraint(
+                condition=Q(units__gte=0, units__lte=F("metered_units")),
+                name="job_run_units_within_metered",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.raw_job_id}@{self.submit_time:%Y-%m-%dT%H:%M:%S} of {self.task}"
+
+
+class JobEvent(models.Model):
+    """The job's state history, for its page."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    state = models.CharField(max_length=16, choices=JobState.choices)
+    reason = models.CharField(max_length=500, blank=True)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["at", "id"]
+        indexes = [models.Index(fields=["job", "at"], name="job_event_job_at")]
+
+    def __str__(self) -> str:
+        return f"{self.job_id} {self.state} at {self.at:%Y-%m-%dT%H:%M:%S}"
+
+
+class ClusterPoll(models.Model):
+    """The poll's own record per cluster: who holds it now (a lease, so that two workers never
+    poll one cluster at once and a dead worker's lease runs out), and how the last one went."""
+
+    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="poll")
+    lease_until = models.DateTimeField(null=True, blank=True)
+    last_polled_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+    consecutive_failures = models.PositiveIntegerField(default=0)
+    commands_last_poll = models.PositiveIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"poll of {self.cluster_id}"

@@ -156,6 +156,12 @@ class CeleryWorker:
         return self.log_path.read_text(errors="replace")
 
 
+def local_cluster_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where the `local` backend keeps its jobs in this test run: the same for the tests and
+    for the Celery worker, which may submit a test's local jobs itself."""
+    return tmp_path_factory.getbasetemp() / "local-cluster"
+
+
 @pytest.fixture(scope="session")
 def celery_worker(
     django_db_setup: None, tmp_path_factory: pytest.TempPathFactory
@@ -181,6 +187,12 @@ def celery_worker(
         "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
         "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
         "EMAIL_FILE_PATH": str(mail_directory),
+        # Short leases and deadlines, so that the fault tests see a killed worker's jobs taken
+        # up again within seconds rather than minutes.
+        "JOBS_SUBMIT_LEASE_SECONDS": "20",
+        "JOBS_POLL_LEASE_SECONDS": "20",
+        "JOBS_COMMAND_TIMEOUT_SECONDS": "15",
+        "LOCAL_CLUSTER_ROOT": str(local_cluster_root(tmp_path_factory)),
     }
     app.control.purge()
     log_path = workdir / "worker.log"

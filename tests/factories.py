@@ -8,7 +8,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from computeshare.models import User
-from marketplace.models import Cluster, Membership, Offer, Organization, Partition
+from marketplace.models import Allocation, Cluster, Membership, Offer, Organization, Partition
 
 PASSWORD = "correct horse battery staple"
 
@@ -136,3 +136,41 @@ def funded_organization(amount: str | Decimal = "1000", **kwargs: object) -> Org
             organization=organization, amount=amount, memo="Test funds", actor=None
         )
     return organization
+
+
+def allocation_bought(
+    organization: Organization | None = None,
+    *,
+    partition: Partition | None = None,
+    quantity: int = 100,
+    price: str | Decimal = "2.00",
+    resource: str = "cpu",
+    window_end: timedelta = timedelta(days=30),
+) -> Allocation:
+    """An active allocation bought outright by `organization`, whose window started an hour
+    ago. The organization is given the money first; the commitment hold is real, placed
+    through the services."""
+    from billing import services as billing
+    from marketplace import services as market
+
+    if organization is None:
+        organization = funded_organization("0")
+    billing.wallet_open(organization)
+    billing.wallet_adjust(
+        organization=organization, amount=Decimal(price) * quantity, memo="Test funds", actor=None
+    )
+    admin = Membership.objects.filter(
+        organization=organization, role=Membership.Role.ADMIN
+    ).first() or MembershipFactory(organization=organization, role=Membership.Role.ADMIN)
+    now = timezone.now()
+    offer = OfferFactory(
+        partition=partition or PartitionFactory(),
+        resource=resource,
+        quantity=quantity,
+        buy_now_price=Decimal(price),
+        reserve_price=Decimal(price),
+        window_start=now - timedelta(hours=1),
+        auction_closes_at=now + timedelta(hours=1),
+        window_end=now + window_end,
+    )
+    return market.offer_buy(actor=admin, offer=offer, quantity=quantity)

@@ -5,6 +5,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import environ
+from celery.schedules import crontab
 
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
@@ -148,6 +149,34 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "marketplace.tasks.slurm_accounts_reconcile_task",
         "schedule": 900.0,
     },
+}
+
+# --- Jobs --------------------------------------------------------------------------------------
+# Every cluster with jobs on it is polled this often: one squeue for all of them, then sacct
+# for those that left the queue, whose usage is charged in the same cycle.
+JOBS_POLL_INTERVAL_SECONDS = env.float("JOBS_POLL_INTERVAL_SECONDS", default=10.0)
+# How long a worker holds a batch of jobs it is submitting, and a cluster it is polling. Longer
+# than any remote command may take, so that a second worker never submits the same job while
+# the first is still waiting for sbatch; a worker that died gives its jobs up after it.
+JOBS_SUBMIT_LEASE_SECONDS = env.float("JOBS_SUBMIT_LEASE_SECONDS", default=300.0)
+JOBS_POLL_LEASE_SECONDS = env.float("JOBS_POLL_LEASE_SECONDS", default=120.0)
+JOBS_SUBMIT_BATCH_SIZE = env.int("JOBS_SUBMIT_BATCH_SIZE", default=200)
+# A job gone from the queue that accounting does not know after this long is `undetermined`.
+JOBS_MISSING_GRACE_SECONDS = env.float("JOBS_MISSING_GRACE_SECONDS", default=1800.0)
+JOBS_RECONCILE_DAYS = env.int("JOBS_RECONCILE_DAYS", default=3)
+JOBS_COMMAND_TIMEOUT_SECONDS = env.float("JOBS_COMMAND_TIMEOUT_SECONDS", default=60.0)
+JOBS_OUTPUT_MAX_TAIL_BYTES = env.int("JOBS_OUTPUT_MAX_TAIL_BYTES", default=1024 * 1024)
+# Where the `local` backend (the demo's cluster) keeps its jobs.
+LOCAL_CLUSTER_ROOT = Path(
+    env("LOCAL_CLUSTER_ROOT", default=str(BASE_DIR / "var" / "local-cluster"))
+)
+CELERY_BEAT_SCHEDULE["jobs-poll"] = {
+    "task": "scheduler_bridge.tasks.jobs_poll_task",
+    "schedule": JOBS_POLL_INTERVAL_SECONDS,
+}
+CELERY_BEAT_SCHEDULE["jobs-reconcile"] = {
+    "task": "scheduler_bridge.tasks.jobs_reconcile_task",
+    "schedule": crontab(hour=3, minute=17),
 }
 
 if REDIS_URL:

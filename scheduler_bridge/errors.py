@@ -1,0 +1,37 @@
+"""The errors of jobs. Codes are part of the public contract (API.md)."""
+
+from computeshare.errors import ApplicationError, Conflict, PaymentRequired
+
+
+class SbatchDirectiveNotAllowed(ApplicationError):
+    code = "sbatch_directive_not_allowed"
+    default_detail = (
+        "The script carries #SBATCH lines. Resources are set by the job's fields "
+        "(time_limit_minutes, cpus_per_task, ntasks, nodes, gpus, array); remove those lines."
+    )
+
+
+class AllocationNotActive(Conflict):
+    code = "allocation_not_active"
+    default_detail = "The allocation's window is not open: jobs run only during the window."
+
+
+class AllocationExhausted(PaymentRequired):
+    code = "allocation_exhausted"
+    default_detail = "The allocation has too few unreserved units left for this job."
+
+
+class ClusterNotAvailable(Conflict):
+    code = "cluster_not_available"
+    default_detail = "The allocation's cluster does not take jobs now."
+
+
+class JobAlreadyEnded(Conflict):
+    code = "job_already_ended"
+    default_detail = "The job has already ended."
+
+
+class OutputUnavailable(ApplicationError):
+    status_code = 502
+    code = "cluster_unreachable"
+    default_detail = "The job's output could not be read from the cluster."

@@ -1,0 +1,94 @@
+"""Reads of jobs, always scoped to who is asking: members see their organizations' jobs and
+nobody else's."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.core.exceptions import ValidationError
+from django.db.models import Prefetch, Q, QuerySet
+
+from computeshare.errors import NotFound
+from computeshare.models import User
+from marketplace.models import Membership, Organization
+from scheduler_bridge.models import Job, JobEvent, JobState, JobTask
+
+
+def job_list_for_user(user: User) -> QuerySet[Job]:
+    return (
+        Job.objects.filter(
+            organization__in=Membership.objects.filter(user=user).values("organization")
+        )
+        .select_related("allocation__partition", "cluster", "organization")
+        .defer("script", "environment")
+        .order_by("-created_at", "-id")
+    )
+
+
+def job_list_filtered(
+    user: User,
+    *,
+    states: list[str] | None = None,
+    allocation: Any = None,
+    organization: Any = None,
+) -> QuerySet[Job]:
+    jobs = job_list_for_user(user)
+    if states:
+        jobs = jobs.filter(state__in=states)
+    if allocation is not None:
+        jobs = jobs.filter(allocation__uuid=allocation)
+    if organization is not None:
+        jobs = jobs.filter(organization__uuid=organization)
+    return jobs
+
+
+def job_get_for_user(user: User, job_uuid: Any) -> Job:
+    """One job with its tasks and history; `NotFound` for anyone outside its organization."""
+    try:
+        return (
+            Job.objects.filter(
+                organization__in=Membership.objects.filter(user=user).values("organization")
+            )
+            .select_related("allocation__partition", "cluster", "organization", "submitted_by")
+            .prefetch_related(
+                Prefetch("tasks", queryset=JobTask.objects.order_by("array_task_id")),
+                Prefetch("events", queryset=JobEvent.objects.order_by("at", "id")),
+            )
+            .get(uuid=job_uuid)
+        )
+    except (Job.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such job.") from error
+
+
+def job_usage_list(
+    organization: Organization, *, since: datetime | None = None, until: datetime | None = None
+) -> QuerySet[Job]:
+    """The organization's jobs that ran, for its usage report: ended in the range (or still
+    running), oldest first."""
+    jobs = (
+        Job.objects.filter(organization=organization)
+        .exclude(state__in=[JobState.QUEUED])
+        .exclude(started_at__isnull=True, units=0)
+        .select_related("cluster", "allocation__partition")
+        .only(
+            "uuid",
+            "name",
+            "state",
+            "units",
+            "cost",
+            "started_at",
+            "ended_at",
+            "created_at",
+            "cluster__name",
+            "allocation__partition__name",
+        )
+        .order_by("created_at", "id")
+    )
+    if since is not None:
+        jobs = jobs.filter(Q(ended_at__gte=since) | Q(ended_at__isnull=True))
+    if until is not None:
+        jobs = jobs.filter(
+            Q(started_at__lt=until) | Q(started_at__isnull=True, created_at__lt=until)
+        )
+    return jobs

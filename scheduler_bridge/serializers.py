@@ -1,0 +1,208 @@
+"""Input and output shapes of the job endpoints (API.md, Jobs). They translate; the services
+decide."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from billing.serializers import Money
+from marketplace.serializers_market import Units, units_text
+from scheduler_bridge.models import Job, JobState, JobTask
+
+
+class JobCreateSerializer(serializers.Serializer):
+    allocation = serializers.UUIDField()
+    name = serializers.CharField(max_length=200)
+    script = serializers.CharField(trim_whitespace=False)
+    time_limit_minutes = serializers.IntegerField(min_value=1, max_value=525600)
+    cpus_per_task = serializers.IntegerField(min_value=1, max_value=100000, default=1)
+    ntasks = serializers.IntegerField(min_value=1, max_value=100000, default=1)
+    nodes = serializers.IntegerField(min_value=1, max_value=10000, default=1)
+    gpus = serializers.IntegerField(min_value=0, max_value=10000, default=0)
+    array = serializers.CharField(max_length=200, required=False, allow_null=True)
+    environment = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=dict,
+    )
+
+
+class UsageSerializer(serializers.Serializer):
+    units = Units()
+    elapsed_seconds = serializers.IntegerField()
+    cpu_seconds = serializers.DecimalField(max_digits=20, decimal_places=3)
+
+
+class EfficiencySerializer(serializers.Serializer):
+    cpu = serializers.DecimalField(
+        max_digits=5,
+        decimal_places=4,
+        allow_null=True,
+        help_text="Total CPU time over allocated cores x elapsed, 0 to 1, once ended.",
+    )
+
+
+def _usage(row: Job | JobTask) -> dict[str, Any]:
+    return {
+        "units": row.units,
+        "elapsed_seconds": row.elapsed_seconds,
+        "cpu_seconds": row.cpu_seconds,
+    }
+
+
+class JobTaskSerializer(serializers.Serializer):
+    index = serializers.IntegerField(source="array_task_id")
+    scheduler_job_id = serializers.CharField()
+    state = serializers.ChoiceField(choices=JobState.choices)
+    state_reason = serializers.CharField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    reserved_units = Units()
+    usage = serializers.SerializerMethodField()
+    cost = Money()
+
+    @extend_schema_field(UsageSerializer)
+    def get_usage(self, task: JobTask) -> dict[str, Any]:
+        return UsageSerializer(_usage(task)).data
+
+
+class JobEventSerializer(serializers.Serializer):
+    state = serializers.ChoiceField(choices=JobState.choices)
+    reason = serializers.CharField()
+    at = serializers.DateTimeField()
+
+
+class JobSerializer(serializers.Serializer):
+    """A job as listed; the detail adds its tasks and history."""
+
+    id = serializers.UUIDField(source="uuid")
+    name = serializers.CharField()
+    allocation = serializers.UUIDField(source="allocation.uuid")
+    organization = serializers.UUIDField(source="organization.uuid")
+    cluster = serializers.UUIDField(source="cluster.uuid")
+    cluster_name = serializers.CharField(source="cluster.name")
+    partition = serializers.CharField(source="allocation.partition.name")
+    state = serializers.ChoiceField(choices=JobState.choices)
+    state_reason = serializers.CharField()
+    scheduler_job_id = serializers.CharField()
+    array = serializers.CharField(allow_null=True)
+    task_count = serializers.IntegerField()
+    time_limit_minutes = serializers.IntegerField()
+    cpus_per_task = serializers.IntegerField()
+    ntasks = serializers.IntegerField()
+    nodes = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
+    submitted_at = serializers.DateTimeField(allow_null=True)
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    exit_code = serializers.IntegerField(allow_null=True)
+    cancel_requested = serializers.SerializerMethodField()
+    reserved_units = Units()
+    estimated_max_cost = serializers.SerializerMethodField()
+    usage = serializers.SerializerMethodField()
+    cost = Money()
+    currency = serializers.SerializerMethodField()
+    efficiency = serializers.SerializerMethodField()
+
+    def to_representation(self, job: Job) -> dict[str, Any]:
+        data = super().to_representation(job)
+        data["array"] = job.array or None
+        return data
+
+    def get_cancel_requested(self, job: Job) -> bool:
+        return job.cancel_requested_at is not None
+
+    @extend_schema_field(Money())
+    def get_estimated_max_cost(self, job: Job) -> str:
+        cost = (job.reserved_units * job.allocation.unit_price).quantize(Decimal("0.000001"))
+        return f"{cost:.6f}"
+
+    @extend_schema_field(UsageSerializer)
+    def get_usage(self, job: Job) -> dict[str, Any]:
+        return UsageSerializer(_usage(job)).data
+
+    def get_currency(self, job: Job) -> str:
+        return str(settings.PLATFORM_CURRENCY)
+
+    @extend_schema_field(EfficiencySerializer)
+    def get_efficiency(self, job: Job) -> dict[str, Any]:
+        return EfficiencySerializer({"cpu": job.efficiency}).data
+
+
+class JobDetailSerializer(JobSerializer):
+    tasks = serializers.SerializerMethodField(help_text="Per array task; empty for a plain job.")
+    history = JobEventSerializer(source="events", many=True)
+    environment = serializers.DictField(child=serializers.CharField())
+    script = serializers.CharField()
+
+    @extend_schema_field(JobTaskSerializer(many=True))
+    def get_tasks(self, job: Job) -> list[dict[str, Any]]:
+        if not job.is_array:
+            return []
+        return JobTaskSerializer(job.tasks.all(), many=True).data
+
+
+class JobFilterSerializer(serializers.Serializer):
+    state = serializers.ListField(
+        child=serializers.ChoiceField(choices=JobState.choices), required=False
+    )
+    allocation = serializers.UUIDField(required=False)
+    organization = serializers.UUIDField(required=False)
+
+
+class JobOutputQuerySerializer(serializers.Serializer):
+    stream = serializers.ChoiceField(choices=["stdout", "stderr"], default="stdout")
+    tail_bytes = serializers.IntegerField(min_value=1, default=65536)
+    task = serializers.IntegerField(min_value=0, required=False)
+
+    def validate_tail_bytes(self, value: int) -> int:
+        limit = settings.JOBS_OUTPUT_MAX_TAIL_BYTES
+        if value > limit:
+            raise serializers.ValidationError(f"At most {limit} bytes.")
+        return value
+
+
+class UsageRowSerializer(serializers.Serializer):
+    job = serializers.UUIDField(source="uuid")
+    name = serializers.CharField()
+    cluster = serializers.CharField(source="cluster.name")
+    partition = serializers.CharField(source="allocation.partition.name")
+    state = serializers.ChoiceField(choices=JobState.choices)
+    units = Units()
+    cost = Money()
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+
+
+USAGE_CSV_COLUMNS = [
+    "job",
+    "name",
+    "cluster",
+    "partition",
+    "state",
+    "units",
+    "cost",
+    "started_at",
+    "ended_at",
+]
+
+
+def usage_csv_row(job: Job) -> list[str]:
+    return [
+        str(job.uuid),
+        job.name,
+        job.cluster.name,
+        job.allocation.partition.name,
+        job.state,
+        units_text(job.units) or "0",
+        f"{job.cost:.6f}",
+        job.started_at.isoformat() if job.started_at else "",
+        job.ended_at.isoformat() if job.ended_at else "",
+    ]

@@ -1,0 +1,46 @@
+"""Every write of the jobs app: submission and cancellation (`submission`), following jobs on
+their cluster and settling their usage (`following`)."""
+
+from scheduler_bridge.services.following import (
+    PollReport,
+    Settlement,
+    cluster_poll,
+    cluster_reconcile,
+    clusters_to_poll,
+    job_state_from_tasks,
+    job_state_refresh,
+    job_task_settle,
+)
+from scheduler_bridge.services.submission import (
+    JobRequest,
+    cluster_jobs_submit,
+    job_cancel,
+    job_cancel_remote,
+    job_estimated_max_cost,
+    job_mark_submitted,
+    job_output,
+    job_request_check,
+    job_submit,
+    job_units,
+)
+
+__all__ = [
+    "JobRequest",
+    "PollReport",
+    "Settlement",
+    "cluster_jobs_submit",
+    "cluster_poll",
+    "cluster_reconcile",
+    "clusters_to_poll",
+    "job_cancel",
+    "job_cancel_remote",
+    "job_estimated_max_cost",
+    "job_mark_submitted",
+    "job_output",
+    "job_request_check",
+    "job_state_from_tasks",
+    "job_state_refresh",
+    "job_submit",
+    "job_task_settle",
+    "job_units",
+]

@@ -1,0 +1,500 @@
+"""Accepting a job, carrying it to the cluster, and cancelling it.
+
+A job is saved as `queued` with its units reserved on the allocation, in one transaction; the
+submission task is enqueued after the commit. Submitting claims a batch of the cluster's queued
+jobs under a lease (so that no two workers submit the same job), looks up by name every job
+that an earlier attempt may already have submitted, and submits the rest together: jobs that
+arrive at the same moment share remote commands."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
+from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import F, Q
+from django.utils import timezone
+
+from computeshare.errors import ValidationFailed
+from marketplace.models import Allocation, Cluster, Membership, Resource, SlurmAccount
+from scheduler_bridge import errors
+from scheduler_bridge.backends.arrays import InvalidArray, parse_array
+from scheduler_bridge.backends.types import JobSpec
+from scheduler_bridge.models import ENDED_STATES, TRANSITIONS, Job, JobEvent, JobState, JobTask
+from scheduler_bridge.services.backends import backend_discard, backend_for
+from scheduler_bridge.slurm.errors import BridgeError
+
+logger = logging.getLogger(__name__)
+
+UNITS = Decimal("0.000001")
+MAX_SCRIPT_BYTES = 256 * 1024
+MAX_ENVIRONMENT_VARIABLES = 100
+MAX_ENVIRONMENT_VALUE_LENGTH = 4096
+_ENVIRONMENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Variables that would change what the scheduler does with the job: the platform sets those.
+_SCHEDULER_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SACCT_", "SCANCEL_")
+_SBATCH_LINE = re.compile(r"^[ \t]*#[ \t]*SBATCH", re.IGNORECASE)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    name: str
+    script: str
+    time_limit_minutes: int
+    cpus_per_task: int = 1
+    ntasks: int = 1
+    nodes: int = 1
+    gpus: int = 0
+    array: str | None = None
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+def job_units(*, resource: str, request: JobRequest, task_count: int) -> Decimal:
+    """What a job reserves: allocated cores (or GPUs) x time limit in hours for each task,
+    rounded up to the micro-unit so that the reservation always covers the use, times the
+    tasks (each task reserves, and settles, its own share)."""
+    per_hour = request.gpus if resource == Resource.GPU else request.ntasks * request.cpus_per_task
+    per_task = (Decimal(per_hour * request.time_limit_minutes) / Decimal(60)).quantize(
+        UNITS, rounding=ROUND_CEILING
+    )
+    return per_task * task_count
+
+
+def money_of(units: Decimal, unit_price: Decimal) -> Decimal:
+    """The price of `units`, to the ledger's micro-unit (half up)."""
+    return (units * unit_price).quantize(UNITS, rounding=ROUND_HALF_UP)
+
+
+def job_request_check(allocation: Allocation, request: JobRequest) -> list[int | None]:
+    """Checks a request against its allocation's partition; returns the task indices (`[None]`
+    for a plain job). Raises `SbatchDirectiveNotAllowed` or `ValidationFailed` with every
+    field's messages at once."""
+    problems: dict[str, list[str]] = {}
+    script = request.script
+    directive_lines = [
+        number
+        for number, line in enumerate(script.splitlines(), start=1)
+        if _SBATCH_LINE.match(line)
+    ]
+    if directive_lines:
+        raise errors.SbatchDirectiveNotAllowed(extra={"lines": directive_lines})
+    if not script.startswith("#!"):
+        problems.setdefault("script", []).append(
+            "A script starts with an interpreter line such as #!/bin/bash."
+        )
+    if len(script.encode()) > MAX_SCRIPT_BYTES:
+        problems.setdefault("script", []).append(f"At most {MAX_SCRIPT_BYTES} bytes.")
+    if "\x00" in script:
+        problems.setdefault("script", []).append("A script cannot contain NUL bytes.")
+    name = request.name.strip()
+    if not name or _CONTROL.search(request.name) or len(request.name) > 200:
+        problems.setdefault("name", []).append(
+            "From 1 to 200 characters, without control characters."
+        )
+    partition = allocation.partition
+    sizes = {
+        "time_limit_minutes": request.time_limit_minutes,
+        "cpus_per_task": request.cpus_per_task,
+        "ntasks": request.ntasks,
+        "nodes": request.nodes,
+    }
+    for size_name, value in sizes.items():
+        if value < 1:
+            problems.setdefault(size_name, []).append("Must be at least 1.")
+    if request.gpus < 0:
+        problems.setdefault("gpus", []).append("Must not be negative.")
+    if problems:
+        raise ValidationFailed(fields=problems)
+
+    if partition.max_time_minutes and request.time_limit_minutes > partition.max_time_minutes:
+        problems.setdefault("time_limit_minutes", []).append(
+            f"The partition allows at most {partition.max_time_minutes} minutes."
+        )
+    minutes_left = (allocation.window_end - timezone.now()).total_seconds() / 60
+    if request.time_limit_minutes > minutes_left:
+        problems.setdefault("time_limit_minutes", []).append(
+            f"The allocation's window ends in {int(minutes_left)} minutes; the job must fit in it."
+        )
+    cores = request.ntasks * request.cpus_per_task
+    if cores > partition.cpus:
+        problems.setdefault("cpus_per_task", []).append(
+            f"ntasks x cpus_per_task is {cores}; the partition has {partition.cpus} CPUs."
+        )
+    if request.nodes > partition.nodes:
+        problems.setdefault("nodes", []).append(f"The partition has {partition.nodes} nodes.")
+    if request.nodes > request.ntasks:
+        problems.setdefault("nodes", []).append("Cannot exceed ntasks: every node runs a task.")
+    if request.gpus > partition.gpus:
+        problems.setdefault("gpus", []).append(f"The partition has {partition.gpus} GPUs.")
+    if allocation.resource == Resource.GPU and request.gpus < 1:
+        problems.setdefault("gpus", []).append("A GPU allocation's jobs ask for at least 1 GPU.")
+
+    indices: list[int | None] = [None]
+    if request.array is not None:
+        try:
+            indices = list(parse_array(request.array).indices)
+        except InvalidArray as error:
+            problems.setdefault("array", []).append(str(error))
+
+    if len(request.environment) > MAX_ENVIRONMENT_VARIABLES:
+        problems.setdefault("environment", []).append(
+            f"At most {MAX_ENVIRONMENT_VARIABLES} variables."
+        )
+    for variable, value in request.environment.items():
+        if not _ENVIRONMENT_NAME.match(variable):
+            problems.setdefault("environment", []).append(
+                f"`{variable}` is not a valid name: letters, digits and _, not starting "
+                "with a digit."
+            )
+        elif variable.upper().startswith(_SCHEDULER_PREFIXES):
+            problems.setdefault("environment", []).append(
+                f"`{variable}` is the scheduler's: the platform sets it."
+            )
+        if not isinstance(value, str) or "\x00" in value:
+            problems.setdefault("environment", []).append(
+                f"The value of `{variable}` must be text without NUL bytes."
+            )
+        elif len(value) > MAX_ENVIRONMENT_VALUE_LENGTH:
+            problems.setdefault("environment", []).append(
+                f"The value of `{variable}` is longer than {MAX_ENVIRONMENT_VALUE_LENGTH}."
+            )
+    if problems:
+        raise ValidationFailed(fields=problems)
+    return indices
+
+
+def _account_for(allocation: Allocation) -> str:
+    cluster = allocation.cluster
+    if cluster.backend != Cluster.Backend.SLURM:
+        return ""
+    if cluster.account_mode == Cluster.AccountMode.MANAGED:
+        account = SlurmAccount.objects.filter(
+            cluster=cluster, organization_id=allocation.organization_id
+        ).first()
+        return account.name if account else ""
+    return cluster.slurm_account
+
+
+def _record_state(job: Job, state: str, reason: str = "", at: datetime | None = None) -> None:
+    """Moves the job to `state` through the table of allowed transitions, with its history."""
+    if state != job.state and state not in TRANSITIONS[job.state]:
+        raise ValueError(f"a job cannot go from {job.state} to {state}")
+    changed = state != job.state
+    job.state = state
+    job.state_reason = reason[:500]
+    if changed:
+        JobEvent.objects.create(
+            job=job, state=state, reason=job.state_reason, at=at or timezone.now()
+        )
+
+
+@transaction.atomic
+def job_submit(*, actor: Membership, allocation: Allocation, request: JobRequest) -> Job:
+    """Accepts a job: checks it against the allocation, reserves its units and saves it as
+    `queued`; the submission to the cluster starts after the commit. Keeps `used + reserved
+    <= quantity` on the allocation, under its row lock."""
+    allocation = (
+        Allocation.objects.select_for_update(of=("self",))
+        .select_related("cluster", "partition")
+        .get(pk=allocation.pk)
+    )
+    if allocation.organization_id != actor.organization_id:
+        raise ValidationFailed(fields={"allocation": ["No such allocation."]})
+    if allocation.status_at(timezone.now()) != Allocation.Status.ACTIVE:
+        raise errors.AllocationNotActive(
+            extra={"window_start": allocation.window_start, "window_end": allocation.window_end}
+        )
+    if allocation.cluster.status in (Cluster.Status.SUSPENDED, Cluster.Status.HOST_KEY_MISMATCH):
+        raise errors.ClusterNotAvailable(extra={"cluster_status": allocation.cluster.status})
+    # Browsers and Windows editors send CRLF line ends, on which bash stumbles (`$'\r'`).
+    request = replace(request, script=request.script.replace("\r\n", "\n"))
+    indices = job_request_check(allocation, request)
+    task_units = job_units(resource=allocation.resource, request=request, task_count=1)
+    units = task_units * len(indices)
+    unreserved = allocation.quantity - allocation.used - allocation.reserved
+    if units > unreserved:
+        raise errors.AllocationExhausted(
+            f"The job reserves {units.normalize():f} units (cores or GPUs x time limit x tasks); "
+            f"the allocation has {unreserved.normalize():f} left unreserved.",
+            extra={"requested_units": str(units), "unreserved_units": str(unreserved)},
+        )
+    allocation.reserved = F("reserved") + units
+    allocation.save(update_fields=["reserved", "updated_at"])
+    job = Job.objects.create(
+        allocation=allocation,
+        organization_id=allocation.organization_id,
+        cluster_id=allocation.cluster_id,
+        submitted_by=actor.user,
+        name=request.name.strip(),
+        script=request.script,
+        time_limit_minutes=request.time_limit_minutes,
+        nodes=request.nodes,
+        ntasks=request.ntasks,
+        cpus_per_task=request.cpus_per_task,
+        gpus=request.gpus,
+        array=request.array or "",
+        task_count=len(indices),
+        environment=request.environment,
+        account=_account_for(allocation),
+        reserved_units=units,
+    )
+    JobTask.objects.bulk_create(
+        JobTask(job=job, array_task_id=index, reserved_units=task_units) for index in indices
+    )
+    JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
+    cluster_id = allocation.cluster_id
+    transaction.on_commit(lambda: _submission_enqueue(cluster_id))
+    return job
+
+
+def _submission_enqueue(cluster_id: int) -> None:
+    from scheduler_bridge.tasks import cluster_jobs_submit_task
+
+    cluster_jobs_submit_task.delay(cluster_id)
+
+
+def job_spec(job: Job) -> JobSpec:
+    return JobSpec(
+        name=job.scheduler_name,
+        script=job.script,
+        directory=job.directory,
+        partition=job.allocation.partition.name,
+        time_limit_minutes=job.time_limit_minutes,
+        account=job.account or None,
+        nodes=job.nodes,
+        ntasks=job.ntasks,
+        cpus_per_task=job.cpus_per_task,
+        gpus=job.gpus,
+        array=job.array or None,
+        environment=dict(job.environment),
+    )
+
+
+def _claim(cluster_id: int, limit: int, now: datetime) -> list[tuple[Job, bool]]:
+    """Takes up to `limit` of the cluster's queued jobs for this worker, oldest first, and
+    returns each with whether an earlier attempt may have reached the cluster."""
+    lease_until = now + timedelta(seconds=settings.JOBS_SUBMIT_LEASE_SECONDS)
+    with transaction.atomic():
+        jobs = list(
+            Job.objects.select_for_update(skip_locked=True)
+            .filter(cluster_id=cluster_id, state=JobState.QUEUED)
+            .filter(Q(submit_lease_until__isnull=True) | Q(submit_lease_until__lt=now))
+            .order_by("created_at", "pk")[:limit]
+        )
+        if not jobs:
+            return []
+        Job.objects.filter(pk__in=[job.pk for job in jobs]).update(
+            submit_attempts=F("submit_attempts") + 1, submit_lease_until=lease_until
+        )
+    claimed = []
+    for job in jobs:
+        claimed.append((job, job.submit_attempts > 0))
+        job.submit_attempts += 1
+        job.submit_lease_until = lease_until
+    return claimed
+
+
+def cluster_jobs_submit(*, cluster_id: int, limit: int | None = None) -> int:
+    """Submits the cluster's queued jobs, a batch at a time, and returns how many reached the
+    cluster. Never submits a job twice: an attempt that ended unclearly (connection lost,
+    deadline passed, worker killed) leaves the job claimed until its lease runs out, and the
+    next attempt finds it by name first. Transient failures leave jobs queued for the next
+    attempt; refusals fail them with the scheduler's reason."""
+    cluster = Cluster.objects.get(pk=cluster_id)
+    limit = limit or settings.JOBS_SUBMIT_BATCH_SIZE
+    submitted = 0
+    while claimed := _claim(cluster_id, limit, timezone.now()):
+        submitted += _submit_claimed(cluster, claimed)
+        if len(claimed) < limit:
+            break
+    return submitted
+
+
+def _submit_claimed(cluster: Cluster, claimed: list[tuple[Job, bool]]) -> int:
+    jobs = [job for job, _ in claimed]
+    for job in jobs:  # the spec needs the partition's name
+        job.allocation = Allocation.objects.select_related("partition").get(pk=job.allocation_id)
+    backend = backend_for(cluster)
+    try:
+        maybe_submitted = [job.scheduler_name for job, retried in claimed if retried]
+        found = backend.find(maybe_submitted) if maybe_submitted else {}
+        cancelled_before = set(
+            Job.objects.filter(
+                pk__in=[job.pk for job in jobs], cancel_requested_at__isnull=False
+            ).values_list("pk", flat=True)
+        )
+        to_submit = [
+            job
+            for job in jobs
+            if job.scheduler_name not in found and job.pk not in cancelled_before
+        ]
+        results = backend.submit([job_spec(job) for job in to_submit]) if to_submit else []
+    except BridgeError as error:
+        if error.is_transient:
+            backend_discard(cluster)
+        _submission_postponed(jobs, error)
+        logger.warning("submission to cluster %s failed: %s", cluster.pk, error)
+        return 0
+
+    submitted = 0
+    for job in jobs:
+        if job.scheduler_name in found:
+            job_mark_submitted(job_id=job.pk, scheduler_job_id=found[job.scheduler_name])
+            submitted += 1
+        elif job.pk in cancelled_before:
+            job_cancel_unsubmitted(job_id=job.pk)
+    for job, result in zip(to_submit, results, strict=True):
+        if result.scheduler_job_id is not None:
+            job_mark_submitted(job_id=job.pk, scheduler_job_id=result.scheduler_job_id)
+            submitted += 1
+        elif result.is_transient:
+            _submission_postponed([job], result.error or "the scheduler refused for now")
+        else:
+            job_fail_unsubmitted(job_id=job.pk, reason=f"Refused by the scheduler: {result.error}")
+    to_cancel = list(
+        Job.objects.filter(
+            pk__in=[job.pk for job in jobs],
+            cancel_requested_at__isnull=False,
+            state__in=[JobState.SUBMITTED],
+        ).values_list("scheduler_job_id", flat=True)
+    )
+    if to_cancel:
+        try:
+            backend.cancel(to_cancel)
+        except BridgeError as error:  # the poll asks again (`job_cancel_pending`)
+            logger.warning("cancel on cluster %s failed: %s", cluster.pk, error)
+    return submitted
+
+
+def _submission_postponed(jobs: list[Job], error: BridgeError | str) -> None:
+    """Leaves the jobs queued with the reason shown. Their lease is kept: it is what makes the
+    next attempt wait out an sbatch that may still be running, and look the jobs up first."""
+    reason = f"Waiting to reach the cluster: {error}"[:500]
+    Job.objects.filter(pk__in=[job.pk for job in jobs], state=JobState.QUEUED).update(
+        state_reason=reason, updated_at=timezone.now()
+    )
+
+
+@transaction.atomic
+def job_mark_submitted(*, job_id: int, scheduler_job_id: str) -> bool:
+    """Records the scheduler's id of a job that reached the cluster. Idempotent."""
+    job = Job.objects.select_for_update().get(pk=job_id)
+    if job.state != JobState.QUEUED:
+        return False
+    now = timezone.now()
+    _record_state(job, JobState.SUBMITTED, at=now)
+    job.scheduler_job_id = scheduler_job_id
+    job.submitted_at = now
+    job.submit_lease_until = None
+    job.last_seen_at = now
+    job.save()
+    tasks = list(job.tasks.all())
+    for task in tasks:
+        task.scheduler_job_id = (
+            scheduler_job_id
+            if task.array_task_id is None
+            else f"{scheduler_job_id}_{task.array_task_id}"
+        )
+        task.state = JobState.SUBMITTED
+    JobTask.objects.bulk_update(tasks, ["scheduler_job_id", "state"])
+    return True
+
+
+def _end_unsubmitted(job_id: int, state: str, reason: str) -> bool:
+    """Ends a job that never reached the cluster and gives its whole reservation back."""
+    job = Job.objects.get(pk=job_id)
+    allocation = Allocation.objects.select_for_update().get(pk=job.allocation_id)
+    job = Job.objects.select_for_update().get(pk=job_id)
+    if job.state != JobState.QUEUED:
+        return False
+    now = timezone.now()
+    _record_state(job, state, reason, at=now)
+    job.ended_at = now
+    job.submit_lease_until = None
+    job.save()
+    JobTask.objects.filter(job=job).update(
+        state=state, state_reason=reason[:500], ended_at=now, is_released=True, updated_at=now
+    )
+    allocation.reserved = F("reserved") - job.reserved_units
+    allocation.save(update_fields=["reserved", "updated_at"])
+    return True
+
+
+@transaction.atomic
+def job_fail_unsubmitted(*, job_id: int, reason: str) -> bool:
+    return _end_unsubmitted(job_id, JobState.FAILED, reason)
+
+
+@transaction.atomic
+def job_cancel_unsubmitted(*, job_id: int) -> bool:
+    return _end_unsubmitted(job_id, JobState.CANCELLED, "Cancelled before it reached the cluster.")
+
+
+@transaction.atomic
+def job_cancel(*, actor: Membership, job: Job) -> Job:
+    """Cancels a job. One that never reached the cluster (and that no worker is submitting)
+    ends at once with its reservation released; otherwise the request is recorded and the
+    cluster is asked to cancel it after the commit (or by the submitter, when the job is
+    being submitted now). The poll then sees it end and settles what it used."""
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    if job.organization_id != actor.organization_id:
+        raise ValidationFailed(fields={"job": ["No such job."]})
+    if job.state in ENDED_STATES:
+        raise errors.JobAlreadyEnded(extra={"state": job.state})
+    now = timezone.now()
+    job.cancel_requested_at = job.cancel_requested_at or now
+    job.save(update_fields=["cancel_requested_at", "updated_at"])
+    being_submitted = job.submit_lease_until is not None and job.submit_lease_until > now
+    if job.state == JobState.QUEUED and job.submit_attempts == 0 and not being_submitted:
+        _end_unsubmitted(job.pk, JobState.CANCELLED, "Cancelled before it reached the cluster.")
+    elif job.state != JobState.QUEUED:
+        job_pk = job.pk
+        transaction.on_commit(lambda: _cancel_enqueue(job_pk))
+    job.refresh_from_db()
+    return job
+
+
+def _cancel_enqueue(job_id: int) -> None:
+    from scheduler_bridge.tasks import job_cancel_remote_task
+
+    job_cancel_remote_task.delay(job_id)
+
+
+def job_cancel_remote(*, job_id: int) -> bool:
+    """Asks the cluster to cancel a job whose cancellation was requested. Raises the bridge's
+    error when the cluster cannot be reached (the task retries)."""
+    job = Job.objects.select_related("cluster").get(pk=job_id)
+    if job.state in ENDED_STATES or not job.scheduler_job_id or job.cancel_requested_at is None:
+        return False
+    backend_for(job.cluster).cancel([job.scheduler_job_id])
+    return True
+
+
+def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | None) -> bytes:
+    """The tail of a job's stdout or stderr, read from the cluster. Empty before it runs."""
+    if job.state == JobState.QUEUED or not job.scheduler_job_id:
+        return b""
+    if job.is_array and array_task_id is None:
+        raise ValidationFailed(fields={"task": ["An array job's output is per task: give `task`."]})
+    if array_task_id is not None and not job.tasks.filter(array_task_id=array_task_id).exists():
+        raise ValidationFailed(fields={"task": ["The job has no such task."]})
+    try:
+        return backend_for(job.cluster).output_tail(
+            job.directory,
+            "stderr" if stream == "stderr" else "stdout",
+            array_task_id,
+            tail_bytes,
+        )
+    except BridgeError as error:
+        if error.is_transient:
+            backend_discard(job.cluster)
+        raise errors.OutputUnavailable(str(error)) from error
+
+
+def job_estimated_max_cost(job: Job) -> Decimal:
+    return money_of(job.reserved_units, job.allocation.unit_price)

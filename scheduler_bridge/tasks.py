@@ -1,0 +1,56 @@
+"""Celery tasks of the jobs app: each takes ids, loads fresh rows and calls one idempotent
+service. Losing a task is harmless: the periodic poll submits what is still queued and follows
+what is on the clusters."""
+
+from celery import shared_task
+
+from scheduler_bridge import services
+from scheduler_bridge.slurm.errors import BridgeError
+
+
+@shared_task(time_limit=600, soft_time_limit=570)
+def cluster_jobs_submit_task(cluster_id: int) -> int:
+    """Enqueued after each accepted job: submits every queued job of the cluster, together."""
+    return services.cluster_jobs_submit(cluster_id=cluster_id)
+
+
+@shared_task(time_limit=60, soft_time_limit=50)
+def jobs_poll_task() -> int:
+    """Periodic: one poll task per cluster that has jobs, so that a slow cluster does not hold
+    up the others."""
+    clusters = services.clusters_to_poll()
+    for cluster_id in clusters:
+        cluster_poll_task.delay(cluster_id)
+    return len(clusters)
+
+
+@shared_task(time_limit=600, soft_time_limit=570)
+def cluster_poll_task(cluster_id: int) -> int | None:
+    report = services.cluster_poll(cluster_id=cluster_id)
+    return report.runs_settled if report else None
+
+
+@shared_task(bind=True, max_retries=8, time_limit=120, soft_time_limit=100)
+def job_cancel_remote_task(self, job_id: int) -> bool:  # type: ignore[no-untyped-def]
+    try:
+        return services.job_cancel_remote(job_id=job_id)
+    except BridgeError as error:
+        if error.is_transient:
+            raise self.retry(exc=error, countdown=min(300, 5 * 2**self.request.retries)) from error
+        raise
+
+
+@shared_task(time_limit=3600, soft_time_limit=3500)
+def jobs_reconcile_task() -> int:
+    """Nightly: charges any ended run in the clusters' accounting that no poll settled."""
+    from marketplace.models import Cluster
+
+    posted = 0
+    for cluster_id in (
+        Cluster.objects.filter(jobs__isnull=False).distinct().values_list("pk", flat=True)
+    ):
+        try:
+            posted += services.cluster_reconcile(cluster_id=cluster_id)
+        except BridgeError:
+            continue  # that cluster is reconciled the next night; the others go on
+    return posted

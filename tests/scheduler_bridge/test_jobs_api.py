@@ -1,0 +1,266 @@
+"""The job endpoints without a cluster: what is accepted, what is refused (and that a refusal
+changes nothing), who sees what, and cancelling a job that never reached the cluster."""
+
+from decimal import Decimal
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from marketplace.models import Allocation
+from scheduler_bridge.models import Job, JobEvent, JobState, JobTask
+from tests.conftest import client_for
+from tests.factories import PartitionFactory, allocation_bought
+
+pytestmark = pytest.mark.django_db
+
+SCRIPT = "#!/bin/bash\necho hello\n"
+
+
+@pytest.fixture
+def allocation(team):
+    return allocation_bought(
+        team.organization, partition=PartitionFactory(cpus=8, nodes=2, gpus=0), quantity=100
+    )
+
+
+def _body(allocation, **changes):
+    return {
+        "allocation": str(allocation.uuid),
+        "name": "hello",
+        "script": SCRIPT,
+        "time_limit_minutes": 60,
+        **changes,
+    }
+
+
+def _nothing_changed(allocation):
+    allocation.refresh_from_db()
+    assert allocation.reserved == 0 and allocation.used == 0
+    assert Job.objects.count() == 0 and JobTask.objects.count() == 0
+
+
+def test_a_member_submits_a_job_that_reserves_cores_times_time_limit(
+    team, allocation, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        answer = client_for(team.member).post(
+            "/api/v1/jobs/",
+            _body(allocation, cpus_per_task=2, ntasks=2, time_limit_minutes=90),
+            format="json",
+        )
+
+    assert answer.status_code == 201, answer.json()
+    job = answer.json()
+    assert job["state"] == "queued"
+    assert job["reserved_units"] == "6"  # 4 cores x 1.5 h
+    assert job["estimated_max_cost"] == "12.000000"  # x 2.00
+    assert job["usage"] == {"units": "0", "elapsed_seconds": 0, "cpu_seconds": "0.000"}
+    assert job["efficiency"] == {"cpu": None}
+    assert job["tasks"] == [] and job["array"] is None
+    allocation.refresh_from_db()
+    assert allocation.reserved == Decimal("6")
+    assert len(callbacks) == 1  # the submission task, after the commit
+    assert list(JobEvent.objects.values_list("state", flat=True)) == ["queued"]
+
+
+def test_an_array_reserves_for_every_task(team, allocation):
+    answer = client_for(team.member).post(
+        "/api/v1/jobs/", _body(allocation, array="0-19%4", time_limit_minutes=30), format="json"
+    )
+
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["reserved_units"] == "10"  # 20 tasks x 1 core x 0.5 h
+    assert [task["index"] for task in answer.json()["tasks"]] == list(range(20))
+    assert JobTask.objects.filter(reserved_units=Decimal("0.5")).count() == 20
+
+
+@pytest.mark.parametrize(
+    "script",
+    [
+        "#!/bin/bash\n#SBATCH --time=100000\necho hi\n",
+        "#!/bin/bash\n  # SBATCH --account=other\n",
+        "#!/bin/bash\n#sbatch --mem=1T\n",
+    ],
+)
+def test_a_script_with_sbatch_directives_is_refused(team, allocation, script):
+    answer = client_for(team.member).post(
+        "/api/v1/jobs/", _body(allocation, script=script), format="json"
+    )
+
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "sbatch_directive_not_allowed"
+    assert answer.json()["extra"]["lines"] == [2]
+    _nothing_changed(allocation)
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [
+        ({"script": "echo no interpreter\n"}, "script"),
+        ({"time_limit_minutes": 0}, "time_limit_minutes"),
+        ({"cpus_per_task": 9}, "cpus_per_task"),
+        ({"ntasks": 3, "cpus_per_task": 3}, "cpus_per_task"),
+        ({"nodes": 3, "ntasks": 3}, "nodes"),
+        ({"nodes": 2, "ntasks": 1}, "nodes"),
+        ({"gpus": 1}, "gpus"),
+        ({"array": "5-1"}, "array"),
+        ({"array": "0-2000"}, "array"),
+        ({"array": "a-b"}, "array"),
+        ({"environment": {"1BAD": "x"}}, "environment"),
+        ({"environment": {"SBATCH_ACCOUNT": "other"}}, "environment"),
+        ({"environment": {"SLURM_JOB_ID": "1"}}, "environment"),
+        ({"environment": {"OK": "a\x00b"}}, "environment"),
+        ({"name": "line\nbreak"}, "name"),
+        ({"time_limit_minutes": 60 * 24 * 31}, "time_limit_minutes"),
+    ],
+)
+def test_invalid_fields_are_refused_and_change_nothing(team, allocation, changes, field):
+    answer = client_for(team.member).post(
+        "/api/v1/jobs/", _body(allocation, **changes), format="json"
+    )
+
+    assert answer.status_code == 400, answer.json()
+    assert answer.json()["code"] == "invalid"
+    assert field in answer.json()["extra"]["fields"]
+    _nothing_changed(allocation)
+
+
+def test_a_job_larger_than_the_allocation_is_refused_with_402(team, allocation):
+    client = client_for(team.member)
+    assert (
+        client.post(
+            "/api/v1/jobs/",
+            _body(allocation, time_limit_minutes=60 * 12, cpus_per_task=8),
+            format="json",
+        ).status_code
+        == 201
+    )  # 96 units
+
+    answer = client.post("/api/v1/jobs/", _body(allocation, cpus_per_task=5), format="json")
+
+    assert answer.status_code == 402
+    assert answer.json()["code"] == "allocation_exhausted"
+    assert answer.json()["extra"] == {"requested_units": "5.000000", "unreserved_units": "4.000000"}
+    allocation.refresh_from_db()
+    assert allocation.reserved == Decimal("96") and Job.objects.count() == 1
+
+
+def test_someone_elses_allocation_is_refused_and_nothing_is_created(team, allocation):
+    answer = client_for(team.outsider).post("/api/v1/jobs/", _body(allocation), format="json")
+
+    assert answer.status_code == 400
+    assert answer.json()["extra"]["fields"] == {"allocation": ["No such allocation."]}
+    _nothing_changed(allocation)
+
+
+def test_an_allocation_whose_window_has_not_started_is_409(team, allocation):
+    Allocation.objects.filter(pk=allocation.pk).update(
+        window_start=allocation.window_end.replace(year=allocation.window_end.year + 1),
+        window_end=allocation.window_end.replace(year=allocation.window_end.year + 2),
+    )
+
+    answer = client_for(team.member).post("/api/v1/jobs/", _body(allocation), format="json")
+
+    assert answer.status_code == 409
+    assert answer.json()["code"] == "allocation_not_active"
+    _nothing_changed(allocation)
+
+
+def test_the_idempotency_key_replays_the_first_answer(team, allocation):
+    client = client_for(team.member)
+    first = client.post(
+        "/api/v1/jobs/", _body(allocation), format="json", HTTP_IDEMPOTENCY_KEY="k1"
+    )
+    again = client.post(
+        "/api/v1/jobs/", _body(allocation), format="json", HTTP_IDEMPOTENCY_KEY="k1"
+    )
+    other = client.post(
+        "/api/v1/jobs/", _body(allocation, name="other"), format="json", HTTP_IDEMPOTENCY_KEY="k1"
+    )
+
+    assert (first.status_code, again.status_code) == (201, 201)
+    assert first.json()["id"] == again.json()["id"]
+    assert other.status_code == 409 and other.json()["code"] == "idempotency_key_reused"
+    assert Job.objects.count() == 1
+    allocation.refresh_from_db()
+    assert allocation.reserved == Decimal(1)
+
+
+def test_members_see_their_organizations_jobs_and_nobody_else_does(team, allocation):
+    job_id = (
+        client_for(team.member).post("/api/v1/jobs/", _body(allocation), format="json").json()["id"]
+    )
+
+    for user in (team.admin, team.member):
+        listed = client_for(user).get("/api/v1/jobs/").json()
+        assert [job["id"] for job in listed["results"]] == [job_id]
+        assert client_for(user).get(f"/api/v1/jobs/{job_id}/").status_code == 200
+    outsider = client_for(team.outsider)
+    assert outsider.get("/api/v1/jobs/").json()["count"] == 0
+    for path in ("", "output/"):
+        answer = outsider.get(f"/api/v1/jobs/{job_id}/{path}")
+        assert answer.status_code == 404 and answer.json()["code"] == "not_found"
+    answer = outsider.post(f"/api/v1/jobs/{job_id}/cancel/")
+    assert answer.status_code == 404
+    assert Job.objects.get().state == JobState.QUEUED
+
+
+def test_the_list_filters_by_state_allocation_and_organization(team, allocation):
+    client = client_for(team.member)
+    first = client.post("/api/v1/jobs/", _body(allocation), format="json").json()["id"]
+    second = client.post("/api/v1/jobs/", _body(allocation), format="json").json()["id"]
+    client.post(f"/api/v1/jobs/{first}/cancel/")
+
+    def listed(query):
+        return [job["id"] for job in client.get(f"/api/v1/jobs/?{query}").json()["results"]]
+
+    assert listed("state=cancelled") == [first]
+    assert listed("state=queued&state=cancelled") == [second, first]
+    assert listed(f"allocation={allocation.uuid}") == [second, first]
+    assert listed(f"organization={team.organization.uuid}") == [second, first]
+    assert client.get("/api/v1/jobs/?state=sleeping").status_code == 400
+
+
+def test_cancelling_a_queued_job_ends_it_at_once_and_releases_its_reservation(team, allocation):
+    client = client_for(team.member)
+    job_id = client.post("/api/v1/jobs/", _body(allocation, cpus_per_task=4), format="json").json()[
+        "id"
+    ]
+
+    answer = client.post(f"/api/v1/jobs/{job_id}/cancel/")
+
+    assert answer.status_code == 202
+    assert answer.json()["state"] == "cancelled"
+    assert [event["state"] for event in answer.json()["history"]] == ["queued", "cancelled"]
+    allocation.refresh_from_db()
+    assert allocation.reserved == 0 and allocation.used == 0
+    again = client.post(f"/api/v1/jobs/{job_id}/cancel/")
+    assert again.status_code == 409 and again.json()["code"] == "job_already_ended"
+
+
+def test_output_of_a_job_not_yet_on_the_cluster_is_empty_text(team, allocation):
+    job_id = (
+        client_for(team.member).post("/api/v1/jobs/", _body(allocation), format="json").json()["id"]
+    )
+
+    answer = client_for(team.member).get(f"/api/v1/jobs/{job_id}/output/?stream=stderr")
+
+    assert answer.status_code == 200
+    assert answer["Content-Type"] == "text/plain; charset=utf-8"
+    assert answer.content == b""
+    too_much = client_for(team.member).get(f"/api/v1/jobs/{job_id}/output/?tail_bytes=99999999")
+    assert too_much.status_code == 400
+
+
+def test_the_list_makes_the_same_queries_for_1_and_30_jobs(team, allocation):
+    client = client_for(team.member)
+    client.post("/api/v1/jobs/", _body(allocation), format="json")
+    with CaptureQueriesContext(connection) as one:
+        assert client.get("/api/v1/jobs/").status_code == 200
+    for _ in range(29):
+        client.post("/api/v1/jobs/", _body(allocation), format="json")
+    with CaptureQueriesContext(connection) as thirty:
+        assert len(client.get("/api/v1/jobs/").json()["results"]) == 30
+
+    assert len(thirty) == len(one)

@@ -1,0 +1,85 @@
+"""The services over the `local` backend (the demo's cluster): a job is submitted, followed by
+the poll, settled and charged, with the same states as on Slurm."""
+
+import time
+from decimal import Decimal
+
+import pytest
+
+from billing.models import Transaction
+from marketplace.models import Cluster
+from scheduler_bridge import services
+from scheduler_bridge.models import Job, JobState
+from tests.conftest import local_cluster_root
+from tests.factories import ClusterFactory, MembershipFactory, PartitionFactory, allocation_bought
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def local_allocation(settings, tmp_path_factory):
+    settings.LOCAL_CLUSTER_ROOT = local_cluster_root(tmp_path_factory)
+    cluster = ClusterFactory(backend=Cluster.Backend.LOCAL, ssh_host="", ssh_user="")
+    partition = PartitionFactory(cluster=cluster, name="local", cpus=2, nodes=1, gpus=0)
+    return allocation_bought(partition=partition, quantity=10, price="6.00")
+
+
+def _submit(allocation, **fields) -> Job:
+    member = MembershipFactory(organization=allocation.organization, role="member")
+    request = services.JobRequest(
+        **{"name": "local", "script": "#!/bin/bash\necho hi\n", "time_limit_minutes": 5, **fields}
+    )
+    return services.job_submit(actor=member, allocation=allocation, request=request)
+
+
+def _poll_until_ended(job: Job, timeout: float = 30) -> Job:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        services.cluster_poll(cluster_id=job.cluster_id)
+        job.refresh_from_db()
+        if job.is_ended:
+            return job
+        time.sleep(0.3)
+    pytest.fail(f"the job is still {job.state}")
+
+
+def test_a_local_job_runs_and_is_charged_what_it_used(local_allocation):
+    job = _submit(
+        local_allocation,
+        script=(
+            '#!/bin/bash\necho "hello $GREETING"\n'
+            "python3 -c 'import time\nend = time.time() + 1.5\nwhile time.time() < end: pass'\n"
+        ),
+        environment={"GREETING": "from the demo"},
+    )
+
+    assert services.cluster_jobs_submit(cluster_id=job.cluster_id) == 1
+    job = _poll_until_ended(job)
+
+    assert job.state == JobState.COMPLETED and job.exit_code == 0
+    output = services.job_output(job=job, stream="stdout", tail_bytes=100, array_task_id=None)
+    assert output == b"hello from the demo\n"
+    assert job.elapsed_seconds >= 1 and job.cpu_seconds >= Decimal("1.2")
+    assert job.units == (Decimal(job.elapsed_seconds) / 3600).quantize(Decimal("0.000001"))
+    assert job.cost == (job.units * 6).quantize(Decimal("0.000001"))
+    assert Transaction.objects.filter(kind="charge", reference=job.uuid).count() == 1
+    local_allocation.refresh_from_db()
+    assert (local_allocation.used, local_allocation.reserved) == (job.units, 0)
+
+
+def test_a_local_array_and_a_cancelled_job(local_allocation):
+    array = _submit(
+        local_allocation, array="0-3", script="#!/bin/bash\necho $SLURM_ARRAY_TASK_ID\n"
+    )
+    sleeper = _submit(local_allocation, script="#!/bin/bash\nsleep 60\n")
+    services.cluster_jobs_submit(cluster_id=array.cluster_id)
+
+    array = _poll_until_ended(array)
+    services.job_cancel(actor=MembershipFactory(organization=sleeper.organization), job=sleeper)
+    services.job_cancel_remote(job_id=sleeper.pk)
+    sleeper = _poll_until_ended(sleeper)
+
+    assert array.state == JobState.COMPLETED
+    assert sorted(array.tasks.values_list("state", flat=True)) == ["completed"] * 4
+    assert services.job_output(job=array, stream="stdout", tail_bytes=10, array_task_id=2) == b"2\n"
+    assert sleeper.state == JobState.CANCELLED

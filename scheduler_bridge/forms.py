@@ -1,0 +1,196 @@
+"""Forms of the job pages. They parse what the browser sends into the types the services take
+(sizes as integers, the environment's `NAME=value` lines as a dict); the services decide what
+is allowed (sizes that fit the partition, valid names, no #SBATCH lines) and the views put
+their refusals beside these fields."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+
+from computeshare.forms import StyledFormMixin
+from scheduler_bridge.backends.arrays import InvalidArray, parse_array
+from scheduler_bridge.models import JobState
+from scheduler_bridge.services import JobRequest
+
+SAMPLE_SCRIPT = """#!/bin/bash
+# Resources come from the fields below, not from #SBATCH lines.
+set -euo pipefail
+
+echo "Hello from $(hostname)"
+echo "Running with ${SLURM_CPUS_PER_TASK:-1} CPUs per task"
+sleep 5
+echo "Done"
+"""
+# The API's bounds (JobCreateSerializer), so that the page refuses what the API refuses.
+MAX_TIME_LIMIT_MINUTES = 525_600
+MAX_CPUS = 100_000
+MAX_NODES = 10_000
+
+
+def _whole_number(label: str, *, minimum: int, maximum: int, initial: int) -> forms.IntegerField:
+    return forms.IntegerField(
+        label=label,
+        min_value=minimum,
+        max_value=maximum,
+        initial=initial,
+        widget=forms.NumberInput(attrs={"min": str(minimum), "step": "1"}),
+    )
+
+
+class JobSizesForm(StyledFormMixin, forms.Form):
+    """What a job asks of the partition: the fields the cost estimate is computed from."""
+
+    time_limit_minutes = _whole_number(
+        "Time limit (minutes)", minimum=1, maximum=MAX_TIME_LIMIT_MINUTES, initial=10
+    )
+    cpus_per_task = _whole_number("CPUs per task", minimum=1, maximum=MAX_CPUS, initial=1)
+    ntasks = _whole_number("Tasks (ntasks)", minimum=1, maximum=MAX_CPUS, initial=1)
+    nodes = _whole_number("Nodes", minimum=1, maximum=MAX_NODES, initial=1)
+    gpus = _whole_number("GPUs", minimum=0, maximum=MAX_NODES, initial=0)
+    array = forms.CharField(
+        label="Array",
+        max_length=200,
+        required=False,
+        help_text="Optional: run the script once per index, such as <code>0-99</code>, "
+        "<code>1,3,5</code> or <code>0-999%20</code> (at most 20 at once). Every task "
+        "reserves the sizes above.",
+        widget=forms.TextInput(attrs={"placeholder": "none", "spellcheck": "false"}),
+    )
+
+    def __init__(self, *args: Any, has_gpus: bool = False, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # GPUs are asked for only where there are any; elsewhere the field is not shown and a
+        # job asks for none.
+        if not has_gpus:
+            del self.fields["gpus"]
+
+    def clean_array(self) -> str | None:
+        expression: str = self.cleaned_data["array"].strip()
+        if not expression:
+            return None
+        try:
+            parse_array(expression)
+        except InvalidArray as error:
+            raise forms.ValidationError(str(error)) from error
+        return expression
+
+    def task_count(self) -> int:
+        """How many tasks the job runs, counted by the parser the submission uses; call after
+        `is_valid()`."""
+        expression = self.cleaned_data.get("array")
+        return len(parse_array(expression).indices) if expression else 1
+
+    def job_request(self) -> JobRequest:
+        """What the form asks for, as the services take it; call after `is_valid()`. Only
+        the sizes are there for the estimate, which needs no name, script or environment."""
+        data = self.cleaned_data
+        return JobRequest(
+            name=data.get("name", ""),
+            script=data.get("script", ""),
+            time_limit_minutes=data["time_limit_minutes"],
+            cpus_per_task=data["cpus_per_task"],
+            ntasks=data["ntasks"],
+            nodes=data["nodes"],
+            gpus=data.get("gpus") or 0,
+            array=data["array"],
+            environment=data.get("environment", {}),
+        )
+
+
+def parse_environment(text: str) -> dict[str, str]:
+    """`NAME=value` lines into a dict. Blank lines and lines starting with `#` are skipped; the
+    value is everything after the first `=`, kept as typed (spaces, quotes and `$` included:
+    the job receives it as data). Raises `ValidationError` naming each bad line."""
+    environment: dict[str, str] = {}
+    problems: list[str] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, equals, value = line.partition("=")
+        name = name.strip()
+        if not equals or not name:
+            problems.append(f"Line {number}: write NAME=value.")
+        elif name in environment:
+            problems.append(f"Line {number}: {name} is set twice.")
+        else:
+            environment[name] = value
+    if problems:
+        raise forms.ValidationError(problems)
+    return environment
+
+
+class JobSubmitForm(JobSizesForm):
+    name = forms.CharField(label="Name", max_length=200, initial="hello")
+    script = forms.CharField(
+        label="Script",
+        strip=False,
+        initial=SAMPLE_SCRIPT,
+        help_text="Starts with an interpreter line such as <code>#!/bin/bash</code>. No "
+        "<code>#SBATCH</code> lines: the fields below set the resources.",
+        widget=forms.Textarea(
+            attrs={
+                "rows": 14,
+                "spellcheck": "false",
+                "autocomplete": "off",
+                "autocapitalize": "off",
+                "wrap": "off",
+                "class": "font-monospace",
+                "data-script-editor": "",
+            }
+        ),
+    )
+    environment = forms.CharField(
+        label="Environment",
+        required=False,
+        strip=False,
+        help_text="Optional: one <code>NAME=value</code> a line.",
+        widget=forms.Textarea(
+            attrs={
+                "rows": 3,
+                "spellcheck": "false",
+                "class": "font-monospace",
+                "placeholder": "INPUT=data/run1.csv",
+            }
+        ),
+    )
+
+    field_order = [
+        "name",
+        "script",
+        "time_limit_minutes",
+        "cpus_per_task",
+        "ntasks",
+        "nodes",
+        "gpus",
+        "array",
+        "environment",
+    ]
+
+    def clean_script(self) -> str:
+        # Browsers send a textarea's lines ended by CRLF; bash would read the CR as part of
+        # every command (`$'\r': command not found`).
+        script: str = self.cleaned_data["script"]
+        return script.replace("\r\n", "\n").replace("\r", "\n")
+
+    def clean_environment(self) -> dict[str, str]:
+        return parse_environment(self.cleaned_data["environment"])
+
+
+class JobFilterForm(StyledFormMixin, forms.Form):
+    """The jobs list's filters: the API's (`organization`, `state`, `allocation`)."""
+
+    organization = forms.UUIDField(label="Organization", required=False)
+    state = forms.ChoiceField(
+        label="State", choices=[("", "Any state"), *JobState.choices], required=False
+    )
+    allocation = forms.UUIDField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args: Any, organizations: Any = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["organization"].widget = forms.Select(
+            attrs={"class": "form-select"},
+            choices=[("", "All your organizations")]
+            + [(str(organization.uuid), organization.name) for organization in organizations],
+        )

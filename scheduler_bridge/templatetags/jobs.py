@@ -1,0 +1,51 @@
+"""Template filters of the job pages: units, durations and efficiencies as the pages show
+them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+from django import template
+from django.utils import timezone
+
+from marketplace.serializers_market import units_text
+from scheduler_bridge.models import Job
+
+register = template.Library()
+
+
+@register.filter
+def units(value: Decimal | int | None) -> str:
+    """Core-hours or GPU-hours to the micro-unit without trailing zeros (`0.166667`, `6`): a
+    reservation is shown exactly, as the API gives it."""
+    return units_text(value) or ""
+
+
+@register.filter
+def duration(seconds: int | float | Decimal | None) -> str:
+    """`2h 05m 09s`, `5m 09s` or `9s`."""
+    total = max(0, int(seconds or 0))
+    hours, rest = divmod(total, 3600)
+    minutes, remainder = divmod(rest, 60)
+    if hours:
+        return f"{hours}h {minutes:02d}m {remainder:02d}s"
+    if minutes:
+        return f"{minutes}m {remainder:02d}s"
+    return f"{remainder}s"
+
+
+@register.filter
+def elapsed(job: Job) -> str:
+    """What accounting metered once there is usage; while the job runs and nothing was
+    metered yet, how long it has run so far. Empty before it starts."""
+    if job.elapsed_seconds:
+        return duration(job.elapsed_seconds)
+    if job.started_at is not None and not job.is_ended:
+        return f"{duration((timezone.now() - job.started_at).total_seconds())} so far"
+    return ""
+
+
+@register.filter
+def percent(fraction: Decimal | None) -> str:
+    """A fraction from 0 to 1 as `50.0 %`; empty when there is none (a job not yet ended)."""
+    return "" if fraction is None else f"{fraction * 100:.1f} %"

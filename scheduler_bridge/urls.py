@@ -1,0 +1,24 @@
+"""The job pages (the HTML views live in scheduler_bridge/views.py)."""
+
+from django.urls import path
+
+from scheduler_bridge import views
+
+urlpatterns = [
+    path(
+        "allocations/<uuid:allocation_id>/jobs/new/",
+        views.JobSubmitView.as_view(),
+        name="job-submit",
+    ),
+    path(
+        "allocations/<uuid:allocation_id>/jobs/estimate/",
+        views.JobEstimateView.as_view(),
+        name="job-estimate",
+    ),
+    path("jobs/", views.JobListView.as_view(), name="job-list"),
+    path("jobs/rows/", views.JobRowsView.as_view(), name="job-list-rows"),
+    path("jobs/<uuid:job_id>/", views.JobDetailView.as_view(), name="job-detail"),
+    path("jobs/<uuid:job_id>/status/", views.JobStatusView.as_view(), name="job-status"),
+    path("jobs/<uuid:job_id>/output/", views.JobOutputView.as_view(), name="job-output"),
+    path("jobs/<uuid:job_id>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
+]

@@ -1,0 +1,369 @@
+"""The job pages: submitting a job on an allocation (with a live estimate of what it can cost
+at most), the list of the user's organizations' jobs, and a job's page with its state history,
+usage, cost and output.
+
+Like the API, they find every object through a selector scoped to the user (what the user may
+not see is a 404) and let the services decide; a refusal is shown beside the field it concerns
+(the #SBATCH lines beside the script) or on top of the form with the figures that explain it.
+The parts that change while a job runs are fragments that htmx fetches again every few
+seconds; a fragment of an ended job carries no trigger, so the polling stops by itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.paginator import Page, Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.decorators import method_decorator
+from django.views import View
+from django.views.decorators.cache import never_cache
+
+from computeshare.errors import (
+    ApplicationError,
+    Conflict,
+    NotFound,
+    PaymentRequired,
+    ValidationFailed,
+)
+from computeshare.forms import form_add_service_error
+from marketplace import selectors as market_selectors
+from marketplace.models import Allocation, Membership, Resource
+from scheduler_bridge import errors, selectors, services
+from scheduler_bridge.forms import JobFilterForm, JobSizesForm, JobSubmitForm
+from scheduler_bridge.models import Job, JobState
+
+PAGE_SIZE = 50
+OUTPUT_TAIL_BYTES = 64 * 1024
+MICRO = Decimal("0.000001")
+# Refusals of a submission that concern the whole form: shown on top of it, with their status.
+SHOWN_ON_FORM = (PaymentRequired, Conflict)
+
+
+# --- Figures --------------------------------------------------------------------------------------
+
+
+def estimated_cost(units: Decimal, unit_price: Decimal) -> Decimal:
+    """Units at the allocation's price, to the micro-unit as the API shows
+    `estimated_max_cost` (JobSerializer)."""
+    return (units * unit_price).quantize(MICRO)
+
+
+def has_gpus(allocation: Allocation) -> bool:
+    return allocation.resource == Resource.GPU or allocation.partition.gpus > 0
+
+
+# --- Submitting a job --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The most a job can cost: what it reserves (`units`, for every task) at the allocation's
+    unit price, beside the allocation's unreserved units. `problem` says why there is no figure
+    while the sizes are not whole numbers yet."""
+
+    unreserved: Decimal
+    unit_price: Decimal
+    task_count: int = 1
+    units: Decimal | None = None
+    cost: Decimal | None = None
+    problem: str = ""
+
+    @property
+    def is_over(self) -> bool:
+        return self.units is not None and self.units > self.unreserved
+
+
+def job_estimate(allocation: Allocation, sizes: JobSizesForm) -> Estimate:
+    """Reserves per task exactly as `job_submit` does (`job_units` of one task, times the tasks
+    `parse_array` counts), so that the estimate is the reservation to the micro-unit."""
+    unreserved = allocation.remaining
+    if not sizes.is_valid():
+        field, problems = next(iter(sizes.errors.items()))
+        label = sizes.fields[field].label if field in sizes.fields else ""
+        return Estimate(
+            unreserved=unreserved,
+            unit_price=allocation.unit_price,
+            problem=f"{label}: {problems[0]}" if label else str(problems[0]),
+        )
+    task_units = services.job_units(
+        resource=allocation.resource, request=sizes.job_request(), task_count=1
+    )
+    task_count = sizes.task_count()
+    units = task_units * task_count
+    return Estimate(
+        unreserved=unreserved,
+        unit_price=allocation.unit_price,
+        task_count=task_count,
+        units=units,
+        cost=estimated_cost(units, allocation.unit_price),
+    )
+
+
+def active_allocation(request: HttpRequest, allocation_id: Any) -> tuple[Allocation, Membership]:
+    """The allocation with the user's membership of its organization; a 404 to outsiders and
+    for an allocation whose window is not open (no job can run on it)."""
+    allocation = market_selectors.allocation_get_for_user(request.user, allocation_id)
+    if allocation.status != Allocation.Status.ACTIVE:
+        raise NotFound("No such active allocation.")
+    actor = market_selectors.membership_in(request.user, allocation.organization_id)
+    assert actor is not None  # an allocation is visible only to its members
+    return allocation, actor
+
+
+def sizes_of(allocation: Allocation, form: JobSubmitForm) -> JobSizesForm:
+    """The sizes the form shows now (the typed ones, or the initial ones), for the estimate."""
+    if form.is_bound:
+        data: Any = form.data
+    else:
+        data = {
+            name: form.get_initial_for_field(field, name) for name, field in form.fields.items()
+        }
+    return JobSizesForm(data, has_gpus=has_gpus(allocation))
+
+
+def refusal_text(error: ApplicationError) -> str:
+    """The service's sentence, with the dates that explain a closed window."""
+    if isinstance(error, errors.AllocationNotActive):
+        start, end = error.extra.get("window_start"), error.extra.get("window_end")
+        if isinstance(start, datetime) and isinstance(end, datetime):
+            return f"{error.detail} Window: {start:%Y-%m-%d %H:%M} to {end:%Y-%m-%d %H:%M} UTC."
+    return error.detail
+
+
+class JobSubmitView(LoginRequiredMixin, View):
+    template_name = "jobs/submit.html"
+
+    def _render(
+        self,
+        request: HttpRequest,
+        allocation: Allocation,
+        form: JobSubmitForm,
+        *,
+        refusal: str = "",
+        status: int = 200,
+    ) -> HttpResponse:
+        context = {
+            "allocation": allocation,
+            "organization": allocation.organization,
+            "form": form,
+            "estimate": job_estimate(allocation, sizes_of(allocation, form)),
+            "refusal": refusal,
+            "currency": settings.PLATFORM_CURRENCY,
+        }
+        return render(request, self.template_name, context, status=status)
+
+    def _form(self, allocation: Allocation, data: Any = None) -> JobSubmitForm:
+        initial = {"gpus": 1} if allocation.resource == Resource.GPU else {}
+        return JobSubmitForm(data, has_gpus=has_gpus(allocation), initial=initial)
+
+    def get(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
+        allocation, _ = active_allocation(request, allocation_id)
+        return self._render(request, allocation, self._form(allocation))
+
+    def post(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
+        allocation, actor = active_allocation(request, allocation_id)
+        form = self._form(allocation, request.POST)
+        if not form.is_valid():
+            return self._render(request, allocation, form, status=400)
+        try:
+            job = services.job_submit(
+                actor=actor, allocation=allocation, request=form.job_request()
+            )
+        except errors.SbatchDirectiveNotAllowed as error:
+            lines = ", ".join(str(number) for number in error.extra.get("lines", []))
+            form.add_error("script", f"{error.detail} Lines: {lines}.")
+            return self._render(request, allocation, form, status=error.status_code)
+        except ValidationFailed as error:
+            form_add_service_error(form, error)
+            return self._render(request, allocation, form, status=error.status_code)
+        except SHOWN_ON_FORM as error:
+            # Refusals of the allocation, not of a field: the allocation's figures have
+            # changed, so the page is drawn again from a fresh read.
+            allocation, _ = active_allocation(request, allocation_id)
+            return self._render(
+                request, allocation, form, refusal=refusal_text(error), status=error.status_code
+            )
+        messages.success(
+            request,
+            f"{job.name} is queued: it reserves {job.reserved_units.normalize():f} units of the "
+            "allocation until it ends.",
+        )
+        return HttpResponseRedirect(reverse("job-detail", args=[job.uuid]))
+
+
+@method_decorator(never_cache, name="dispatch")
+class JobEstimateView(LoginRequiredMixin, View):
+    """The estimate beside the form, fetched again by htmx as the user types the sizes."""
+
+    def get(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
+        allocation, _ = active_allocation(request, allocation_id)
+        sizes = JobSizesForm(request.GET, has_gpus=has_gpus(allocation))
+        context = {
+            "allocation": allocation,
+            "estimate": job_estimate(allocation, sizes),
+            "currency": settings.PLATFORM_CURRENCY,
+        }
+        return render(request, "jobs/_estimate.html", context)
+
+
+# --- The list of jobs --------------------------------------------------------------------------
+
+
+def job_page_of_list(request: HttpRequest) -> tuple[JobFilterForm, Page[Any], bool, int]:
+    """The filters, the page of jobs they select (newest first), whether any of them has not
+    ended (the rows are then fetched again), and the status to answer with."""
+    form = JobFilterForm(
+        request.GET, organizations=market_selectors.organization_list_for_user(request.user)
+    )
+    jobs: Any = Job.objects.none()
+    status = 400
+    if form.is_valid():
+        data = form.cleaned_data
+        jobs = selectors.job_list_filtered(
+            request.user,
+            states=[data["state"]] if data["state"] else None,
+            allocation=data["allocation"],
+            organization=data["organization"],
+        )
+        status = 200
+    page: Page[Any] = Paginator(jobs, PAGE_SIZE).get_page(request.GET.get("page"))
+    is_live = any(not job.is_ended for job in page)
+    return form, page, is_live, status
+
+
+def list_query(request: HttpRequest, *, without_page: bool = False) -> str:
+    query = request.GET.copy()
+    if without_page:
+        query.pop("page", None)
+    return query.urlencode()
+
+
+class JobListView(LoginRequiredMixin, View):
+    template_name = "jobs/list.html"
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        form, page, is_live, status = job_page_of_list(request)
+        context = {
+            "form": form,
+            "page": page,
+            "is_live": is_live,
+            "query": list_query(request),
+            "pager_query": list_query(request, without_page=True),
+            "currency": settings.PLATFORM_CURRENCY,
+        }
+        return render(request, self.template_name, context, status=status)
+
+
+@method_decorator(never_cache, name="dispatch")
+class JobRowsView(LoginRequiredMixin, View):
+    """The list's rows alone, which the list fetches every few seconds while a job runs."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        _, page, is_live, status = job_page_of_list(request)
+        context = {"page": page, "is_live": is_live, "query": list_query(request)}
+        return render(request, "jobs/_rows.html", context, status=status)
+
+
+# --- One job -----------------------------------------------------------------------------------
+
+
+def job_context(job: Job) -> dict[str, Any]:
+    return {
+        "job": job,
+        "tasks": list(job.tasks.all()) if job.is_array else [],
+        "events": list(job.events.all()),
+        "estimated_max_cost": estimated_cost(job.reserved_units, job.allocation.unit_price),
+        "currency": settings.PLATFORM_CURRENCY,
+    }
+
+
+class JobDetailView(LoginRequiredMixin, View):
+    def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        return render(request, "jobs/detail.html", job_context(job))
+
+
+@method_decorator(never_cache, name="dispatch")
+class JobStatusView(LoginRequiredMixin, View):
+    """The job's live part (state, times, usage, cost, history, tasks), fetched every few
+    seconds while the job has not ended."""
+
+    def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        return render(request, "jobs/_status.html", job_context(job))
+
+
+@method_decorator(never_cache, name="dispatch")
+class JobOutputView(LoginRequiredMixin, View):
+    """The last 64 KiB of stdout or stderr (of one task of an array), read from the cluster.
+    A cluster that cannot be reached is said in the fragment, which tries again later."""
+
+    def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        stream = "stderr" if request.GET.get("stream") == "stderr" else "stdout"
+        tasks = [task.array_task_id for task in job.tasks.all()] if job.is_array else []
+        task = request.GET.get("task", "")
+        task_id = int(task) if task.isdigit() else (tasks[0] if tasks else None)
+        text = ""
+        problem = ""
+        try:
+            output = services.job_output(
+                job=job, stream=stream, tail_bytes=OUTPUT_TAIL_BYTES, array_task_id=task_id
+            )
+        except errors.OutputUnavailable:
+            problem = (
+                "The cluster cannot be reached just now, so the output cannot be read. "
+                "This part tries again by itself."
+            )
+        except ValidationFailed as error:
+            problem = " ".join(
+                message for messages_ in error.extra["fields"].values() for message in messages_
+            )
+        else:
+            # The tail may start in the middle of a character: replace what cannot be read.
+            text = output.decode("utf-8", errors="replace")
+        context = {
+            "job": job,
+            "stream": stream,
+            "tasks": tasks,
+            "task_id": task_id,
+            "text": text,
+            "problem": problem,
+            "is_truncated": len(text.encode()) >= OUTPUT_TAIL_BYTES,
+            "tail_kib": OUTPUT_TAIL_BYTES // 1024,
+            "not_started": job.state == JobState.QUEUED or not job.scheduler_job_id,
+        }
+        return render(request, "jobs/_output.html", context)
+
+
+class JobCancelView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, job_id: str) -> HttpResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        actor = market_selectors.membership_in(request.user, job.organization_id)
+        assert actor is not None  # a job is visible only to its organization's members
+        try:
+            job = services.job_cancel(actor=actor, job=job)
+        except Conflict as error:
+            messages.error(request, error.detail)
+        else:
+            if job.state == JobState.CANCELLED:
+                messages.success(
+                    request,
+                    f"{job.name} is cancelled before it reached the cluster; its reservation "
+                    "is back on the allocation.",
+                )
+            else:
+                messages.success(
+                    request,
+                    f"Cancelling {job.name}: the cluster is asked to stop it, and what it used "
+                    "until then is charged.",
+                )
+        return HttpResponseRedirect(reverse("job-detail", args=[job.uuid]))

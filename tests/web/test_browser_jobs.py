@@ -1,0 +1,122 @@
+"""The job pages in headless Chromium: a member opens the submission form from the team's
+allocations, watches the estimate follow the sizes as they are typed, submits, lands on the
+job's page showing it queued, and sees its state change in the jobs list without reloading.
+
+No Celery worker runs here, so the job stays queued until the test itself moves it on, as the
+poll would."""
+
+import datetime
+import re
+from decimal import Decimal
+
+import pytest
+from django.urls import reverse
+from playwright.sync_api import Page, expect
+
+from marketplace.models import Membership
+from scheduler_bridge.models import Job, JobEvent, JobState
+from tests.factories import (
+    MembershipFactory,
+    PartitionFactory,
+    allocation_bought,
+    funded_organization,
+)
+from tests.web.test_browser_market import log_in, open_organization
+
+pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
+
+
+def test_a_member_submits_a_job_with_a_live_estimate_and_follows_it(page: Page, live_server):
+    base = live_server.url
+    team = funded_organization("10000", name="Tidal Team")
+    member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
+    allocation = allocation_bought(
+        team, partition=PartitionFactory(cpus=8, nodes=2, gpus=0), quantity=100, price="2.00"
+    )
+    cluster = allocation.cluster.name
+
+    # From the team's allocations to the form of its active allocation.
+    log_in(page, base, member.username)
+    open_organization(page, "Tidal Team")
+    page.get_by_role("link", name="Allocations and bids").click()
+    page.get_by_role("link", name=f"Submit a job on {cluster}/debug").click()
+    expect(page.get_by_role("heading", name=f"Submit a job on {cluster}/debug")).to_be_visible()
+    units = page.locator("[data-field=estimate-units]")
+    tasks = page.locator("[data-field=estimate-tasks]")
+    cost = page.locator("[data-field=estimate-cost]")
+    expect(units).to_have_text("0.166667")  # the sample: 1 core for 10 minutes
+    expect(cost).to_have_text("0.33 USD")
+    expect(page.locator("[data-field=estimate-unreserved]")).to_have_text("100")
+
+    # The script editor indents with Tab instead of leaving the field.
+    page.get_by_label("Name").fill("browser job")
+    script = page.get_by_label("Script")
+    script.click()
+    script.press("Control+End")
+    script.press("Tab")
+    script.press_sequentially("echo indented")
+    expect(script).to_be_focused()
+    assert script.input_value().endswith('echo "Done"\n    echo indented')
+
+    # The estimate follows the sizes as they are typed: cores x hours x tasks at 2.00.
+    page.get_by_label("Time limit (minutes)").fill("90")
+    page.get_by_label("CPUs per task").fill("2")
+    page.get_by_label("Tasks (ntasks)").fill("2")
+    expect(units).to_have_text("6")
+    expect(cost).to_have_text("12.00 USD")
+    page.get_by_label("Array").fill("0-9")
+    expect(tasks).to_have_text("10")
+    expect(units).to_have_text("60")
+    expect(cost).to_have_text("120.00 USD")
+    page.get_by_label("CPUs per task").fill("4")
+    expect(units).to_have_text("120")
+    expect(page.locator("[data-field=estimate-over]")).to_contain_text(
+        "More than the allocation's 100 unreserved units"
+    )
+    page.get_by_label("CPUs per task").fill("2")
+    expect(units).to_have_text("60")
+    expect(page.locator("[data-field=estimate-over]")).to_have_count(0)
+
+    # Submitted: the job's page shows it queued, with what it reserves.
+    page.get_by_role("button", name="Submit the job").click()
+    expect(page.get_by_role("heading", name="browser job")).to_be_visible()
+    status = page.locator("#job-status")
+    expect(status.locator("[data-field=state]").first).to_have_text("Queued")
+    expect(status.locator("[data-field=reserved]")).to_have_text("60 units, at most 120.00 USD")
+    expect(page.locator("[data-field=output-empty]")).to_have_text(
+        "No output yet: the job has not reached the cluster."
+    )
+    expect(page.locator("#job-tasks tbody tr")).to_have_count(10)
+    job = Job.objects.get()
+    assert (job.name, job.state, job.reserved_units, job.task_count) == (
+        "browser job",
+        JobState.QUEUED,
+        Decimal("60"),
+        10,
+    )
+    assert job.script.endswith('echo "Done"\n    echo indented')
+    assert page.url == f"{base}{reverse('job-detail', args=[job.uuid])}"
+
+    # The jobs list follows the job's state without reloading, and stops once it has ended.
+    page.locator("#main-nav").get_by_role("link", name="Jobs").click()
+    row = page.locator(f"#jobs tr[data-job='{job.uuid}']")
+    expect(row.locator("[data-field=state]")).to_have_text("Queued")
+    page.evaluate("window.notReloaded = true")
+    now = job.created_at + datetime.timedelta(seconds=5)
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.RUNNING, scheduler_job_id="501", submitted_at=now, started_at=now
+    )
+    JobEvent.objects.create(job=job, state=JobState.RUNNING, at=now)
+    expect(row.locator("[data-field=state]")).to_have_text("Running", timeout=10_000)
+    expect(row.locator("[data-field=elapsed]")).to_have_text(re.compile(r"so far$"))
+    Job.objects.filter(pk=job.pk).update(
+        state=JobState.COMPLETED,
+        ended_at=now + datetime.timedelta(minutes=2),
+        units=Decimal("0.5"),
+        cost=Decimal("1"),
+        elapsed_seconds=120,
+    )
+    expect(row.locator("[data-field=state]")).to_have_text("Completed", timeout=10_000)
+    expect(row.locator("[data-field=cost]")).to_have_text("1.00")
+    expect(page.locator("#job-rows")).not_to_have_attribute("hx-trigger", "every 3s")
+    assert page.evaluate("window.notReloaded") is True

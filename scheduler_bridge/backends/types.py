@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -28,6 +29,29 @@ ENDED_STATES = frozenset(
 )
 # Ends that are the cluster owner's doing: such a run is recorded but never charged.
 OWNER_CAUSED_STATES = frozenset({NODE_FAIL, PREEMPTED})
+
+
+_ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# Variables that steer the scheduler itself rather than the job (its options, configuration
+# and output formats): the platform sets those, never the job.
+SCHEDULER_ENVIRONMENT_PREFIXES = (
+    "SBATCH_",
+    "SLURM_",
+    "SALLOC_",
+    "SRUN_",
+    "SQUEUE_",
+    "SACCT_",
+    "SCANCEL_",
+)
+
+
+def environment_name_problem(name: str) -> str | None:
+    """Why `name` cannot be one of a job's environment variables, or None."""
+    if not _ENVIRONMENT_NAME.fullmatch(name):
+        return f"`{name}` is not a valid name: letters, digits and _, not starting with a digit."
+    if name.upper().startswith(SCHEDULER_ENVIRONMENT_PREFIXES):
+        return f"`{name}` is the scheduler's: the platform sets it."
+    return None
 
 
 @dataclass(frozen=True)

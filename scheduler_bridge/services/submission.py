@@ -23,7 +23,7 @@ from computeshare.errors import ValidationFailed
 from marketplace.models import Allocation, Cluster, Membership, Resource, SlurmAccount
 from scheduler_bridge import errors
 from scheduler_bridge.backends.arrays import InvalidArray, parse_array
-from scheduler_bridge.backends.types import JobSpec
+from scheduler_bridge.backends.types import JobSpec, environment_name_problem
 from scheduler_bridge.models import ENDED_STATES, TRANSITIONS, Job, JobEvent, JobState, JobTask
 from scheduler_bridge.services.backends import backend_discard, backend_for
 from scheduler_bridge.slurm.errors import BridgeError
@@ -34,9 +34,6 @@ UNITS = Decimal("0.000001")
 MAX_SCRIPT_BYTES = 256 * 1024
 MAX_ENVIRONMENT_VARIABLES = 100
 MAX_ENVIRONMENT_VALUE_LENGTH = 4096
-_ENVIRONMENT_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Variables that would change what the scheduler does with the job: the platform sets those.
-_SCHEDULER_PREFIXES = ("SLURM_", "SBATCH_", "SALLOC_", "SRUN_", "SQUEUE_", "SACCT_", "SCANCEL_")
 _SBATCH_LINE = re.compile(r"^[ \t]*#[ \t]*SBATCH", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -146,15 +143,8 @@ def job_request_check(allocation: Allocation, request: JobRequest) -> list[int |
             f"At most {MAX_ENVIRONMENT_VARIABLES} variables."
         )
     for variable, value in request.environment.items():
-        if not _ENVIRONMENT_NAME.match(variable):
-            problems.setdefault("environment", []).append(
-                f"`{variable}` is not a valid name: letters, digits and _, not starting "
-                "with a digit."
-            )
-        elif variable.upper().startswith(_SCHEDULER_PREFIXES):
-            problems.setdefault("environment", []).append(
-                f"`{variable}` is the scheduler's: the platform sets it."
-            )
+        if problem := environment_name_problem(variable):
+            problems.setdefault("environment", []).append(problem)
         if not isinstance(value, str) or "\x00" in value:
             problems.setdefault("environment", []).append(
                 f"The value of `{variable}` must be text without NUL bytes."

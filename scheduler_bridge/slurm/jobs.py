@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from scheduler_bridge.backends.arrays import InvalidArray, parse_array
 from scheduler_bridge.backends.types import (
     CANCELLED,
     COMPLETED,
@@ -30,6 +31,7 @@ from scheduler_bridge.backends.types import (
     QueueEntry,
     RunRecord,
     Stream,
+    environment_name_problem,
     output_file_name,
 )
 from scheduler_bridge.slurm.errors import UnexpectedOutput
@@ -84,13 +86,6 @@ def run_state(slurm_state: str) -> str:
 
 # --- Job specs ----------------------------------------------------------------------------------
 
-_ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Variables that would steer Slurm itself rather than the job (options, configuration, output
-# formats) are not the job's to set.
-_RESERVED_ENVIRONMENT_PREFIXES = ("SBATCH_", "SLURM_", "SALLOC_", "SRUN_")
-_ARRAY_EXPRESSION = re.compile(
-    r"[0-9]+(-[0-9]+(:[0-9]+)?)?(,[0-9]+(-[0-9]+(:[0-9]+)?)?)*(%[0-9]+)?"
-)
 _JOB_ID = re.compile(r"[0-9]+(_[0-9]+)?")
 
 SCRIPT_FILE = "job.sh"
@@ -114,16 +109,17 @@ def spec_problem(spec: JobSpec) -> str | None:
         )
     if directory_problem := job_directory_problem(spec.directory):
         return directory_problem
-    if spec.array is not None and not _ARRAY_EXPRESSION.fullmatch(spec.array):
-        return f"the array expression {spec.array!r} is not valid"
+    if spec.array is not None:
+        try:
+            parse_array(spec.array)
+        except InvalidArray as error:
+            return f"the array expression {spec.array!r} is not valid: {error}"
     sizes = (spec.time_limit_minutes, spec.nodes, spec.ntasks, spec.cpus_per_task)
     if min(sizes) < 1 or spec.gpus < 0:
         return "time limit, nodes, tasks and CPUs per task must be positive, GPUs not negative"
     for name, value in spec.environment.items():
-        if not _ENVIRONMENT_NAME.fullmatch(name):
-            return f"the environment variable name {name!r} is not an identifier"
-        if name.startswith(_RESERVED_ENVIRONMENT_PREFIXES):
-            return f"the environment variable {name!r} is reserved for Slurm"
+        if problem := environment_name_problem(name):
+            return problem
         if "\x00" in value:
             return f"the value of the environment variable {name!r} holds a NUL character"
     return None

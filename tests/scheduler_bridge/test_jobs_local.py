@@ -2,14 +2,17 @@
 the poll, settled and charged, with the same states as on Slurm."""
 
 import time
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 from billing.models import Transaction
 from marketplace.models import Cluster
 from scheduler_bridge import services
-from scheduler_bridge.models import Job, JobState
+from scheduler_bridge.models import Job, JobRun, JobState
+from scheduler_bridge.services.backends import backend_for
 from tests.conftest import local_cluster_root
 from tests.factories import ClusterFactory, MembershipFactory, PartitionFactory, allocation_bought
 
@@ -83,3 +86,42 @@ def test_a_local_array_and_a_cancelled_job(local_allocation):
     assert sorted(array.tasks.values_list("state", flat=True)) == ["completed"] * 4
     assert services.job_output(job=array, stream="stdout", tail_bytes=10, array_task_id=2) == b"2\n"
     assert sleeper.state == JobState.CANCELLED
+
+
+def test_the_nightly_reconciliation_charges_a_run_that_no_poll_settled(local_allocation):
+    job = _submit(local_allocation, script="#!/bin/bash\nsleep 1\n")
+    services.cluster_jobs_submit(cluster_id=job.cluster_id)
+    job.refresh_from_db()
+    backend = backend_for(job.cluster)
+    deadline = time.monotonic() + 20
+    while not any(run.is_ended for run in backend.runs([job.scheduler_job_id])):
+        assert time.monotonic() < deadline, "the local job did not end"
+        time.sleep(0.2)
+
+    assert services.cluster_reconcile(cluster_id=job.cluster_id) == 1
+    assert services.cluster_reconcile(cluster_id=job.cluster_id) == 0
+
+    run = JobRun.objects.get(task__job=job)
+    assert run.source == JobRun.Source.RECONCILIATION and run.units > 0
+    # The poll then ends the job, and charges nothing more
+    job = _poll_until_ended(job)
+    assert job.state == JobState.COMPLETED and job.units == run.units
+    assert Transaction.objects.filter(kind="charge", reference=job.uuid).count() == 1
+
+
+def test_a_job_neither_queued_nor_in_accounting_becomes_undetermined_never_completed(
+    local_allocation, settings
+):
+    settings.JOBS_MISSING_GRACE_SECONDS = 0
+    job = _submit(local_allocation)
+    Job.objects.filter(pk=job.pk).update(submit_lease_until=timezone.now() + timedelta(hours=1))
+    services.job_mark_submitted(job_id=job.pk, scheduler_job_id="987654")
+
+    report = services.cluster_poll(cluster_id=job.cluster_id)
+
+    job.refresh_from_db()
+    assert report.backend_calls == ["queue", "runs"]
+    assert job.state == JobState.UNDETERMINED
+    assert "accounting has no record" in job.state_reason
+    local_allocation.refresh_from_db()
+    assert local_allocation.reserved == job.reserved_units  # still reserved: it may be running

@@ -25,9 +25,9 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
 
-from scheduler_bridge.backends import local_runner
+from scheduler_bridge.backends import local_state
 from scheduler_bridge.backends.arrays import parse_array
-from scheduler_bridge.backends.local_runner import (
+from scheduler_bridge.backends.local_state import (
     CANCELLED,
     NODE_FAIL,
     PENDING,
@@ -189,7 +189,7 @@ class LocalBackend:
         can see is a job that exists."""
         directory = self._job_directory(spec.directory)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        local_runner.write_atomically(directory / "job.sh", spec.script.encode(), mode=0o700)
+        local_state.write_atomically(directory / "job.sh", spec.script.encode(), mode=0o700)
         submit_time = now_utc()
         tasks = tuple((first_id + offset, index) for offset, index in enumerate(plan.indices))
         job = JobRecord(
@@ -235,7 +235,7 @@ class LocalBackend:
                 ],
                 cwd=self.root,
                 env={
-                    "PATH": local_runner.SCRIPT_PATH,
+                    "PATH": local_state.SCRIPT_PATH,
                     "PYTHONPATH": str(_REPOSITORY),
                     "LANG": "C.UTF-8",
                     "TZ": "UTC",

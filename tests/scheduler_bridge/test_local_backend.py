@@ -17,7 +17,7 @@ import pytest
 
 from scheduler_bridge.backends.arrays import parse_array
 from scheduler_bridge.backends.local import LocalBackend
-from scheduler_bridge.backends.local_runner import (
+from scheduler_bridge.backends.local_state import (
     PENDING,
     JobRecord,
     ProcessIdentity,

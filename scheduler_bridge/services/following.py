@@ -151,15 +151,15 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
     entries = backend.queue()
     exact: dict[tuple[str, int | None], QueueEntry] = {}
     pending_ranges: dict[str, list[tuple[set[int], QueueEntry]]] = defaultdict(list)
-    for entry in entries:
-        if entry.pending_tasks:
+    for line in entries:
+        if line.pending_tasks:
             try:
-                indices = set(parse_index_ranges(entry.pending_tasks))
+                indices = set(parse_index_ranges(line.pending_tasks))
             except InvalidArray:
                 continue
-            pending_ranges[entry.array_job_id].append((indices, entry))
+            pending_ranges[line.array_job_id].append((indices, line))
         else:
-            exact[(entry.array_job_id, entry.array_task_id)] = entry
+            exact[(line.array_job_id, line.array_task_id)] = line
 
     tasks = list(
         JobTask.objects.filter(job_id__in=jobs, is_released=False).only(
@@ -171,7 +171,7 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
     touched_jobs: set[int] = set()
     for task in tasks:
         job = jobs[task.job_id]
-        entry = exact.get((job.scheduler_job_id, task.array_task_id))
+        entry: QueueEntry | None = exact.get((job.scheduler_job_id, task.array_task_id))
         if entry is None and task.array_task_id is not None:
             entry = next(
                 (
@@ -265,6 +265,31 @@ def _undetermined_mark(jobs: Iterable[Job], now: datetime) -> None:
             locked.save(update_fields=["state", "state_reason", "updated_at"])
 
 
+@dataclass
+class _Usage:
+    """What runs used and cost, added up for a task and for its job."""
+
+    units: Decimal = Decimal(0)
+    cost: Decimal = Decimal(0)
+    elapsed_seconds: int = 0
+    cpu_seconds: Decimal = Decimal(0)
+    core_seconds: int = 0
+
+    def add(self, other: _Usage) -> None:
+        self.units += other.units
+        self.cost += other.cost
+        self.elapsed_seconds += other.elapsed_seconds
+        self.cpu_seconds += other.cpu_seconds
+        self.core_seconds += other.core_seconds
+
+    def add_to(self, task: JobTask) -> None:
+        task.units += self.units
+        task.cost += self.cost
+        task.elapsed_seconds += self.elapsed_seconds
+        task.cpu_seconds += self.cpu_seconds
+        task.allocated_core_seconds += self.core_seconds
+
+
 @dataclass(frozen=True)
 class Settlement:
     runs_charged: int
@@ -312,7 +337,7 @@ def _settle(
         ).values_list("raw_job_id", "submit_time")
     )
     charged = 0
-    totals = {"units": Decimal(0), "cost": Decimal(0), "elapsed": 0, "cpu": Decimal(0), "core": 0}
+    totals = _Usage()
     for run in runs:
         if not run.is_ended or (run.raw_job_id, run.submit_time) in done:
             continue
@@ -358,16 +383,15 @@ def _settle(
         )
         done.add((run.raw_job_id, run.submit_time))
         charged += 1
-        task.units += units
-        task.cost += cost
-        task.elapsed_seconds += run.elapsed_seconds
-        task.cpu_seconds += Decimal(str(round(run.cpu_seconds, 3)))
-        task.allocated_core_seconds += cores * run.elapsed_seconds
-        totals["units"] += units
-        totals["cost"] += cost
-        totals["elapsed"] += run.elapsed_seconds
-        totals["cpu"] += Decimal(str(round(run.cpu_seconds, 3)))
-        totals["core"] += cores * run.elapsed_seconds
+        usage = _Usage(
+            units=units,
+            cost=cost,
+            elapsed_seconds=run.elapsed_seconds,
+            cpu_seconds=Decimal(str(round(run.cpu_seconds, 3))),
+            core_seconds=cores * run.elapsed_seconds,
+        )
+        usage.add_to(task)
+        totals.add(usage)
     release = Decimal(0)
     ended = False
     if final is not None and not task.is_released:
@@ -383,15 +407,15 @@ def _settle(
         ended = True
     if charged or ended:
         task.save()
-        allocation.used = F("used") + totals["units"]
-        allocation.reserved = F("reserved") - totals["units"] - release
+        allocation.used = F("used") + totals.units
+        allocation.reserved = F("reserved") - totals.units - release
         allocation.save(update_fields=["used", "reserved", "updated_at"])
         Job.objects.filter(pk=job.pk).update(
-            units=F("units") + totals["units"],
-            cost=F("cost") + totals["cost"],
-            elapsed_seconds=F("elapsed_seconds") + totals["elapsed"],
-            cpu_seconds=F("cpu_seconds") + totals["cpu"],
-            allocated_core_seconds=F("allocated_core_seconds") + totals["core"],
+            units=F("units") + totals.units,
+            cost=F("cost") + totals.cost,
+            elapsed_seconds=F("elapsed_seconds") + totals.elapsed_seconds,
+            cpu_seconds=F("cpu_seconds") + totals.cpu_seconds,
+            allocated_core_seconds=F("allocated_core_seconds") + totals.core_seconds,
             updated_at=timezone.now(),
         )
     return Settlement(runs_charged=charged, ended=ended)

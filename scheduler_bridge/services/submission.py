@@ -100,8 +100,8 @@ def job_request_check(allocation: Allocation, request: JobRequest) -> list[int |
         "ntasks": request.ntasks,
         "nodes": request.nodes,
     }
-    for size_name, value in sizes.items():
-        if value < 1:
+    for size_name, size in sizes.items():
+        if size < 1:
             problems.setdefault(size_name, []).append("Must be at least 1.")
     if request.gpus < 0:
         problems.setdefault("gpus", []).append("Must not be negative.")

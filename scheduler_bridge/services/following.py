@@ -407,16 +407,28 @@ def _settle(
         ended = True
     if charged or ended:
         task.save()
-        allocation.used = F("used") + totals.units
-        allocation.reserved = F("reserved") - totals.units - release
+        # Decimal arithmetic on the locked row rather than F(): SQLite (the demo) keeps decimals
+        # as floats, where a reservation released to zero came out as -2.8e-17 and failed the
+        # allocation's check constraint.
+        allocation.used += totals.units
+        allocation.reserved -= totals.units + release
         allocation.save(update_fields=["used", "reserved", "updated_at"])
-        Job.objects.filter(pk=job.pk).update(
-            units=F("units") + totals.units,
-            cost=F("cost") + totals.cost,
-            elapsed_seconds=F("elapsed_seconds") + totals.elapsed_seconds,
-            cpu_seconds=F("cpu_seconds") + totals.cpu_seconds,
-            allocated_core_seconds=F("allocated_core_seconds") + totals.core_seconds,
-            updated_at=timezone.now(),
+        # The job's row after the allocation's and the task's: the one lock order of jobs.
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        job.units += totals.units
+        job.cost += totals.cost
+        job.elapsed_seconds += totals.elapsed_seconds
+        job.cpu_seconds += totals.cpu_seconds
+        job.allocated_core_seconds += totals.core_seconds
+        job.save(
+            update_fields=[
+                "units",
+                "cost",
+                "elapsed_seconds",
+                "cpu_seconds",
+                "allocated_core_seconds",
+                "updated_at",
+            ]
         )
     return Settlement(runs_charged=charged, ended=ended)
 
@@ -448,7 +460,12 @@ def job_state_refresh(*, job_id: int) -> Job:
         job.ended_at = max(ended) if ended else timezone.now()
         exit_codes = [task.exit_code for task in tasks if task.exit_code is not None]
         job.exit_code = max(exit_codes, key=abs) if exit_codes else None
-    _record_state(job, state, reasons[0] if reasons else "")
+    # The history shows when things happened on the cluster where the cluster says so (start
+    # and end times from accounting), not when the poll noticed.
+    at = job.ended_at if state in ENDED_STATES else None
+    if state in (JobState.RUNNING, JobState.COMPLETING) and job.started_at:
+        at = job.started_at
+    _record_state(job, state, reasons[0] if reasons else "", at=at)
     job.save(
         update_fields=["state", "state_reason", "started_at", "ended_at", "exit_code", "updated_at"]
     )

@@ -213,7 +213,7 @@ def job_submit(*, actor: Membership, allocation: Allocation, request: JobRequest
             f"the allocation has {unreserved.normalize():f} left unreserved.",
             extra={"requested_units": str(units), "unreserved_units": str(unreserved)},
         )
-    allocation.reserved = F("reserved") + units
+    allocation.reserved += units
     allocation.save(update_fields=["reserved", "updated_at"])
     job = Job.objects.create(
         allocation=allocation,
@@ -410,7 +410,7 @@ def _end_unsubmitted(job_id: int, state: str, reason: str) -> bool:
     JobTask.objects.filter(job=job).update(
         state=state, state_reason=reason[:500], ended_at=now, is_released=True, updated_at=now
     )
-    allocation.reserved = F("reserved") - job.reserved_units
+    allocation.reserved -= job.reserved_units
     allocation.save(update_fields=["reserved", "updated_at"])
     return True
 
@@ -431,6 +431,9 @@ def job_cancel(*, actor: Membership, job: Job) -> Job:
     ends at once with its reservation released; otherwise the request is recorded and the
     cluster is asked to cancel it after the commit (or by the submitter, when the job is
     being submitted now). The poll then sees it end and settles what it used."""
+    # The allocation's row first, then the job's: the one lock order of jobs (settlement and
+    # submission take them in this order too).
+    Allocation.objects.select_for_update().filter(pk=job.allocation_id).first()
     job = Job.objects.select_for_update().get(pk=job.pk)
     if job.organization_id != actor.organization_id:
         raise ValidationFailed(fields={"job": ["No such job."]})

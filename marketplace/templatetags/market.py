@@ -5,6 +5,7 @@ from decimal import Decimal
 from django import template
 
 from marketplace.charts import price_text
+from marketplace.serializers_market import units_text
 
 register = template.Library()
 
@@ -14,3 +15,10 @@ def price(value: Decimal | None) -> str:
     """A unit price: to the cent when that is exact (`2.50`), else every significant digit
     (`0.0125`, never `0.012500`)."""
     return "" if value is None else price_text(Decimal(value))
+
+
+@register.filter
+def units(value: Decimal | int | None) -> str:
+    """Core-hours or GPU-hours to the micro-unit without trailing zeros (`0.166667`, `6`), as
+    the API gives them: a job of seconds still shows what it used."""
+    return units_text(value) or ""

@@ -8,17 +8,12 @@ from decimal import Decimal
 from django import template
 from django.utils import timezone
 
-from marketplace.serializers_market import units_text
+from marketplace.templatetags.market import units
 from scheduler_bridge.models import Job
 
 register = template.Library()
-
-
-@register.filter
-def units(value: Decimal | int | None) -> str:
-    """Core-hours or GPU-hours to the micro-unit without trailing zeros (`0.166667`, `6`): a
-    reservation is shown exactly, as the API gives it."""
-    return units_text(value) or ""
+# The market's filter, under the same name on the job pages.
+register.filter("units", units)
 
 
 @register.filter

@@ -85,6 +85,17 @@ def clusters_to_poll() -> list[int]:
     )
 
 
+def clusters_to_reconcile() -> list[int]:
+    """The clusters that ran jobs in the reconciliation's window."""
+    since = timezone.now() - timedelta(days=settings.JOBS_RECONCILE_DAYS + 1)
+    return list(
+        Job.objects.filter(submitted_at__gte=since)
+        .order_by()
+        .values_list("cluster_id", flat=True)
+        .distinct()
+    )
+
+
 def _lease_take(cluster_id: int, now: datetime) -> bool:
     ClusterPoll.objects.get_or_create(cluster_id=cluster_id)
     taken = (

@@ -296,6 +296,13 @@ def cluster_jobs_submit(*, cluster_id: int, limit: int | None = None) -> int:
     next attempt finds it by name first. Transient failures leave jobs queued for the next
     attempt; refusals fail them with the scheduler's reason."""
     cluster = Cluster.objects.get(pk=cluster_id)
+    if cluster.status in (Cluster.Status.SUSPENDED, Cluster.Status.HOST_KEY_MISMATCH):
+        # Nothing goes to a cluster the operators suspended or whose host key changed; the
+        # jobs wait (and can be cancelled) until the owners sort it out.
+        Job.objects.filter(cluster=cluster, state=JobState.QUEUED).update(
+            state_reason=f"Waiting: the cluster is {cluster.get_status_display().lower()}."
+        )
+        return 0
     limit = limit or settings.JOBS_SUBMIT_BATCH_SIZE
     submitted = 0
     while claimed := _claim(cluster_id, limit, timezone.now()):

@@ -125,3 +125,17 @@ def test_a_job_neither_queued_nor_in_accounting_becomes_undetermined_never_compl
     assert "accounting has no record" in job.state_reason
     local_allocation.refresh_from_db()
     assert local_allocation.reserved == job.reserved_units  # still reserved: it may be running
+
+
+def test_nothing_is_submitted_to_a_suspended_cluster(local_allocation):
+    job = _submit(local_allocation)
+    Cluster.objects.filter(pk=job.cluster_id).update(status=Cluster.Status.SUSPENDED)
+
+    assert services.cluster_jobs_submit(cluster_id=job.cluster_id) == 0
+
+    job.refresh_from_db()
+    assert (job.state, job.state_reason) == (
+        JobState.QUEUED,
+        "Waiting: the cluster is suspended.",
+    )
+    assert job.submit_attempts == 0

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from marketplace.models import Allocation
+from marketplace.models import Allocation, Membership
 from scheduler_bridge.models import Job, JobEvent, JobState, JobTask
 from tests.conftest import client_for
 from tests.factories import PartitionFactory, allocation_bought
@@ -264,3 +264,67 @@ def test_the_list_makes_the_same_queries_for_1_and_30_jobs(team, allocation):
         assert len(client.get("/api/v1/jobs/").json()["results"]) == 30
 
     assert len(thirty) == len(one)
+
+
+def _ran(allocation, member, name, *, elapsed):
+    """A job that ran and was settled as accounting reported it."""
+    from datetime import UTC, datetime
+
+    from scheduler_bridge import services
+    from scheduler_bridge.backends.types import RunRecord
+
+    job = services.job_submit(
+        actor=Membership.objects.get(organization=allocation.organization, user=member),
+        allocation=allocation,
+        request=services.JobRequest(name=name, script=SCRIPT, time_limit_minutes=60),
+    )
+    services.job_mark_submitted(job_id=job.pk, scheduler_job_id=str(job.pk))
+    moment = datetime(2026, 11, 20, 12, 0, tzinfo=UTC)
+    run = RunRecord(
+        job_id=str(job.pk),
+        raw_job_id=str(job.pk),
+        array_job_id=str(job.pk),
+        array_task_id=None,
+        name=job.scheduler_name,
+        state="completed",
+        scheduler_state="COMPLETED",
+        exit_code=0,
+        submit_time=moment,
+        start_time=moment,
+        end_time=moment,
+        elapsed_seconds=elapsed,
+        allocated_cpus=1,
+        allocated_gpus=0,
+        cpu_seconds=elapsed / 2,
+    )
+    services.job_task_settle(task_id=job.tasks.get().pk, runs=[run], final=run)
+    return services.job_state_refresh(job_id=job.pk)
+
+
+def test_the_usage_report_lists_each_job_that_ran_with_its_cost_as_json_and_csv(team, allocation):
+    first = _ran(allocation, team.member, "first", elapsed=1800)
+    second = _ran(allocation, team.member, "second, with a comma", elapsed=900)
+    client_for(team.member).post("/api/v1/jobs/", _body(allocation), format="json")  # queued
+
+    answer = client_for(team.member).get(f"/api/v1/organizations/{team.organization.uuid}/usage/")
+
+    assert answer.status_code == 200
+    rows = answer.json()["results"]
+    assert [(row["name"], row["units"], row["cost"]) for row in rows] == [
+        ("first", "0.5", "1.000000"),
+        ("second, with a comma", "0.25", "0.500000"),
+    ]
+    csv_answer = client_for(team.member).get(
+        f"/api/v1/organizations/{team.organization.uuid}/usage/?format=csv"
+    )
+    assert csv_answer.status_code == 200
+    assert csv_answer["Content-Type"] == "text/csv; charset=utf-8"
+    lines = csv_answer.content.decode().splitlines()
+    assert lines[0] == "job,name,cluster,partition,state,units,cost,started_at,ended_at"
+    assert lines[1].startswith(f"{first.uuid},first,{allocation.cluster.name},debug,completed,0.5,")
+    assert lines[2].startswith(f'{second.uuid},"second, with a comma",')
+    assert len(lines) == 3
+    outsider = client_for(team.outsider).get(
+        f"/api/v1/organizations/{team.organization.uuid}/usage/"
+    )
+    assert outsider.status_code == 404

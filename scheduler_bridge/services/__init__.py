@@ -23,6 +23,7 @@ from scheduler_bridge.services.submission import (
     job_request_check,
     job_submit,
     job_units,
+    jobs_mark_submitted,
 )
 
 __all__ = [
@@ -45,4 +46,5 @@ __all__ = [
     "job_submit",
     "job_task_settle",
     "job_units",
+    "jobs_mark_submitted",
 ]

@@ -179,7 +179,9 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
     )
     seen_jobs: set[int] = set()
     gone: list[JobTask] = []
-    touched_jobs: set[int] = set()
+    # A job with no task left to follow had its last task settled by a worker that died before
+    # it refreshed the job: refresh it now, or it would stay active forever.
+    touched_jobs: set[int] = set(jobs) - {task.job_id for task in tasks}
     for task in tasks:
         job = jobs[task.job_id]
         entry: QueueEntry | None = exact.get((job.scheduler_job_id, task.array_task_id))

@@ -271,7 +271,8 @@ def _claim(cluster_id: int, limit: int, now: datetime) -> list[tuple[Job, bool]]
     lease_until = now + timedelta(seconds=settings.JOBS_SUBMIT_LEASE_SECONDS)
     with transaction.atomic():
         jobs = list(
-            Job.objects.select_for_update(skip_locked=True)
+            Job.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("allocation__partition")  # the spec needs the partition's name
             .filter(cluster_id=cluster_id, state=JobState.QUEUED)
             .filter(Q(submit_lease_until__isnull=True) | Q(submit_lease_until__lt=now))
             .order_by("created_at", "pk")[:limit]
@@ -314,8 +315,6 @@ def cluster_jobs_submit(*, cluster_id: int, limit: int | None = None) -> int:
 
 def _submit_claimed(cluster: Cluster, claimed: list[tuple[Job, bool]]) -> int:
     jobs = [job for job, _ in claimed]
-    for job in jobs:  # the spec needs the partition's name
-        job.allocation = Allocation.objects.select_related("partition").get(pk=job.allocation_id)
     backend = backend_for(cluster)
     try:
         maybe_submitted = [job.scheduler_name for job, retried in claimed if retried]
@@ -338,21 +337,20 @@ def _submit_claimed(cluster: Cluster, claimed: list[tuple[Job, bool]]) -> int:
         logger.warning("submission to cluster %s failed: %s", cluster.pk, error)
         return 0
 
-    submitted = 0
+    reached = {job.pk: found[job.scheduler_name] for job in jobs if job.scheduler_name in found}
     for job in jobs:
-        if job.scheduler_name in found:
-            job_mark_submitted(job_id=job.pk, scheduler_job_id=found[job.scheduler_name])
-            submitted += 1
-        elif job.pk in cancelled_before:
+        if job.pk not in reached and job.pk in cancelled_before:
             job_cancel_unsubmitted(job_id=job.pk)
     for job, result in zip(to_submit, results, strict=True):
         if result.scheduler_job_id is not None:
-            job_mark_submitted(job_id=job.pk, scheduler_job_id=result.scheduler_job_id)
-            submitted += 1
+            reached[job.pk] = result.scheduler_job_id
         elif result.is_transient:
-            _submission_postponed([job], result.error or "the scheduler refused for now")
+            _submission_postponed(
+                [job], result.error or "the scheduler refused for now", is_clear_refusal=True
+            )
         else:
             job_fail_unsubmitted(job_id=job.pk, reason=f"Refused by the scheduler: {result.error}")
+    submitted = jobs_mark_submitted(scheduler_job_ids=reached)
     to_cancel = list(
         Job.objects.filter(
             pk__in=[job.pk for job in jobs],
@@ -368,38 +366,79 @@ def _submit_claimed(cluster: Cluster, claimed: list[tuple[Job, bool]]) -> int:
     return submitted
 
 
-def _submission_postponed(jobs: list[Job], error: BridgeError | str) -> None:
-    """Leaves the jobs queued with the reason shown. Their lease is kept: it is what makes the
-    next attempt wait out an sbatch that may still be running, and look the jobs up first."""
-    reason = f"Waiting to reach the cluster: {error}"[:500]
-    Job.objects.filter(pk__in=[job.pk for job in jobs], state=JobState.QUEUED).update(
-        state_reason=reason, updated_at=timezone.now()
-    )
+# A job that sbatch clearly refused for now (the controller is down) is tried again after this;
+# nothing of it can be on the cluster, so it need not wait out the whole lease.
+REFUSED_RETRY_SECONDS = 30.0
+
+
+def _submission_postponed(
+    jobs: list[Job], error: BridgeError | str, *, is_clear_refusal: bool = False
+) -> None:
+    """Leaves the jobs queued with the reason shown. After an unclear failure their lease is
+    kept: it is what makes the next attempt wait out an sbatch that may still be running, and
+    look the jobs up first. After a clear refusal they are tried again sooner."""
+    now = timezone.now()
+    changes: dict[str, object] = {
+        "state_reason": f"Waiting to reach the cluster: {error}"[:500],
+        "updated_at": now,
+    }
+    if is_clear_refusal:
+        retry = min(REFUSED_RETRY_SECONDS, settings.JOBS_SUBMIT_LEASE_SECONDS)
+        changes["submit_lease_until"] = now + timedelta(seconds=retry)
+    Job.objects.filter(pk__in=[job.pk for job in jobs], state=JobState.QUEUED).update(**changes)
+
+
+def job_mark_submitted(*, job_id: int, scheduler_job_id: str) -> bool:
+    """Records the scheduler's id of a job that reached the cluster. Idempotent."""
+    return jobs_mark_submitted(scheduler_job_ids={job_id: scheduler_job_id}) == 1
 
 
 @transaction.atomic
-def job_mark_submitted(*, job_id: int, scheduler_job_id: str) -> bool:
-    """Records the scheduler's id of a job that reached the cluster. Idempotent."""
-    job = Job.objects.select_for_update().get(pk=job_id)
-    if job.state != JobState.QUEUED:
-        return False
+def jobs_mark_submitted(*, scheduler_job_ids: dict[int, str]) -> int:
+    """Records the scheduler's ids of jobs that reached the cluster (job pk -> id), in one
+    transaction for the whole batch: a batch of 200 is a handful of statements, not 1,200.
+    Jobs no longer queued are left alone; returns how many were marked."""
+    if not scheduler_job_ids:
+        return 0
     now = timezone.now()
-    _record_state(job, JobState.SUBMITTED, at=now)
-    job.scheduler_job_id = scheduler_job_id
-    job.submitted_at = now
-    job.submit_lease_until = None
-    job.last_seen_at = now
-    job.save()
-    tasks = list(job.tasks.all())
+    jobs = list(
+        Job.objects.select_for_update()
+        .filter(pk__in=scheduler_job_ids, state=JobState.QUEUED)
+        .order_by("pk")
+    )
+    events = []
+    for job in jobs:
+        if JobState.SUBMITTED not in TRANSITIONS[job.state]:
+            raise ValueError(f"a job cannot go from {job.state} to submitted")
+        job.state = JobState.SUBMITTED
+        job.state_reason = ""
+        job.scheduler_job_id = scheduler_job_ids[job.pk]
+        job.submitted_at = job.last_seen_at = job.updated_at = now
+        job.submit_lease_until = None
+        events.append(JobEvent(job=job, state=JobState.SUBMITTED, at=now))
+    Job.objects.bulk_update(
+        jobs,
+        [
+            "state",
+            "state_reason",
+            "scheduler_job_id",
+            "submitted_at",
+            "last_seen_at",
+            "submit_lease_until",
+            "updated_at",
+        ],
+    )
+    JobEvent.objects.bulk_create(events)
+    by_pk = {job.pk: job for job in jobs}
+    tasks = list(JobTask.objects.filter(job_id__in=by_pk))
     for task in tasks:
+        array_id = by_pk[task.job_id].scheduler_job_id
         task.scheduler_job_id = (
-            scheduler_job_id
-            if task.array_task_id is None
-            else f"{scheduler_job_id}_{task.array_task_id}"
+            array_id if task.array_task_id is None else f"{array_id}_{task.array_task_id}"
         )
         task.state = JobState.SUBMITTED
-    JobTask.objects.bulk_update(tasks, ["scheduler_job_id", "state"])
-    return True
+    JobTask.objects.bulk_update(tasks, ["scheduler_job_id", "state"], batch_size=1000)
+    return len(jobs)
 
 
 def _end_unsubmitted(job_id: int, state: str, reason: str) -> bool:

@@ -219,16 +219,24 @@ def submission_script(submissions: Sequence[tuple[str, list[str]]], token: str) 
         # variables (of two definitions of a name in an export file, the last one wins).
         prepare = (
             "{ printf 'PATH=%s\\0HOME=%s\\0USER=%s\\0LOGNAME=%s\\0' "
-            '"$PATH" "$HOME" "$USER" "$LOGNAME" && cat ' + spec_environment + "; }"
+            '"$PATH" "$HOME" "$USER" "$LOGNAME" && { [ ! -s '
+            + spec_environment
+            + " ] || cat "
+            + spec_environment
+            + "; }; }"
         )
+        # Each sbatch costs the login node a fork and an exec; everything else here is a shell
+        # builtin unless there is something to copy (variables, an error), because a `cat` per
+        # job was a third of the batch's time. `$(...)` drops the trailing line breaks of
+        # sbatch's output, which the `printf` puts back as one: `--parsable` prints one line.
         lines += [
-            f'{{ {prepare} >{export_file} && "$sbatch" {shlex.join(arguments[1:])}; }}'
-            ' </dev/null >"$scratch/out" 2>"$scratch/err"',
+            f'out=$({{ {prepare} >{export_file} && "$sbatch" {shlex.join(arguments[1:])}; }}'
+            ' </dev/null 2>"$scratch/err")',
             "status=$?",
             f"printf '\\n%s\\n' {shlex.quote(f'{token} stdout {index}')}",
-            'cat "$scratch/out"',
+            '[ -z "$out" ] || printf \'%s\\n\' "$out"',
             f"printf '\\n%s\\n' {shlex.quote(f'{token} stderr {index}')}",
-            'cat "$scratch/err"',
+            '[ ! -s "$scratch/err" ] || cat "$scratch/err"',
             f"printf '\\n%s %s\\n' {shlex.quote(f'{token} exit {index}')} \"$status\"",
         ]
     return "\n".join(lines) + "\n"

@@ -417,6 +417,10 @@ class SSHConnection:
                 channel.shutdown_write()
                 stdout, stderr = self._collect(channel, deadline, shown, timeout)
                 exit_status = channel.recv_exit_status()
+                if exit_status == -1 and not transport.is_active():
+                    # paramiko's status when the connection dropped before the command's own
+                    # came: a lost connection (transient), not a command that failed.
+                    raise EOFError("the connection closed before the command's exit status came")
             finally:
                 channel.close()
         except (OSError, EOFError, paramiko.SSHException) as error:

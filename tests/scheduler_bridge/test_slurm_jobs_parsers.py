@@ -211,7 +211,10 @@ def test_the_submission_script_quotes_every_argument():
 
     assert shlex.quote("--job-name=cs-$(touch /tmp/x);`id`'\"") in script
     assert "'--chdir=/home/u/jobs/a b'" in script
-    assert "cat '/home/u/jobs/a b/job.environment'; } >'/home/u/jobs/a b/job.export'" in script
+    assert (
+        "[ ! -s '/home/u/jobs/a b/job.environment' ] || cat '/home/u/jobs/a b/job.environment'; };"
+        " } >'/home/u/jobs/a b/job.export'" in script
+    )
 
 
 def test_recorded_submission_output_gives_each_sbatch_its_own_outcome():

@@ -54,11 +54,14 @@ pytest:
 	$(BIN)/pytest
 
 # Figures, not pass or fail, on the local PostgreSQL: how fast money moves (bench/ledger.py),
-# and how the market clears auctions and serves the offers list (bench/marketplace.py).
+# how the market clears auctions and serves the offers list (bench/marketplace.py), and how
+# jobs reach the Slurm test cluster and are followed and charged (bench/jobs.py).
 bench: install
 	scripts/test-services
+	scripts/testcluster up
 	$(BIN)/python bench/ledger.py
 	$(BIN)/python bench/marketplace.py
+	$(BIN)/python bench/jobs.py
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .pytest_cache .ruff_cache .mypy_cache

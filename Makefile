@@ -15,7 +15,7 @@ BIN := $(VENV)/bin
 help:
 	@echo "make demo    install everything and serve the demo on http://127.0.0.1:8000"
 	@echo "make test    install everything, start PostgreSQL, Redis and the Slurm test cluster, run all checks"
-	@echo "make bench   print how fast the ledger, the webhook, auction clearing and the offers list are"
+	@echo "make bench   print how fast the ledger, the webhook, auction clearing, the offers list and job submission are"
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)

@@ -6,8 +6,6 @@ OpenSSH client process, and sbatch itself on the login node."""
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
 import subprocess
 import time
@@ -15,52 +13,19 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from scheduler_bridge.backends.slurm import SlurmBackend
 from scheduler_bridge.backends.types import JobSpec
 from scheduler_bridge.slurm.ssh import DEFAULT_COMMAND_TIMEOUT, SSHConnection, SSHSettings
+from tests.testcluster import testcluster_read
 
-CONNECTION_FILE = Path(
-    os.environ.get(
-        "COMPUTESHARE_TESTCLUSTER_CONFIG", "/var/lib/computeshare-testcluster/connection.json"
-    )
-)
 # The bench's files on the login node, one directory per run, removed at the end.
 REMOTE_ROOT = "computeshare-bench"
 TINY_SCRIPT = "#!/bin/bash\ntrue\n"
 # How long a blocker holds both CPUs at most, should the bench die before cancelling it: the
 # cluster is shared, and other people's tests wait behind it.
 BLOCKER_MINUTES = 6
-
-
-@dataclass(frozen=True)
-class TestCluster:
-    """The test cluster as `scripts/testcluster up` describes it in its connection file."""
-
-    host: str
-    port: int
-    user: str
-    private_key_path: str
-    host_key: str
-    known_hosts_path: str
-    partition: str
-    account: str
-
-    def ssh_settings(self) -> SSHSettings:
-        return SSHSettings(
-            host=self.host,
-            port=self.port,
-            user=self.user,
-            private_key=Path(self.private_key_path).read_text(),
-            host_key=self.host_key,
-        )
-
-
-def test_cluster() -> TestCluster:
-    config = json.loads(CONNECTION_FILE.read_text())
-    return TestCluster(**{name: config[name] for name in TestCluster.__dataclass_fields__})
 
 
 # --- Counting what goes over SSH ----------------------------------------------------------------
@@ -234,7 +199,7 @@ class BenchJobs:
         )
 
 
-TEST_CLUSTER = test_cluster()
+TEST_CLUSTER = testcluster_read()
 
 
 # --- The ways to submit -----------------------------------------------------------------------

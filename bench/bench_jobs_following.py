@@ -13,7 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from bench_jobs_cluster import TEST_CLUSTER, BenchJobs, Counts, Way, counting
-from bench_jobs_support import Worker
+from bench_jobs_support import WorkerProcess
 
 PRICE = Decimal("2.00")
 
@@ -195,7 +195,7 @@ class Memory:
     seconds_per_poll: float
 
 
-def worker_memory(worker: Worker, place: Scene, polls: int) -> Memory:
+def worker_memory(worker: WorkerProcess, place: Scene, polls: int) -> Memory:
     """Sends `cluster_poll_task` `polls` times, one after the other (each waits for the previous
     poll to be recorded), and reads the worker's peak resident memory."""
     from scheduler_bridge.models import ACTIVE_STATES, ClusterPoll, Job
@@ -209,7 +209,7 @@ def worker_memory(worker: Worker, place: Scene, polls: int) -> Memory:
         deadline = time.perf_counter() + 60
         while ClusterPoll.objects.get(cluster=place.cluster).last_polled_at == last:
             if time.perf_counter() > deadline or worker.process.poll() is not None:
-                raise RuntimeError(f"the worker did not poll:\n{worker.log_tail()}")
+                raise RuntimeError(f"the worker did not poll:\n{worker.log()[-3000:]}")
             time.sleep(0.05)
     seconds = time.perf_counter() - begun
     active = Job.objects.filter(cluster=place.cluster, state__in=ACTIVE_STATES).count()

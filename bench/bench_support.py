@@ -1,4 +1,5 @@
-"""What bench/marketplace.py's parts share: its own scratch database and the machine's load."""
+"""What the benches share: a scratch database of their own (created, migrated and emptied;
+dropped at the end) on the test settings, and the machine's load."""
 
 import os
 from typing import Any
@@ -7,9 +8,9 @@ from urllib.parse import urlsplit, urlunsplit
 DATABASE = "computeshare_bench"
 
 
-def bench_database_url() -> str:
+def bench_database_url(database: str = DATABASE) -> str:
     base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/computeshare")
-    return urlunsplit(urlsplit(base)._replace(path=f"/{DATABASE}"))
+    return urlunsplit(urlsplit(base)._replace(path=f"/{database}"))
 
 
 def _admin_connection() -> Any:
@@ -27,14 +28,18 @@ def _admin_connection() -> Any:
     return admin
 
 
-def prepare_django() -> None:
+def prepare_django(database: str = DATABASE, *, redis_url: str | None = None) -> None:
+    """Creates (when missing), migrates and empties `database`, on the test settings pointed at
+    it (and at `redis_url` for the cache and the broker, when given)."""
     os.environ["DJANGO_SETTINGS_MODULE"] = "computeshare.settings.test"
-    os.environ["DATABASE_URL"] = bench_database_url()
+    os.environ["DATABASE_URL"] = bench_database_url(database)
+    if redis_url:
+        os.environ["REDIS_URL"] = os.environ["CELERY_BROKER_URL"] = redis_url
     admin = _admin_connection()
     with admin.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [DATABASE])
+        cursor.execute("SELECT 1 FROM pg_database WHERE datname = %s", [database])
         if cursor.fetchone() is None:
-            cursor.execute(f"CREATE DATABASE {DATABASE}")
+            cursor.execute(f"CREATE DATABASE {database}")
     admin.close()
 
     import django
@@ -49,13 +54,13 @@ def prepare_django() -> None:
     call_command("flush", interactive=False, verbosity=0)
 
 
-def drop_database() -> None:
+def drop_database(database: str = DATABASE) -> None:
     from django.db import connections
 
     connections.close_all()
     admin = _admin_connection()
     with admin.cursor() as cursor:
-        cursor.execute(f"DROP DATABASE IF EXISTS {DATABASE}")
+        cursor.execute(f"DROP DATABASE IF EXISTS {database}")
     admin.close()
 
 

@@ -68,7 +68,7 @@ from bench_jobs_following import (  # noqa: E402
     worker_memory,
 )
 from bench_jobs_support import (  # noqa: E402
-    Worker,
+    WorkerProcess,
     drop_database,
     load_average,
     prepare_django,
@@ -213,7 +213,7 @@ def main() -> None:
         f"Slurm test cluster {TEST_CLUSTER.host}:{TEST_CLUSTER.port}; "
         f"{len(others)} other job(s) in its queue at the start; {load_average()}"
     )
-    worker: Worker | None = None
+    worker: WorkerProcess | None = None
     places = []
     try:
         blocker, state = jobs.blocker()

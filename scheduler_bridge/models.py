@@ -65,7 +65,41 @@ def _state_check(name: str) -> models.CheckConstraint:
     return models.CheckConstraint(condition=Q(state__in=JobState.values), name=name)
 
 
-class Job(BaseModel):
+class Progress(BaseModel):
+    """What a job and each of its tasks have in common: a state on the cluster, times, the
+    units reserved and what the runs used and cost, summed as they are settled."""
+
+    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
+    state_reason = models.CharField(max_length=500, blank=True)
+    scheduler_job_id = models.CharField(max_length=32, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    reserved_units = units_field()
+    units = units_field(default=ZERO)
+    cost = money_field(default=ZERO)
+    elapsed_seconds = models.PositiveBigIntegerField(default=0)
+    cpu_seconds = models.DecimalField(max_digits=20, decimal_places=3, default=ZERO)
+    # Core-seconds (or GPU-seconds) allocated over the runs: the denominator of efficiency.
+    allocated_core_seconds = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def is_ended(self) -> bool:
+        return self.state in ENDED_STATES
+
+    @property
+    def efficiency(self) -> Decimal | None:
+        """CPU time over cores x elapsed, 0 to 1, once ended."""
+        if not self.is_ended or not self.allocated_core_seconds:
+            return None
+        ratio = self.cpu_seconds / Decimal(self.allocated_core_seconds)
+        return min(Decimal(1), ratio.quantize(Decimal("0.0001")))
+
+
+class Job(Progress):
     """One submission against an allocation. At submission it reserves
     `cores (or GPUs) x time limit x tasks` units of the allocation, the most it can use; as its
     tasks end they are charged what they used and the rest of the reservation is released."""
@@ -90,21 +124,7 @@ class Job(BaseModel):
     # The Slurm account the job runs under (the team's own on a managed cluster).
     account = models.CharField(max_length=64, blank=True)
 
-    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
-    state_reason = models.CharField(max_length=500, blank=True)
-    scheduler_job_id = models.CharField(max_length=32, blank=True)
-    exit_code = models.IntegerField(null=True, blank=True)
     submitted_at = models.DateTimeField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    ended_at = models.DateTimeField(null=True, blank=True)
-
-    reserved_units = units_field()
-    units = units_field(default=ZERO)
-    cost = money_field(default=ZERO)
-    elapsed_seconds = models.PositiveBigIntegerField(default=0)
-    cpu_seconds = models.DecimalField(max_digits=20, decimal_places=3, default=ZERO)
-    # Core-seconds (or GPU-seconds) allocated over the runs: the denominator of efficiency.
-    allocated_core_seconds = models.PositiveBigIntegerField(default=0)
 
     # Submission bookkeeping: a worker claims the job until `submit_lease_until`; a job with
     # attempts behind it is looked up by name before it is submitted again.
@@ -165,39 +185,13 @@ class Job(BaseModel):
     def is_array(self) -> bool:
         return bool(self.array)
 
-    @property
-    def is_ended(self) -> bool:
-        return self.state in ENDED_STATES
 
-    @property
-    def efficiency(self) -> Decimal | None:
-        """CPU time over cores x elapsed, 0 to 1, once the job has ended."""
-        if not self.is_ended or not self.allocated_core_seconds:
-            return None
-        return min(
-            Decimal(1),
-            (self.cpu_seconds / Decimal(self.allocated_core_seconds)).quantize(Decimal("0.0001")),
-        )
-
-
-class JobTask(BaseModel):
+class JobTask(Progress):
     """What the scheduler runs: the job itself, or one index of an array (`array_task_id` is
     None for a plain job). Each task reserves its share of the job's units and settles alone."""
 
     job = models.ForeignKey(Job, on_delete=models.PROTECT, related_name="tasks")
     array_task_id = models.PositiveIntegerField(null=True, blank=True)
-    scheduler_job_id = models.CharField(max_length=32, blank=True)
-    state = models.CharField(max_length=16, choices=JobState.choices, default=JobState.QUEUED)
-    state_reason = models.CharField(max_length=500, blank=True)
-    exit_code = models.IntegerField(null=True, blank=True)
-    started_at = models.DateTimeField(null=True, blank=True)
-    ended_at = models.DateTimeField(null=True, blank=True)
-    reserved_units = units_field()
-    units = units_field(default=ZERO)
-    cost = money_field(default=ZERO)
-    elapsed_seconds = models.PositiveBigIntegerField(default=0)
-    cpu_seconds = models.DecimalField(max_digits=20, decimal_places=3, default=ZERO)
-    allocated_core_seconds = models.PositiveBigIntegerField(default=0)
     # Set once what the task did not use has gone back to the allocation.
     is_released = models.BooleanField(default=False)
 
@@ -221,10 +215,6 @@ class JobTask(BaseModel):
         if self.array_task_id is None:
             return str(self.job)
         return f"{self.job} task {self.array_task_id}"
-
-    @property
-    def is_ended(self) -> bool:
-        return self.state in ENDED_STATES
 
 
 class JobRun(BaseModel):

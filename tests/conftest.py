@@ -2,11 +2,7 @@
 Redis, a Celery worker and the Slurm test cluster over SSH. A part that does not answer fails
 the tests that need it; nothing is skipped."""
 
-import json
 import os
-import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,15 +15,9 @@ from rest_framework.test import APIClient
 
 from computeshare.models import User
 from marketplace.models import Membership
-from scheduler_bridge.slurm.ssh import SSHSettings
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
-
-REPOSITORY = Path(__file__).resolve().parent.parent
-TESTCLUSTER_CONFIG = Path(
-    os.environ.get(
-        "COMPUTESHARE_TESTCLUSTER_CONFIG", "/var/lib/computeshare-testcluster/connection.json"
-    )
-)
+from tests.testcluster import CONNECTION_FILE, TestCluster, testcluster_read
+from tests.workers import WorkerProcess, database_url, worker_environment, worker_start
 
 if TYPE_CHECKING:
     from tests.localstripe import LocalStripe
@@ -85,44 +75,15 @@ def user(db: None) -> User:
 # --- The Slurm test cluster ---------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TestCluster:
-    host: str
-    port: int
-    user: str
-    private_key_path: str
-    host_key: str
-    cluster_name: str
-    partition: str
-    account: str
-
-    @property
-    def private_key(self) -> str:
-        return Path(self.private_key_path).read_text()
-
-    def ssh_settings(self, **changes: Any) -> SSHSettings:
-        """How to reach the cluster's login node (5 s to connect), with `changes` applied."""
-        values: dict[str, Any] = {
-            "host": self.host,
-            "port": self.port,
-            "user": self.user,
-            "private_key": self.private_key,
-            "host_key": self.host_key,
-            "connect_timeout": 5.0,
-        }
-        return SSHSettings(**{**values, **changes})
-
-
 @pytest.fixture(scope="session")
 def testcluster() -> TestCluster:
-    if not TESTCLUSTER_CONFIG.exists():
+    try:
+        cluster = testcluster_read()
+    except FileNotFoundError:
         pytest.fail(
-            f"The Slurm test cluster is not set up ({TESTCLUSTER_CONFIG} is missing): "
+            f"The Slurm test cluster is not set up ({CONNECTION_FILE} is missing): "
             "run `scripts/testcluster up` (make test does)."
         )
-    config = json.loads(TESTCLUSTER_CONFIG.read_text())
-    fields = TestCluster.__dataclass_fields__
-    cluster = TestCluster(**{name: config[name] for name in fields})
     _require_slurm_answers(cluster)
     return cluster
 
@@ -148,12 +109,11 @@ def _require_slurm_answers(cluster: TestCluster) -> None:
 
 @dataclass
 class CeleryWorker:
-    process: subprocess.Popen[bytes]
+    worker: WorkerProcess
     mail_directory: Path
-    log_path: Path
 
     def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+        return self.worker.log()
 
 
 def local_cluster_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -176,58 +136,28 @@ def celery_worker(
     workdir = tmp_path_factory.mktemp("celery")
     mail_directory = workdir / "mail"
     mail_directory.mkdir()
-    database = connection.settings_dict
-    environment = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "computeshare.settings.test",
-        "DATABASE_URL": (
-            f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
-        ),
-        "REDIS_URL": settings.REDIS_URL,
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "EMAIL_BACKEND": "django.core.mail.backends.filebased.EmailBackend",
-        "EMAIL_FILE_PATH": str(mail_directory),
-        # Short leases and deadlines, so that the fault tests see a killed worker's jobs taken
-        # up again within seconds rather than minutes.
-        "JOBS_SUBMIT_LEASE_SECONDS": "20",
-        "JOBS_POLL_LEASE_SECONDS": "20",
-        "JOBS_COMMAND_TIMEOUT_SECONDS": "15",
-        "LOCAL_CLUSTER_ROOT": str(local_cluster_root(tmp_path_factory)),
-    }
+    environment = worker_environment(
+        database=database_url(connection.settings_dict),
+        redis=settings.REDIS_URL,
+        EMAIL_BACKEND="django.core.mail.backends.filebased.EmailBackend",
+        EMAIL_FILE_PATH=str(mail_directory),
+        # Short leases and deadlines, so that a killed worker's jobs are taken up again within
+        # seconds rather than minutes.
+        JOBS_SUBMIT_LEASE_SECONDS="20",
+        JOBS_POLL_LEASE_SECONDS="20",
+        JOBS_COMMAND_TIMEOUT_SECONDS="15",
+        LOCAL_CLUSTER_ROOT=str(local_cluster_root(tmp_path_factory)),
+    )
     app.control.purge()
-    log_path = workdir / "worker.log"
-    celery = shutil.which("celery", path=str(Path(sys.executable).parent))
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            [
-                celery or "celery",
-                "-A",
-                "computeshare",
-                "worker",
-                "--pool=solo",
-                "--loglevel=INFO",
-                "--hostname=pytest@%h",
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-            cwd=REPOSITORY,
-            env=environment,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    worker = CeleryWorker(process, mail_directory, log_path)
-    deadline = time.monotonic() + 60
-    while not app.control.ping(timeout=0.5, destination=None):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            pytest.fail(f"The Celery worker did not start:\n{worker.log()[-4000:]}")
-    yield worker
-    process.terminate()
     try:
-        process.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        process.kill()
+        process = worker_start(
+            name="pytest", log_path=workdir / "worker.log", environment=environment
+        )
+    except RuntimeError as error:
+        pytest.fail(str(error))
+    worker = CeleryWorker(process, mail_directory)
+    yield worker
+    process.stop()
 
 
 def wait_for(condition: object, timeout: float = 30.0, interval: float = 0.2) -> object:

@@ -12,9 +12,6 @@ import fcntl
 import json
 import os
 import pickle
-import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,11 +22,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tests.workers import REPOSITORY, database_url, worker_environment
+
 if TYPE_CHECKING:
     from scheduler_bridge.backends.types import RunRecord
     from scheduler_bridge.slurm.ssh import SSHSettings
 
-REPOSITORY = Path(__file__).resolve().parents[2]
 TESTCLUSTER = REPOSITORY / "scripts" / "testcluster"
 STATE_DIRECTORY = Path("/var/lib/computeshare-testcluster")
 # The lock `scripts/testcluster` takes for every change to the daemons.
@@ -183,90 +181,9 @@ def process_environment(**changes: str) -> dict[str, str]:
     from django.conf import settings
     from django.db import connection
 
-    database = connection.settings_dict
-    return {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "computeshare.settings.test",
-        "DATABASE_URL": (
-            f"postgres://{database['USER']}@{database['HOST']}:{database['PORT']}/{database['NAME']}"
-        ),
-        "REDIS_URL": settings.REDIS_URL,
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        **changes,
-    }
-
-
-@dataclass
-class Worker:
-    """A `celery worker --pool=solo` process consuming one queue."""
-
-    process: subprocess.Popen[bytes]
-    hostname: str
-    log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def kill(self) -> None:
-        """SIGKILL: no task is finished, acknowledged or rolled back by the worker itself."""
-        self.process.send_signal(signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
-
-    def results(self, task_name: str) -> list[str]:
-        """What each finished run of `task_name` returned, as the worker logged it (results
-        are not stored: CELERY_TASK_IGNORE_RESULT)."""
-        marker = f"Task {task_name}["
-        return [
-            line.rsplit(": ", 1)[1].strip()
-            for line in self.log().splitlines()
-            if marker in line and " succeeded in " in line
-        ]
-
-
-def worker_start(
-    *, queue: str, name: str, directory: Path, environment: dict[str, str], timeout: float = 60
-) -> Worker:
-    """Starts a worker on `queue` and returns once it answers a ping."""
-    from computeshare.celery import app
-
-    celery = shutil.which("celery", path=str(Path(sys.executable).parent)) or "celery"
-    log_path = directory / f"{name}.log"
-    hostname = f"{name}@{socket.gethostname()}"
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [
-                celery,
-                "-A",
-                "computeshare",
-                "worker",
-                "--pool=solo",
-                "--loglevel=INFO",
-                f"--queues={queue}",
-                f"--hostname={hostname}",
-                "--without-heartbeat",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-            cwd=REPOSITORY,
-            env=environment,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    worker = Worker(process, hostname, log_path)
-    deadline = time.monotonic() + timeout
-    while not app.control.ping(destination=[hostname], timeout=0.5):
-        if process.poll() is not None or time.monotonic() > deadline:
-            worker.stop()
-            raise RuntimeError(f"the Celery worker {name} did not start:\n{worker.log()[-4000:]}")
-    return worker
+    return worker_environment(
+        database=database_url(connection.settings_dict), redis=settings.REDIS_URL, **changes
+    )
 
 
 # --- A second process settling the same task --------------------------------------------------

@@ -38,15 +38,14 @@ from tests.factories import MembershipFactory, allocation_bought, funded_organiz
 from tests.scheduler_bridge.faults import (
     ClusterShell,
     SettlementOrder,
-    Worker,
     daemon_stopped,
     drop_connection,
     local_queue,
     process_environment,
     settle_together,
-    worker_start,
 )
 from tests.scheduler_bridge.test_jobs_integration import real_cluster
+from tests.workers import WorkerProcess, worker_start
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
@@ -121,11 +120,14 @@ def worker_environment(fast) -> dict[str, str]:
 @pytest.fixture
 def workers(own_queue: str, worker_environment: dict[str, str], tmp_path: Path):
     """Starts workers on the test's queue; every one still running is stopped at the end."""
-    started: list[Worker] = []
+    started: list[WorkerProcess] = []
 
-    def start(name: str) -> Worker:
+    def start(name: str) -> WorkerProcess:
         worker = worker_start(
-            queue=own_queue, name=name, directory=tmp_path, environment=worker_environment
+            queue=own_queue,
+            name=name,
+            log_path=tmp_path / f"{name}.log",
+            environment=worker_environment,
         )
         started.append(worker)
         return worker

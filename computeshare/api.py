@@ -53,6 +53,13 @@ class Pagination(PageNumberPagination):
         return int(raw[0])
 
 
+def validated(serializer_class: type[serializers.BaseSerializer], data: Any) -> dict[str, Any]:
+    """The serializer's validated data, or 400 `invalid` with every field's messages."""
+    payload = serializer_class(data=data)
+    payload.is_valid(raise_exception=True)
+    return dict(payload.validated_data)
+
+
 def paginated_response(
     request: Request,
     view: Any,

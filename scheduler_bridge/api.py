@@ -16,11 +16,17 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response
+from computeshare.api import (
+    ErrorSerializer,
+    idempotent,
+    paginated,
+    paginated_response,
+    validated,
+)
 from computeshare.errors import NotFound, ValidationFailed
 from marketplace import selectors as market_selectors
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
-from marketplace.api.money import RANGE_PARAMETERS, _range
+from marketplace.api.money import RANGE_PARAMETERS, time_range
 from marketplace.models import Allocation
 from scheduler_bridge import errors, selectors, services
 from scheduler_bridge.models import JobState
@@ -56,18 +62,6 @@ class CSVRenderer(BaseRenderer):
         self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
     ) -> bytes:
         return data if isinstance(data, bytes) else str(data).encode()
-
-
-def _valid(serializer_class: Any, data: Any) -> dict[str, Any]:
-    serializer = serializer_class(data=data)
-    if not serializer.is_valid():
-        raise ValidationFailed(
-            fields={
-                name: [str(message) for message in messages]
-                for name, messages in serializer.errors.items()
-            }
-        )
-    return dict(serializer.validated_data)
 
 
 def _allocation_named_in_body(request: Request) -> Allocation:
@@ -107,7 +101,7 @@ class JobListCreateApi(APIView):
         }
         if not query["state"]:
             query.pop("state")
-        filters = _valid(JobFilterSerializer, query)
+        filters = validated(JobFilterSerializer, query)
         jobs = selectors.job_list_filtered(
             request.user,
             states=filters.get("state"),
@@ -136,7 +130,7 @@ class JobListCreateApi(APIView):
                         "window_end": allocation.window_end,
                     }
                 )
-            data = _valid(JobCreateSerializer, request.data)
+            data = validated(JobCreateSerializer, request.data)
             data.pop("allocation")
             job = services.job_submit(
                 actor=actor, allocation=allocation, request=services.JobRequest(**data)
@@ -200,7 +194,7 @@ class JobOutputApi(APIView):
     )
     def get(self, request: Request, job_id: str) -> HttpResponse:
         job = selectors.job_get_for_user(request.user, job_id)
-        query = _valid(JobOutputQuerySerializer, request.query_params)
+        query = validated(JobOutputQuerySerializer, request.query_params)
         text = services.job_output(
             job=job,
             stream=query["stream"],
@@ -227,7 +221,7 @@ class UsageApi(APIView):
         membership = market_selectors.membership_get_for_user(request.user, organization_id)
         query = request.query_params.copy()
         wants_csv = query.pop("format", ["json"])[-1] == "csv"
-        filters = _range(request)
+        filters = time_range(request)
         jobs = selectors.job_usage_list(
             membership.organization, since=filters.get("since"), until=filters.get("until")
         )

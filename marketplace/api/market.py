@@ -4,15 +4,19 @@ Checks run in the house order: visible (404), allowed (403), state (409), input 
 the service. Clusters and offers are public to anyone signed in; bids and allocations only to
 the members of the organization that holds them."""
 
-from typing import Any
-
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response
+from computeshare.api import (
+    ErrorSerializer,
+    idempotent,
+    paginated,
+    paginated_response,
+    validated,
+)
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from marketplace import selectors, services
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
@@ -37,12 +41,6 @@ from marketplace.serializers_market import (
 ORDER_ERRORS = {**ERRORS, 402: ErrorSerializer}
 
 
-def _valid(serializer_class: Any, data: Any) -> dict[str, Any]:
-    payload = serializer_class(data=data)
-    payload.is_valid(raise_exception=True)
-    return dict(payload.validated_data)
-
-
 class _OrganizationField(serializers.Serializer):
     organization = serializers.UUIDField()
 
@@ -56,7 +54,7 @@ def _admin_named_in_body(request: Request, what: str) -> Membership:
     rest of the body (house order: allowed, 403, before input, 400). Not a member: 400 on
     `organization`; a member but not an admin: 403."""
     data = request.data if isinstance(request.data, dict) else {}
-    named = _valid(_OrganizationField, {"organization": data.get("organization")})
+    named = validated(_OrganizationField, {"organization": data.get("organization")})
     actor = selectors.membership_for_body(request.user, named["organization"])
     if not actor.is_admin:
         raise PermissionDenied(f"Only an admin of the organization can {what}.")
@@ -101,7 +99,7 @@ class ClusterListCreateApi(APIView):
     def post(self, request: Request) -> Response:
         def create() -> Response:
             actor = _admin_named_in_body(request, "register clusters")
-            data = _valid(ClusterCreateSerializer, request.data)
+            data = validated(ClusterCreateSerializer, request.data)
             data.pop("organization")
             cluster = services.cluster_create(actor=actor, **data)
             return _cluster_response(request, selectors.cluster_get(cluster.uuid), 201)
@@ -131,7 +129,7 @@ class ClusterDetailApi(APIView):
         actor = _owner_membership(request, cluster)
         if not actor.is_admin:
             raise PermissionDenied("Only an admin of the owning organization can do this.")
-        changes = _valid(ClusterConnectionSerializer, request.data)
+        changes = validated(ClusterConnectionSerializer, request.data)
         if unknown := set(request.data) - set(ClusterConnectionSerializer().fields):
             raise ValidationFailed(
                 fields={name: ["Cannot be changed."] for name in sorted(unknown)}
@@ -210,7 +208,7 @@ class OfferListCreateApi(APIView):
     def post(self, request: Request) -> Response:
         def create() -> Response:
             body = request.data if isinstance(request.data, dict) else {}
-            named = _valid(_ClusterField, {"cluster": body.get("cluster")})
+            named = validated(_ClusterField, {"cluster": body.get("cluster")})
             try:
                 cluster = selectors.cluster_get(named["cluster"])
             except NotFound as error:
@@ -218,7 +216,7 @@ class OfferListCreateApi(APIView):
             actor = _owner_membership(request, cluster)
             if not actor.is_admin:
                 raise PermissionDenied("Only an admin of the owning organization can do this.")
-            data = _valid(OfferCreateSerializer, request.data)
+            data = validated(OfferCreateSerializer, request.data)
             data.pop("cluster")
             offer = services.offer_create(actor=actor, cluster=cluster, **data)
             return Response(
@@ -263,7 +261,7 @@ class OfferBuyApi(APIView):
 
         def create() -> Response:
             actor = _admin_named_in_body(request, "buy capacity")
-            data = _valid(PurchaseSerializer, request.data)
+            data = validated(PurchaseSerializer, request.data)
             allocation = services.offer_buy(actor=actor, offer=offer, quantity=data["quantity"])
             return Response(
                 AllocationSerializer(
@@ -287,7 +285,7 @@ class OfferBidCreateApi(APIView):
 
         def create() -> Response:
             actor = _admin_named_in_body(request, "bid")
-            data = _valid(BidCreateSerializer, request.data)
+            data = validated(BidCreateSerializer, request.data)
             bid = services.bid_place(
                 actor=actor,
                 offer=offer,
@@ -317,7 +315,7 @@ class PriceHistoryApi(APIView):
         "price, the units sold and the units offered.",
     )
     def get(self, request: Request) -> Response:
-        data = _valid(PriceHistoryFilterSerializer, request.query_params)
+        data = validated(PriceHistoryFilterSerializer, request.query_params)
         cluster = None
         if "cluster" in data:
             cluster = Cluster.objects.filter(uuid=data["cluster"]).first()
@@ -349,7 +347,7 @@ class BidListApi(APIView):
         ],
     )
     def get(self, request: Request) -> Response:
-        filters = _valid(BidFilterSerializer, request.query_params)
+        filters = validated(BidFilterSerializer, request.query_params)
         bids = selectors.bid_list_for_user(request.user)
         if "offer" in filters:
             bids = bids.filter(offer__uuid=filters["offer"])
@@ -396,7 +394,7 @@ class AllocationListApi(APIView):
         ],
     )
     def get(self, request: Request) -> Response:
-        filters = _valid(AllocationFilterSerializer, request.query_params)
+        filters = validated(AllocationFilterSerializer, request.query_params)
         allocations = selectors.allocation_list_for_user(request.user)
         if "status" in filters:
             allocations = selectors.allocations_with_status(allocations, filters["status"])

@@ -36,7 +36,8 @@ RANGE_PARAMETERS = [
 ]
 
 
-def _range(request: Request) -> dict[str, Any]:
+def time_range(request: Request) -> dict[str, Any]:
+    """The `from` and `to` of a report's query string (as `since` and `until`), validated."""
     filters = LedgerFilterSerializer(data=request.query_params)
     filters.is_valid(raise_exception=True)
     return dict(filters.validated_data)
@@ -149,7 +150,7 @@ class LedgerApi(APIView):
     )
     def get(self, request: Request, organization_id: str) -> Response:
         membership = selectors.membership_get_admin(request.user, organization_id)
-        filters = _range(request)
+        filters = time_range(request)
         entries = billing_selectors.ledger_entry_list(
             membership.organization,
             since=filters.get("since"),
@@ -167,7 +168,7 @@ class EarningsApi(APIView):
     )
     def get(self, request: Request, organization_id: str) -> Response:
         membership = selectors.membership_get_admin(request.user, organization_id)
-        filters = _range(request)
+        filters = time_range(request)
         earnings = billing_selectors.earnings_summary(
             membership.organization, since=filters.get("since"), until=filters.get("until")
         )

@@ -264,11 +264,7 @@ def cluster_verify(
                         f"{cluster.ssh_user} set adminlevel=operator`, or use fixed mode"
                     )
     except BridgeHostKeyMismatch as error:
-        detail = (
-            f"The host offered a {error.offered_type} key {error.offered_fingerprint}; "
-            f"the pinned key is {cluster.host_key_fingerprint}."
-        )
-        _cluster_mark(cluster, Cluster.Status.HOST_KEY_MISMATCH, detail)
+        detail = cluster_host_key_refused(cluster=cluster, error=error)
         raise errors.HostKeyMismatch(
             detail,
             extra={
@@ -289,6 +285,18 @@ def cluster_verify(
 
 
 @transaction.atomic
+def cluster_host_key_refused(*, cluster: Cluster, error: BridgeHostKeyMismatch) -> str:
+    """Marks a cluster whose host offered another key than the pinned one (the connection was
+    refused; nothing more goes to it until the owners re-pin the key and verify again), and
+    returns the detail shown to them."""
+    detail = (
+        f"The host offered a {error.offered_type} key {error.offered_fingerprint}; "
+        f"the pinned key is {cluster.host_key_fingerprint}."
+    )
+    _cluster_mark(cluster, Cluster.Status.HOST_KEY_MISMATCH, detail)
+    return detail
+
+
 def _cluster_mark(cluster: Cluster, status: str, detail: str) -> None:
     Cluster.objects.filter(pk=cluster.pk).update(
         status=status, status_detail=detail[:500], updated_at=timezone.now()

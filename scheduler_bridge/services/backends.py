@@ -6,10 +6,11 @@ from __future__ import annotations
 from django.conf import settings
 
 from marketplace.models import Cluster
-from marketplace.services import ssh_settings_for
+from marketplace.services import cluster_host_key_refused, ssh_settings_for
 from scheduler_bridge.backends.local import LocalBackend
 from scheduler_bridge.backends.slurm import SlurmBackend
 from scheduler_bridge.backends.types import Backend
+from scheduler_bridge.slurm.errors import BridgeError, HostKeyMismatch
 from scheduler_bridge.slurm.pool import default_pool
 
 
@@ -21,7 +22,11 @@ def backend_for(cluster: Cluster) -> Backend:
     return SlurmBackend(connection, command_timeout=settings.JOBS_COMMAND_TIMEOUT_SECONDS)
 
 
-def backend_discard(cluster: Cluster) -> None:
-    """Forgets the pooled connection after it failed, so that the next use opens a new one."""
-    if cluster.backend == Cluster.Backend.SLURM:
+def backend_failed(cluster: Cluster, error: BridgeError) -> None:
+    """What a failed call to the cluster leaves behind: a connection that broke is forgotten,
+    so that the next use opens a new one; a host that offered another key than the pinned one
+    marks the cluster (bridge rule 1), so that nothing more is sent to it."""
+    if isinstance(error, HostKeyMismatch):
+        cluster_host_key_refused(cluster=cluster, error=error)
+    if error.is_transient and cluster.backend == Cluster.Backend.SLURM:
         default_pool.discard(ssh_settings_for(cluster))

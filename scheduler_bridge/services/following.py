@@ -33,7 +33,7 @@ from scheduler_bridge.models import (
     JobState,
     JobTask,
 )
-from scheduler_bridge.services.backends import backend_discard, backend_for
+from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.submission import _record_state, cluster_jobs_submit, money_of
 from scheduler_bridge.slurm.errors import BridgeError
 
@@ -118,8 +118,7 @@ def cluster_poll(*, cluster_id: int) -> PollReport | None:
         report.submitted = cluster_jobs_submit(cluster_id=cluster_id)
         _follow(cluster, report)
     except BridgeError as error:
-        if error.is_transient:
-            backend_discard(cluster)
+        backend_failed(cluster, error)
         report.error = str(error)[:500]
         logger.warning("poll of cluster %s failed: %s", cluster_id, error)
         ClusterPoll.objects.filter(cluster_id=cluster_id).update(

@@ -25,7 +25,7 @@ from scheduler_bridge import errors
 from scheduler_bridge.backends.arrays import InvalidArray, parse_array
 from scheduler_bridge.backends.types import JobSpec, environment_name_problem
 from scheduler_bridge.models import ENDED_STATES, TRANSITIONS, Job, JobEvent, JobState, JobTask
-from scheduler_bridge.services.backends import backend_discard, backend_for
+from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.slurm.errors import BridgeError
 
 logger = logging.getLogger(__name__)
@@ -290,6 +290,15 @@ def _claim(cluster_id: int, limit: int, now: datetime) -> list[tuple[Job, bool]]
     return claimed
 
 
+_CLUSTER_UNAVAILABLE: dict[str, str] = {
+    Cluster.Status.SUSPENDED: "Waiting: the cluster is suspended.",
+    Cluster.Status.HOST_KEY_MISMATCH: (
+        "Waiting: the cluster's host offered another key than the pinned one; its owners "
+        "must check it and verify the cluster again."
+    ),
+}
+
+
 def cluster_jobs_submit(*, cluster_id: int, limit: int | None = None) -> int:
     """Submits the cluster's queued jobs, a batch at a time, and returns how many reached the
     cluster. Never submits a job twice: an attempt that ended unclearly (connection lost,
@@ -297,12 +306,10 @@ def cluster_jobs_submit(*, cluster_id: int, limit: int | None = None) -> int:
     next attempt finds it by name first. Transient failures leave jobs queued for the next
     attempt; refusals fail them with the scheduler's reason."""
     cluster = Cluster.objects.get(pk=cluster_id)
-    if cluster.status in (Cluster.Status.SUSPENDED, Cluster.Status.HOST_KEY_MISMATCH):
+    if reason := _CLUSTER_UNAVAILABLE.get(cluster.status):
         # Nothing goes to a cluster the operators suspended or whose host key changed; the
         # jobs wait (and can be cancelled) until the owners sort it out.
-        Job.objects.filter(cluster=cluster, state=JobState.QUEUED).update(
-            state_reason=f"Waiting: the cluster is {cluster.get_status_display().lower()}."
-        )
+        Job.objects.filter(cluster=cluster, state=JobState.QUEUED).update(state_reason=reason)
         return 0
     limit = limit or settings.JOBS_SUBMIT_BATCH_SIZE
     submitted = 0
@@ -315,8 +322,8 @@ def cluster_jobs_submit(*, cluster_id: int, limit: int | None = None) -> int:
 
 def _submit_claimed(cluster: Cluster, claimed: list[tuple[Job, bool]]) -> int:
     jobs = [job for job, _ in claimed]
-    backend = backend_for(cluster)
     try:
+        backend = backend_for(cluster)
         maybe_submitted = [job.scheduler_name for job, retried in claimed if retried]
         found = backend.find(maybe_submitted) if maybe_submitted else {}
         cancelled_before = set(
@@ -331,8 +338,7 @@ def _submit_claimed(cluster: Cluster, claimed: list[tuple[Job, bool]]) -> int:
         ]
         results = backend.submit([job_spec(job) for job in to_submit]) if to_submit else []
     except BridgeError as error:
-        if error.is_transient:
-            backend_discard(cluster)
+        backend_failed(cluster, error)
         _submission_postponed(jobs, error)
         logger.warning("submission to cluster %s failed: %s", cluster.pk, error)
         return 0
@@ -361,7 +367,7 @@ def _submit_claimed(cluster: Cluster, claimed: list[tuple[Job, bool]]) -> int:
     if to_cancel:
         try:
             backend.cancel(to_cancel)
-        except BridgeError as error:  # the poll asks again (`job_cancel_pending`)
+        except BridgeError as error:  # the poll asks again after CANCEL_REPEAT_AFTER
             logger.warning("cancel on cluster %s failed: %s", cluster.pk, error)
     return submitted
 
@@ -530,8 +536,7 @@ def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | N
             tail_bytes,
         )
     except BridgeError as error:
-        if error.is_transient:
-            backend_discard(job.cluster)
+        backend_failed(job.cluster, error)
         raise errors.OutputUnavailable(str(error)) from error
 
 

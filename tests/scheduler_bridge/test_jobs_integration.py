@@ -18,7 +18,8 @@ import pytest
 from billing.models import Entry, Transaction
 from billing.selectors import ledger_verify
 from marketplace.models import Cluster
-from scheduler_bridge.models import Job, JobRun
+from scheduler_bridge import services
+from scheduler_bridge.models import Job, JobRun, JobState
 from scheduler_bridge.slurm.ssh import SSHConnection
 from scheduler_bridge.tasks import jobs_poll_task
 from tests.conftest import client_for, wait_for
@@ -28,6 +29,7 @@ from tests.factories import (
     PartitionFactory,
     allocation_bought,
     funded_organization,
+    ssh_host_key_line,
 )
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
@@ -308,3 +310,28 @@ def check_refused_jobs_never_reach_the_cluster(scenario, testcluster):
     platform_names = {name for name in names if name.startswith("cs-")}
     known = {f"cs-{uuid}" for uuid in Job.objects.values_list("uuid", flat=True)}
     assert platform_names <= known | ours
+
+
+@pytest.mark.django_db
+def test_a_host_that_offers_another_key_gets_no_job_and_the_cluster_is_marked(testcluster):
+    cluster = real_cluster(testcluster)
+    Cluster.objects.filter(pk=cluster.pk).update(ssh_host_key=ssh_host_key_line())
+    allocation = allocation_bought(partition=cluster.partitions.get(), quantity=10)
+    member = MembershipFactory(organization=allocation.organization, role="member")
+    job = services.job_submit(
+        actor=member,
+        allocation=allocation,
+        request=services.JobRequest(name="x", script="#!/bin/bash\ntrue\n", time_limit_minutes=1),
+    )
+
+    assert services.cluster_jobs_submit(cluster_id=cluster.pk) == 0
+
+    cluster.refresh_from_db()
+    job.refresh_from_db()
+    assert cluster.status == Cluster.Status.HOST_KEY_MISMATCH
+    assert "the pinned key is" in cluster.status_detail
+    assert job.state == JobState.QUEUED and "not the pinned key" in job.state_reason
+    # and the next attempt sends nothing at all
+    assert services.cluster_jobs_submit(cluster_id=cluster.pk) == 0
+    job.refresh_from_db()
+    assert job.state_reason.startswith("Waiting: the cluster's host offered another key")

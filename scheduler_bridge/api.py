@@ -8,7 +8,6 @@ import io
 from typing import Any
 
 from django.http import HttpResponse
-from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.renderers import BaseRenderer, JSONRenderer
@@ -28,7 +27,7 @@ from marketplace import selectors as market_selectors
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace.api.money import RANGE_PARAMETERS, time_range
 from marketplace.models import Allocation
-from scheduler_bridge import errors, selectors, services
+from scheduler_bridge import selectors, services
 from scheduler_bridge.models import JobState
 from scheduler_bridge.serializers import (
     USAGE_CSV_COLUMNS,
@@ -123,13 +122,7 @@ class JobListCreateApi(APIView):
             allocation = _allocation_named_in_body(request)
             actor = market_selectors.membership_in(request.user, allocation.organization_id)
             assert actor is not None  # the allocation is visible only to its members
-            if allocation.status_at(timezone.now()) != Allocation.Status.ACTIVE:
-                raise errors.AllocationNotActive(
-                    extra={
-                        "window_start": allocation.window_start,
-                        "window_end": allocation.window_end,
-                    }
-                )
+            services.allocation_check_open(allocation)
             data = validated(JobCreateSerializer, request.data)
             data.pop("allocation")
             job = services.job_submit(

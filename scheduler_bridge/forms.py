@@ -168,12 +168,6 @@ class JobSubmitForm(JobSizesForm):
         "environment",
     ]
 
-    def clean_script(self) -> str:
-        # Browsers send a textarea's lines ended by CRLF; bash would read the CR as part of
-        # every command (`$'\r': command not found`).
-        script: str = self.cleaned_data["script"]
-        return script.replace("\r\n", "\n").replace("\r", "\n")
-
     def clean_environment(self) -> dict[str, str]:
         return parse_environment(self.cleaned_data["environment"])
 

@@ -4,7 +4,7 @@ than once, and each run is charged once), and the job's state history."""
 
 from __future__ import annotations
 
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
 from django.db import models
@@ -13,6 +13,13 @@ from django.db.models import F, Q
 from billing.models import ZERO, money_field
 from computeshare.models import BaseModel
 from marketplace.models import Allocation, Cluster, Organization, units_field
+
+MICRO_UNIT = Decimal("0.000001")
+
+
+def money_of(units: Decimal, unit_price: Decimal) -> Decimal:
+    """The price of `units`, to the ledger's micro-unit (half up)."""
+    return (units * unit_price).quantize(MICRO_UNIT, rounding=ROUND_HALF_UP)
 
 
 class JobState(models.TextChoices):
@@ -184,6 +191,11 @@ class Job(Progress):
     @property
     def is_array(self) -> bool:
         return bool(self.array)
+
+    @property
+    def estimated_max_cost(self) -> Decimal:
+        """The most the job can cost: what it reserved at the allocation's unit price."""
+        return money_of(self.reserved_units, self.allocation.unit_price)
 
 
 class JobTask(Progress):

@@ -3,7 +3,6 @@ decide."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -105,7 +104,7 @@ class JobSerializer(serializers.Serializer):
     exit_code = serializers.IntegerField(allow_null=True)
     cancel_requested = serializers.SerializerMethodField()
     reserved_units = Units()
-    estimated_max_cost = serializers.SerializerMethodField()
+    estimated_max_cost = Money()
     usage = serializers.SerializerMethodField()
     cost = Money()
     currency = serializers.SerializerMethodField()
@@ -118,11 +117,6 @@ class JobSerializer(serializers.Serializer):
 
     def get_cancel_requested(self, job: Job) -> bool:
         return job.cancel_requested_at is not None
-
-    @extend_schema_field(Money())
-    def get_estimated_max_cost(self, job: Job) -> str:
-        cost = (job.reserved_units * job.allocation.unit_price).quantize(Decimal("0.000001"))
-        return f"{cost:.6f}"
 
     @extend_schema_field(UsageSerializer)
     def get_usage(self, job: Job) -> dict[str, Any]:

@@ -38,22 +38,15 @@ from marketplace import selectors as market_selectors
 from marketplace.models import Allocation, Membership, Resource
 from scheduler_bridge import errors, selectors, services
 from scheduler_bridge.forms import JobFilterForm, JobSizesForm, JobSubmitForm
-from scheduler_bridge.models import Job, JobState
+from scheduler_bridge.models import Job, JobState, money_of
 
 PAGE_SIZE = 50
 OUTPUT_TAIL_BYTES = 64 * 1024
-MICRO = Decimal("0.000001")
 # Refusals of a submission that concern the whole form: shown on top of it, with their status.
 SHOWN_ON_FORM = (PaymentRequired, Conflict)
 
 
 # --- Figures --------------------------------------------------------------------------------------
-
-
-def estimated_cost(units: Decimal, unit_price: Decimal) -> Decimal:
-    """Units at the allocation's price, to the micro-unit as the API shows
-    `estimated_max_cost` (JobSerializer)."""
-    return (units * unit_price).quantize(MICRO)
 
 
 def has_gpus(allocation: Allocation) -> bool:
@@ -82,8 +75,8 @@ class Estimate:
 
 
 def job_estimate(allocation: Allocation, sizes: JobSizesForm) -> Estimate:
-    """Reserves per task exactly as `job_submit` does (`job_units` of one task, times the tasks
-    `parse_array` counts), so that the estimate is the reservation to the micro-unit."""
+    """What `job_submit` would reserve (`job_units`, for the tasks `parse_array` counts), so
+    that the estimate is the reservation to the micro-unit."""
     unreserved = allocation.remaining
     if not sizes.is_valid():
         field, problems = next(iter(sizes.errors.items()))
@@ -93,17 +86,16 @@ def job_estimate(allocation: Allocation, sizes: JobSizesForm) -> Estimate:
             unit_price=allocation.unit_price,
             problem=f"{label}: {problems[0]}" if label else str(problems[0]),
         )
-    task_units = services.job_units(
-        resource=allocation.resource, request=sizes.job_request(), task_count=1
-    )
     task_count = sizes.task_count()
-    units = task_units * task_count
+    units = services.job_units(
+        resource=allocation.resource, request=sizes.job_request(), task_count=task_count
+    )
     return Estimate(
         unreserved=unreserved,
         unit_price=allocation.unit_price,
         task_count=task_count,
         units=units,
-        cost=estimated_cost(units, allocation.unit_price),
+        cost=money_of(units, allocation.unit_price),
     )
 
 
@@ -280,7 +272,6 @@ def job_context(job: Job) -> dict[str, Any]:
         "job": job,
         "tasks": list(job.tasks.all()) if job.is_array else [],
         "events": list(job.events.all()),
-        "estimated_max_cost": estimated_cost(job.reserved_units, job.allocation.unit_price),
         "currency": settings.PLATFORM_CURRENCY,
     }
 

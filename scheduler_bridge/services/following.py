@@ -32,9 +32,10 @@ from scheduler_bridge.models import (
     JobRun,
     JobState,
     JobTask,
+    money_of,
 )
 from scheduler_bridge.services.backends import backend_failed, backend_for
-from scheduler_bridge.services.submission import _record_state, cluster_jobs_submit, money_of
+from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record
 from scheduler_bridge.slurm.errors import BridgeError
 
 logger = logging.getLogger(__name__)
@@ -268,7 +269,7 @@ def _undetermined_mark(jobs: Iterable[Job], now: datetime) -> None:
             locked = Job.objects.select_for_update().get(pk=job.pk)
             if locked.state in ENDED_STATES:
                 continue
-            _record_state(
+            job_state_record(
                 locked,
                 JobState.UNDETERMINED,
                 "Not in the queue, and the cluster's accounting has no record of it yet.",
@@ -477,7 +478,7 @@ def job_state_refresh(*, job_id: int) -> Job:
     at = job.ended_at if state in ENDED_STATES else None
     if state in (JobState.RUNNING, JobState.COMPLETING) and job.started_at:
         at = job.started_at
-    _record_state(job, state, reasons[0] if reasons else "", at=at)
+    job_state_record(job, state, reasons[0] if reasons else "", at=at)
     job.save(
         update_fields=["state", "state_reason", "started_at", "ended_at", "exit_code", "updated_at"]
     )

@@ -12,7 +12,7 @@ import logging
 import re
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
+from decimal import ROUND_CEILING, Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -60,11 +60,6 @@ def job_units(*, resource: str, request: JobRequest, task_count: int) -> Decimal
         UNITS, rounding=ROUND_CEILING
     )
     return per_task * task_count
-
-
-def money_of(units: Decimal, unit_price: Decimal) -> Decimal:
-    """The price of `units`, to the ledger's micro-unit (half up)."""
-    return (units * unit_price).quantize(UNITS, rounding=ROUND_HALF_UP)
 
 
 def job_request_check(allocation: Allocation, request: JobRequest) -> list[int | None]:
@@ -170,7 +165,7 @@ def _account_for(allocation: Allocation) -> str:
     return cluster.slurm_account
 
 
-def _record_state(job: Job, state: str, reason: str = "", at: datetime | None = None) -> None:
+def job_state_record(job: Job, state: str, reason: str = "", at: datetime | None = None) -> None:
     """Moves the job to `state` through the table of allowed transitions, with its history."""
     if state != job.state and state not in TRANSITIONS[job.state]:
         raise ValueError(f"a job cannot go from {job.state} to {state}")
@@ -181,6 +176,18 @@ def _record_state(job: Job, state: str, reason: str = "", at: datetime | None = 
         JobEvent.objects.create(
             job=job, state=state, reason=job.state_reason, at=at or timezone.now()
         )
+
+
+def allocation_check_open(allocation: Allocation) -> None:
+    """Refuses jobs on an allocation whose window is not open (409 `allocation_not_active`) or
+    whose cluster takes no jobs now (409 `cluster_not_available`). The API asks this before it
+    reads the body, so that a state conflict is answered before an input error."""
+    if allocation.status_at(timezone.now()) != Allocation.Status.ACTIVE:
+        raise errors.AllocationNotActive(
+            extra={"window_start": allocation.window_start, "window_end": allocation.window_end}
+        )
+    if allocation.cluster.status in (Cluster.Status.SUSPENDED, Cluster.Status.HOST_KEY_MISMATCH):
+        raise errors.ClusterNotAvailable(extra={"cluster_status": allocation.cluster.status})
 
 
 @transaction.atomic
@@ -195,14 +202,9 @@ def job_submit(*, actor: Membership, allocation: Allocation, request: JobRequest
     )
     if allocation.organization_id != actor.organization_id:
         raise ValidationFailed(fields={"allocation": ["No such allocation."]})
-    if allocation.status_at(timezone.now()) != Allocation.Status.ACTIVE:
-        raise errors.AllocationNotActive(
-            extra={"window_start": allocation.window_start, "window_end": allocation.window_end}
-        )
-    if allocation.cluster.status in (Cluster.Status.SUSPENDED, Cluster.Status.HOST_KEY_MISMATCH):
-        raise errors.ClusterNotAvailable(extra={"cluster_status": allocation.cluster.status})
-    # Browsers and Windows editors send CRLF line ends, on which bash stumbles (`$'\r'`).
-    request = replace(request, script=request.script.replace("\r\n", "\n"))
+    allocation_check_open(allocation)
+    # Browsers and Windows editors send CR or CRLF line ends, on which bash stumbles (`$'\r'`).
+    request = replace(request, script=request.script.replace("\r\n", "\n").replace("\r", "\n"))
     indices = job_request_check(allocation, request)
     task_units = job_units(resource=allocation.resource, request=request, task_count=1)
     units = task_units * len(indices)
@@ -455,7 +457,7 @@ def _end_unsubmitted(job_id: int, state: str, reason: str) -> bool:
     if job.state != JobState.QUEUED:
         return False
     now = timezone.now()
-    _record_state(job, state, reason, at=now)
+    job_state_record(job, state, reason, at=now)
     job.ended_at = now
     job.submit_lease_until = None
     job.save()
@@ -538,7 +540,3 @@ def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | N
     except BridgeError as error:
         backend_failed(job.cluster, error)
         raise errors.OutputUnavailable(str(error)) from error
-
-
-def job_estimated_max_cost(job: Job) -> Decimal:
-    return money_of(job.reserved_units, job.allocation.unit_price)

@@ -42,6 +42,9 @@ from scheduler_bridge.serializers import (
 
 
 class PlainTextRenderer(BaseRenderer):
+    """Lets a client ask for `text/plain` (the output tail); the views answer the text itself,
+    and an error's JSON is sent as text."""
+
     media_type = "text/plain"
     format = "txt"
     charset = "utf-8"
@@ -52,15 +55,11 @@ class PlainTextRenderer(BaseRenderer):
         return data if isinstance(data, bytes) else str(data).encode()
 
 
-class CSVRenderer(BaseRenderer):
+class CSVRenderer(PlainTextRenderer):
+    """Makes `?format=csv` a format DRF knows (it would answer 404 otherwise)."""
+
     media_type = "text/csv"
     format = "csv"
-    charset = "utf-8"
-
-    def render(
-        self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
-    ) -> bytes:
-        return data if isinstance(data, bytes) else str(data).encode()
 
 
 def _allocation_named_in_body(request: Request) -> Allocation:

@@ -45,27 +45,20 @@ from scheduler_bridge.backends.types import (
     RunRecord,
     Stream,
     SubmitResult,
+    environment_name_problem,
     output_file_name,
 )
 from scheduler_bridge.slurm.errors import BridgeError
 
+# The local backend spells its states as Slurm does, and reads them with Slurm's one table.
+from scheduler_bridge.slurm.jobs import api_state
+
 PARTITION = "local"
-# As Slurm's default MaxArraySize (1001): indices 0 to 1000.
 # `find` answers for jobs submitted this recently, as `sacct` does for "the last days".
 FIND_WINDOW = timedelta(days=7)
 LAUNCH_TIMEOUT_SECONDS = 30.0
 _REPOSITORY = Path(__file__).resolve().parents[2]
-_ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _JOB_ID = re.compile(r"([0-9]+)(?:_([0-9]+))?")
-_API_STATES = {
-    "PENDING": "pending",
-    "RUNNING": "running",
-    "COMPLETED": "completed",
-    "FAILED": "failed",
-    "TIMEOUT": "timeout",
-    "CANCELLED": "cancelled",
-    "NODE_FAIL": "node_fail",
-}
 
 
 class LocalSchedulerError(BridgeError):
@@ -158,8 +151,8 @@ class LocalBackend:
         if "\0" in spec.name:
             raise _Refused("the job name contains a NUL character")
         for name, value in spec.environment.items():
-            if not _ENVIRONMENT_NAME.fullmatch(name):
-                raise _Refused(f"invalid environment variable name {name!r}")
+            if problem := environment_name_problem(name):
+                raise _Refused(problem)
             if "\0" in value:
                 raise _Refused(f"the value of {name} contains a NUL character")
         self._job_directory(spec.directory, refuse=_Refused)
@@ -286,7 +279,7 @@ class LocalBackend:
                             array_job_id=str(record.job_id),
                             array_task_id=record.array_task_id,
                             name=record.name,
-                            state=_API_STATES[record.scheduler_state],
+                            state=api_state(record.scheduler_state),
                             scheduler_state=record.scheduler_state,
                             reason=record.reason,
                         )
@@ -442,7 +435,7 @@ def _run_record(record: TaskRecord) -> RunRecord:
         array_job_id=str(record.job_id),
         array_task_id=record.array_task_id,
         name=record.name,
-        state=_API_STATES[record.scheduler_state],
+        state=api_state(record.scheduler_state),
         scheduler_state=record.scheduler_state,
         exit_code=record.exit_code,
         submit_time=record.submit_time,

@@ -115,26 +115,27 @@ def cluster_poll(*, cluster_id: int) -> PollReport | None:
         return None
     cluster = Cluster.objects.select_related("organization").get(pk=cluster_id)
     report = PollReport(cluster_id=cluster_id)
+    outcome: dict[str, object] = {}
     try:
         report.submitted = cluster_jobs_submit(cluster_id=cluster_id)
         _follow(cluster, report)
+        outcome = {
+            "last_polled_at": timezone.now(),
+            "last_error": "",
+            "consecutive_failures": 0,
+            "commands_last_poll": len(report.backend_calls),
+        }
     except BridgeError as error:
         backend_failed(cluster, error)
         report.error = str(error)[:500]
         logger.warning("poll of cluster %s failed: %s", cluster_id, error)
-        ClusterPoll.objects.filter(cluster_id=cluster_id).update(
-            lease_until=None,
-            last_error=report.error,
-            consecutive_failures=F("consecutive_failures") + 1,
-        )
-        return report
-    ClusterPoll.objects.filter(cluster_id=cluster_id).update(
-        lease_until=None,
-        last_polled_at=timezone.now(),
-        last_error="",
-        consecutive_failures=0,
-        commands_last_poll=len(report.backend_calls),
-    )
+        outcome = {
+            "last_error": report.error,
+            "consecutive_failures": F("consecutive_failures") + 1,
+        }
+    finally:
+        # Given back whatever happened, so that the next cycle need not wait out the lease.
+        ClusterPoll.objects.filter(cluster_id=cluster_id).update(lease_until=None, **outcome)
     return report
 
 

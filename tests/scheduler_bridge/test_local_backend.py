@@ -325,7 +325,10 @@ def test_array_expressions(expression: str, indices: tuple[int, ...], throttle: 
             {"array": "1;touch x"},
             "`1;touch x` is not an index, a range `a-b` or a stepped range `a-b:s`.",
         ),
-        ({"environment": {"A B": "1"}}, "invalid environment variable name 'A B'"),
+        (
+            {"environment": {"A B": "1"}},
+            "`A B` is not a valid name: letters, digits and _, not starting with a digit.",
+        ),
         ({"directory": "../outside"}, "invalid job directory '../outside'"),
         ({"directory": "/tmp/x"}, "invalid job directory '/tmp/x'"),
         ({"directory": ".local-scheduler/x"}, "invalid job directory '.local-scheduler/x'"),

@@ -44,6 +44,8 @@ UNITS = Decimal("0.000001")
 SECONDS_PER_HOUR = Decimal(3600)
 # A cancellation the cluster has not acted on by then is asked for again by the poll.
 CANCEL_REPEAT_AFTER = timedelta(seconds=30)
+# How stale `Job.last_seen_at` may be: it only starts the (long) undetermined grace period.
+LAST_SEEN_PRECISION = timedelta(seconds=60)
 # For an array, the job's state is that of its most advanced task; once all have ended, the
 # worst end wins (one failed task makes the sweep failed).
 _ARRAY_ACTIVE_ORDER = [
@@ -208,7 +210,11 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
             touched_jobs.add(job.pk)
             report.state_changes += 1
     if seen_jobs:
-        Job.objects.filter(pk__in=seen_jobs).update(last_seen_at=now)
+        # Only a grace period measured in minutes reads it: a row is rewritten at most once a
+        # minute, not every cycle for every job in the queue.
+        Job.objects.filter(pk__in=seen_jobs, last_seen_at__lt=now - LAST_SEEN_PRECISION).update(
+            last_seen_at=now
+        )
 
     if gone:
         job_ids = sorted({jobs[task.job_id].scheduler_job_id for task in gone})

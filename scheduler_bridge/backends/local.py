@@ -48,10 +48,10 @@ from scheduler_bridge.backends.types import (
     environment_name_problem,
     output_file_name,
 )
-from scheduler_bridge.slurm.errors import BridgeError
 
 # The local backend spells its states as Slurm does, and reads them with Slurm's one table.
-from scheduler_bridge.slurm.jobs import api_state
+from scheduler_bridge.slurm.accounting import api_state
+from scheduler_bridge.slurm.errors import BridgeError
 
 PARTITION = "local"
 # `find` answers for jobs submitted this recently, as `sacct` does for "the last days".

@@ -22,6 +22,21 @@ from scheduler_bridge.backends.types import (
     SubmitResult,
     output_file_name,
 )
+from scheduler_bridge.slurm.accounting import (
+    NAME_CHUNK,
+    SACCT_CHUNK,
+    chunks,
+    parse_sacct_by_name,
+    parse_sacct_runs,
+    parse_squeue,
+    parse_squeue_by_name,
+    sacct_by_name_arguments,
+    sacct_runs_arguments,
+    sacct_window_arguments,
+    squeue_arguments,
+    squeue_by_name_arguments,
+    valid_job_ids,
+)
 from scheduler_bridge.slurm.errors import (
     RemoteCommandFailed,
     SchedulerUnavailable,
@@ -30,31 +45,18 @@ from scheduler_bridge.slurm.errors import (
 )
 from scheduler_bridge.slurm.jobs import (
     ENVIRONMENT_FILE,
-    NAME_CHUNK,
-    SACCT_CHUNK,
     SCRIPT_FILE,
     SubmissionOutcome,
-    chunks,
     environment_file_content,
     is_transient_message,
     job_directory_problem,
     only_ended_jobs_refused,
-    parse_sacct_by_name,
-    parse_sacct_runs,
-    parse_squeue,
-    parse_squeue_by_name,
     parse_submission_output,
     refusal_reason,
-    sacct_by_name_arguments,
-    sacct_runs_arguments,
-    sacct_window_arguments,
     sbatch_arguments,
     scancel_arguments,
     spec_problem,
-    squeue_arguments,
-    squeue_by_name_arguments,
     submission_script,
-    valid_job_ids,
 )
 from scheduler_bridge.slurm.parsers import parse_sbatch_parsable
 from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection

@@ -23,13 +23,8 @@ from scheduler_bridge.backends.types import (
     QueueEntry,
     RunRecord,
 )
-from scheduler_bridge.slurm.errors import UnexpectedOutput
-from scheduler_bridge.slurm.jobs import (
-    SubmissionOutcome,
+from scheduler_bridge.slurm.accounting import (
     api_state,
-    environment_file_content,
-    is_transient_message,
-    only_ended_jobs_refused,
     parse_alloc_tres,
     parse_cpu_time,
     parse_exit_code,
@@ -37,15 +32,22 @@ from scheduler_bridge.slurm.jobs import (
     parse_sacct_runs,
     parse_squeue,
     parse_squeue_by_name,
-    parse_submission_output,
-    refusal_reason,
     run_state,
     sacct_window_arguments,
+    valid_job_ids,
+)
+from scheduler_bridge.slurm.errors import UnexpectedOutput
+from scheduler_bridge.slurm.jobs import (
+    SubmissionOutcome,
+    environment_file_content,
+    is_transient_message,
+    only_ended_jobs_refused,
+    parse_submission_output,
+    refusal_reason,
     sbatch_arguments,
     scancel_arguments,
     spec_problem,
     submission_script,
-    valid_job_ids,
 )
 
 RECORDED = Path(__file__).parent / "recorded"

@@ -17,9 +17,6 @@ from marketplace.services.clusters import (
     cluster_verification_run,
     cluster_verification_start,
     cluster_verify,
-    slurm_account_clusters_to_reconcile,
-    slurm_account_plan,
-    slurm_accounts_sync,
     ssh_settings_for,
 )
 from marketplace.services.offers import (
@@ -36,6 +33,11 @@ from marketplace.services.organizations import (
     membership_notify,
     organization_create,
     token_regenerate,
+)
+from marketplace.services.slurm_accounts import (
+    slurm_account_clusters_to_reconcile,
+    slurm_account_plan,
+    slurm_accounts_sync,
 )
 
 __all__ = [

@@ -19,7 +19,7 @@ from billing.models import ReferenceKind
 from computeshare.errors import PermissionDenied, ValidationFailed
 from marketplace import errors
 from marketplace.models import Allocation, Bid, Cluster, Membership, Offer, Organization, Resource
-from marketplace.services.clusters import slurm_account_plan
+from marketplace.services.slurm_accounts import slurm_account_plan
 
 
 def _require_admin(actor: Membership, what: str) -> None:

@@ -1,0 +1,423 @@
+"""scripts/cluster-setup, the script owners run on their login node, run for real on this
+machine as root: real users, real sudo, the real Slurm test cluster.
+
+The scratch pools (cs-probe, cs-mprobe) are removed and made again by the tests that need them
+from scratch; between runs they stay on the machine, which is harmless: no password opens
+their accounts and no key is left in their authorized_keys."""
+
+import os
+import re
+import shutil
+import stat
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.testcluster import TenantPool, TestCluster
+
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "cluster-setup"
+LINE = re.compile(r"^\[cluster-setup\] (?P<item>.+?): (?P<said>.+)$")
+
+SERVICE_USER = "cs-probe"
+TENANTS = ("cs-probe-01", "cs-probe-02")
+GROUP = "cs-probe-tenants"
+SUDOERS_FILE = Path("/etc/sudoers.d/computeshare-cs-probe-tenants")
+SCRATCH = (
+    "--service-user", SERVICE_USER, "--tenants", "2", "--tenant-group", GROUP,
+    "--tenant-prefix", "cs-probe-", "--no-slurm", "--no-hide-processes",
+)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _as_root() -> None:
+    if os.geteuid() != 0:
+        pytest.fail("cluster-setup makes users and sudoers rules: run these tests as root")
+
+
+def run(*command: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    # From /, which every user may enter: sudo and the tools run as other users stay quiet.
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120, cwd="/")
+    if check and done.returncode != 0:
+        pytest.fail(f"{command} exited {done.returncode}: {done.stdout}{done.stderr}")
+    return done
+
+
+def cluster_setup(*arguments: str) -> subprocess.CompletedProcess[str]:
+    return run(str(SCRIPT), *arguments, check=False)
+
+
+def said(output: str) -> dict[str, list[str]]:
+    """What the script said about each item, in order."""
+    items: dict[str, list[str]] = {}
+    for line in output.splitlines():
+        if match := LINE.match(line):
+            items.setdefault(match["item"], []).append(match["said"])
+    return items
+
+
+def item_lines(output: str) -> list[str]:
+    """The lines about items: all but the summary and the hint after it."""
+    return [
+        line
+        for line in output.splitlines()
+        if not line.startswith(("[cluster-setup] done:", "[cluster-setup] check:"))
+        and line != "[cluster-setup] run again without --check to apply"
+    ]
+
+
+def as_service_user(service_user: str, *command: str) -> subprocess.CompletedProcess[str]:
+    return run("runuser", "-u", service_user, "--", *command, check=False)
+
+
+def passwd(name: str) -> list[str]:
+    return run("getent", "passwd", name).stdout.strip().split(":")
+
+
+def password_field(name: str) -> str:
+    return run("getent", "shadow", name).stdout.split(":")[1]
+
+
+def exists(database: str, name: str) -> bool:
+    return run("getent", database, name, check=False).returncode == 0
+
+
+def remove_users(*names: str) -> None:
+    """Deletes the users (their homes and private groups too), as if never made."""
+    for name in names:
+        if exists("passwd", name):
+            run("userdel", "--remove", name)
+
+
+def remove_scratch_pool() -> None:
+    remove_users(SERVICE_USER, *TENANTS)
+    if exists("group", GROUP):
+        run("groupdel", GROUP)
+    SUDOERS_FILE.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def scratch_pool() -> None:
+    """The scratch pool as cluster-setup makes it, whatever an earlier run left."""
+    done = cluster_setup(*SCRATCH)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+# --- A scratch pool, without Slurm ----------------------------------------------------------
+
+
+def test_a_first_run_makes_the_service_user_the_tenants_and_the_sudoers_rule():
+    remove_scratch_pool()
+
+    done = cluster_setup(*SCRATCH)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    items = said(done.stdout)
+    assert items[f"service user {SERVICE_USER}"][0] == "created (home /home/cs-probe)"
+    assert items[f"tenant group {GROUP}"] == ["created"]
+    assert items["tenant cs-probe-01"] == ["created (home /home/cs-probe-01)"]
+    assert items["tenant cs-probe-02"] == ["created (home /home/cs-probe-02)"]
+    assert items[f"sudoers {SUDOERS_FILE}"] == ["created"]
+    # The service user: key log-in only ('*', not the locked '!'), a home only it can enter,
+    # and not a tenant.
+    service = passwd(SERVICE_USER)
+    assert service[5:] == ["/home/cs-probe", "/bin/bash"]
+    assert password_field(SERVICE_USER) == "*"
+    assert run("id", "-Gn", SERVICE_USER).stdout.split() == [SERVICE_USER]
+    home = os.stat("/home/cs-probe")
+    assert (stat.S_IMODE(home.st_mode), home.st_uid) == (0o700, int(service[2]))
+    # The tenants: locked, their own group and the tenant group, empty private homes.
+    assert run("getent", "group", GROUP).stdout.strip().split(":")[3] == ",".join(TENANTS)
+    for tenant in TENANTS:
+        account = passwd(tenant)
+        assert account[5:] == [f"/home/{tenant}", "/bin/bash"]
+        assert password_field(tenant) == "!"
+        assert run("id", "-Gn", tenant).stdout.split() == [tenant, GROUP]
+        home = os.stat(f"/home/{tenant}")
+        assert (stat.S_IMODE(home.st_mode), home.st_uid) == (0o700, int(account[2]))
+        assert os.listdir(f"/home/{tenant}") == []
+    # The sudoers rule: valid, root's, and only the service user acting as the tenants.
+    rules = SUDOERS_FILE.stat()
+    assert (stat.S_IMODE(rules.st_mode), rules.st_uid, rules.st_gid) == (0o440, 0, 0)
+    run("visudo", "-cf", str(SUDOERS_FILE))
+    lines = [line for line in SUDOERS_FILE.read_text().splitlines() if not line.startswith("#")]
+    assert lines == [
+        "cs-probe ALL=(%cs-probe-tenants) NOPASSWD: ALL",
+        "Defaults:cs-probe !requiretty",
+    ]
+
+
+def test_the_service_user_acts_as_each_tenant_and_nobody_else(scratch_pool):
+    for tenant in TENANTS:
+        done = as_service_user(SERVICE_USER, "sudo", "-n", "-u", tenant, "id", "-un")
+        assert (done.returncode, done.stdout) == (0, f"{tenant}\n")
+    as_root = as_service_user(SERVICE_USER, "sudo", "-n", "-u", "root", "true")
+    assert as_root.returncode == 1
+    assert "a password is required" in as_root.stderr
+    as_itself = as_service_user(SERVICE_USER, "sudo", "-n", "-u", SERVICE_USER, "true")
+    assert as_itself.returncode == 1
+    for tenant in TENANTS:
+        listing = run("sudo", "-l", "-U", tenant).stdout
+        assert f"User {tenant} is not allowed to run sudo" in listing
+
+
+def test_a_second_run_changes_nothing(scratch_pool):
+    watched = [
+        Path(path)
+        for path in ("/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow", SUDOERS_FILE)
+    ] + [Path(f"/home/{name}") for name in (SERVICE_USER, *TENANTS)]
+    # ctime moves with any chmod or chown, even to the same value.
+    before = {path: (path.stat().st_mtime_ns, path.stat().st_ctime_ns) for path in watched}
+
+    done = cluster_setup(*SCRATCH)
+
+    assert (done.returncode, done.stderr) == (0, "")
+    for line in item_lines(done.stdout):
+        assert LINE.match(line) and re.search(r": ok( \(.*\))?$", line), line
+    assert " 0 created, 0 changed, 0 warning(s), 0 failed" in done.stdout.splitlines()[-1]
+    after = {path: (path.stat().st_mtime_ns, path.stat().st_ctime_ns) for path in watched}
+    assert after == before
+
+
+def test_check_names_what_was_broken_changes_nothing_and_a_run_repairs_it(scratch_pool):
+    run("chmod", "0755", "/home/cs-probe-01")
+    SUDOERS_FILE.unlink()
+    run("usermod", "--password", "!", SERVICE_USER)
+
+    check = cluster_setup(*SCRATCH, "--check")
+
+    assert check.returncode == 1, check.stdout + check.stderr
+    items = said(check.stdout)
+    assert items["tenant cs-probe-01"] == ["would change: home mode 0755 -> 0700"]
+    assert items[f"sudoers {SUDOERS_FILE}"] == ["would create"]
+    assert items[f"service user {SERVICE_USER}"][0] == (
+        "would change: password field ! -> * (key log-in only)"
+    )
+    assert items["tenant cs-probe-02"] == ["ok"]
+    # --check changed nothing.
+    assert stat.S_IMODE(os.stat("/home/cs-probe-01").st_mode) == 0o755
+    assert not SUDOERS_FILE.exists()
+    assert password_field(SERVICE_USER) == "!"
+
+    repair = cluster_setup(*SCRATCH)
+
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert said(repair.stdout)["tenant cs-probe-01"] == ["changed: home mode 0755 -> 0700"]
+    assert stat.S_IMODE(os.stat("/home/cs-probe-01").st_mode) == 0o700
+    assert password_field(SERVICE_USER) == "*"
+    again = cluster_setup(*SCRATCH, "--check")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "would" not in again.stdout
+
+
+def test_the_authorized_key_is_added_once_and_other_lines_are_kept(scratch_pool, tmp_path):
+    key = tmp_path / "platform"
+    run("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "platform", "-f", str(key))
+    public_key = Path(f"{key}.pub").read_text().strip()
+    keys = Path("/home/cs-probe/.ssh/authorized_keys")
+    kept = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOl4ZzmXxxTFUHRCkbDbx2Ixq6ofs3yPSmOVVlbn7EN/ kept"
+    shutil.rmtree(keys.parent, ignore_errors=True)
+
+    try:
+        first = cluster_setup(*SCRATCH, "--authorized-key", f"{key}.pub")
+        keys.write_text(keys.read_text() + kept + "\n")
+        again = cluster_setup(*SCRATCH, "--authorized-key", f"{key}.pub")
+        lines = keys.read_text().splitlines()
+        modes = [
+            (stat.S_IMODE(path.stat().st_mode), path.stat().st_uid) for path in (keys, keys.parent)
+        ]
+    finally:
+        shutil.rmtree(keys.parent, ignore_errors=True)
+
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert said(first.stdout)[f"service user {SERVICE_USER}"] == [
+        "changed: /home/cs-probe/.ssh created",
+        "changed: authorized_keys: 1 key(s) added",
+    ]
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert said(again.stdout)[f"service user {SERVICE_USER}"] == ["ok"]
+    assert lines == [public_key, kept]
+    uid = int(passwd(SERVICE_USER)[2])
+    assert modes == [(0o600, uid), (0o700, uid)]
+
+
+def test_a_stranger_in_the_tenant_group_is_a_failure_not_removed(scratch_pool):
+    run("gpasswd", "-a", "nobody", GROUP)
+    try:
+        done = cluster_setup(*SCRATCH, "--check")
+
+        assert done.returncode == 3
+        assert (
+            "FAILED: tenant group cs-probe-tenants: nobody is a member but not a tenant"
+            in done.stderr
+        )
+        assert "nobody" in run("getent", "group", GROUP).stdout
+    finally:
+        run("gpasswd", "-d", "nobody", GROUP)
+
+
+def test_a_rule_elsewhere_that_gives_the_service_user_more_is_a_failure_left_in_place(
+    scratch_pool,
+):
+    leftover = Path("/etc/sudoers.d/cs-probe-leftover")
+    # Written aside (sudo skips names with a dot), then moved in whole.
+    aside = leftover.with_name(".cs-probe-leftover")
+    aside.write_text("cs-probe ALL=(root) NOPASSWD: /usr/bin/id\n")
+    aside.chmod(0o440)
+    aside.rename(leftover)
+    try:
+        run("visudo", "-c")
+
+        done = cluster_setup(*SCRATCH)
+
+        assert done.returncode == 3
+        assert (
+            "FAILED: sudo for cs-probe: may also run '(root) NOPASSWD: /usr/bin/id' "
+            "(sudo -l -U cs-probe), from a rule outside cluster-setup's files "
+            "(look in /etc/sudoers.d/cs-probe-leftover): remove it"
+        ) in done.stderr
+        assert leftover.read_text() == "cs-probe ALL=(root) NOPASSWD: /usr/bin/id\n"
+    finally:
+        leftover.unlink()
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        pytest.param(("--service-user", "cs-probe", "--tenants", "0"), id="no tenants"),
+        pytest.param(("--service-user", "cs-probe", "--tenants", "1000"), id="too many"),
+        pytest.param(("--tenants", "2"), id="no service user"),
+        pytest.param((*SCRATCH, "--frobnicate"), id="unknown option"),
+        pytest.param((*SCRATCH, "--mode", "shared"), id="unknown mode"),
+        pytest.param((*SCRATCH, "--idle-account", "idle"), id="idle account in fixed mode"),
+        pytest.param(("--service-user", "root", "--tenants", "2"), id="root"),
+        pytest.param(("--service-user", "Bad Name", "--tenants", "2"), id="bad name"),
+    ],
+)
+def test_bad_usage_exits_2_and_changes_nothing(arguments):
+    group_before = Path("/etc/group").stat().st_mtime_ns
+
+    done = cluster_setup(*arguments)
+
+    assert (done.returncode, done.stdout) == (2, "")
+    assert "usage error" in done.stderr
+    assert Path("/etc/group").stat().st_mtime_ns == group_before
+
+
+# --- The Slurm side -----------------------------------------------------------------------------
+
+
+def pool_arguments(cluster: TestCluster, name: str) -> list[str]:
+    """The options `scripts/testcluster up` gives cluster-setup for the pool."""
+    pool: TenantPool = cluster.tenant_pool(name)
+    prefix = re.sub(r"[0-9]+$", "", pool.tenants[0].user)
+    arguments = [
+        "--service-user", cluster.user, "--tenants", str(len(pool.tenants)),
+        "--tenant-group", pool.group, "--tenant-prefix", prefix, "--mode", pool.mode,
+    ]  # fmt: skip
+    if pool.mode == "managed":
+        assert pool.idle_account is not None
+        arguments += ["--idle-account", pool.idle_account]
+        arguments += ["--authorized-key", f"{cluster.private_key_path}.pub"]
+    else:
+        assert pool.account is not None
+        arguments += ["--slurm-account", pool.account]
+    return arguments
+
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("pool", ["managed", "fixed"])
+def test_the_test_cluster_is_exactly_as_cluster_setup_makes_it(testcluster, pool):
+    done = cluster_setup(*pool_arguments(testcluster, pool), "--check")
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "would" not in done.stdout
+    for tenant in testcluster.tenant_pool(pool).tenants:
+        assert passwd(tenant.user)[5] == tenant.home
+
+
+MANAGED_SERVICE_USER = "cs-mprobe"
+MANAGED_TENANTS = ("cs-mprobe-01", "cs-mprobe-02")
+IDLE_ACCOUNT = "cs-mprobe-idle"
+MANAGED_SCRATCH = (
+    "--service-user", MANAGED_SERVICE_USER, "--tenants", "2",
+    "--tenant-group", "cs-mprobe-tenants", "--tenant-prefix", "cs-mprobe-",
+    "--mode", "managed", "--idle-account", IDLE_ACCOUNT, "--no-hide-processes",
+)  # fmt: skip
+
+
+def sacctmgr_rows(*arguments: str) -> list[list[str]]:
+    output = run("sacctmgr", "-n", "-P", *arguments).stdout
+    return [line.split("|") for line in output.splitlines() if line]
+
+
+@pytest.fixture
+def managed_scratch_removed(testcluster) -> Iterator[None]:
+    """No trace of the managed scratch pool, in Slurm or on the machine."""
+    users = ",".join((MANAGED_SERVICE_USER, *MANAGED_TENANTS))
+    # "Nothing deleted" (exit 1) is fine: an earlier run may have left nothing.
+    run("sacctmgr", "-i", "remove", "user", "where", f"name={users}", check=False)
+    run("sacctmgr", "-i", "remove", "account", "where", f"name={IDLE_ACCOUNT}", check=False)
+    remove_users(MANAGED_SERVICE_USER, *MANAGED_TENANTS)
+    if exists("group", "cs-mprobe-tenants"):
+        run("groupdel", "cs-mprobe-tenants")
+    Path("/etc/sudoers.d/computeshare-cs-mprobe-tenants").unlink(missing_ok=True)
+    yield
+
+
+@pytest.mark.slurm
+def test_managed_mode_parks_the_tenants_in_an_idle_account_that_runs_nothing(
+    testcluster, managed_scratch_removed
+):
+    done = cluster_setup(*MANAGED_SCRATCH)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    items = said(done.stdout)
+    assert items[f"slurm account {IDLE_ACCOUNT}"] == [
+        f"created (cluster {testcluster.cluster_name}, MaxJobs=0)"
+    ]
+    assert items[f"slurm user {MANAGED_SERVICE_USER}"] == [
+        f"created (account {IDLE_ACCOUNT}, its default; AdminLevel=Administrator)"
+    ]
+    where = ["where", f"account={IDLE_ACCOUNT}", f"cluster={testcluster.cluster_name}"]
+    associations = sacctmgr_rows("show", "assoc", *where, "format=user,maxjobs")
+    assert sorted(associations) == [["", "0"], ["cs-mprobe", "0"]] + [
+        [tenant, "0"] for tenant in MANAGED_TENANTS
+    ]
+    users = sacctmgr_rows(
+        "show", "user", "where", "name=cs-mprobe,cs-mprobe-01,cs-mprobe-02",
+        "format=user,defaultaccount,adminlevel",
+    )  # fmt: skip
+    assert sorted(users) == [
+        ["cs-mprobe", IDLE_ACCOUNT, "Administrator"],
+        ["cs-mprobe-01", IDLE_ACCOUNT, "None"],
+        ["cs-mprobe-02", IDLE_ACCOUNT, "None"],
+    ]
+
+    # An idle tenant's job is accepted and pends for ever.
+    submit = 'cd "$HOME" && sbatch --parsable --wrap true'
+    submitted = as_service_user(
+        MANAGED_SERVICE_USER, "sudo", "-n", "-u", "cs-mprobe-01", "sh", "-c", submit
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    job_id = submitted.stdout.strip()
+    try:
+        reason = ""
+        for _ in range(40):
+            reason = run("squeue", "-h", "-j", job_id, "-o", "%T %r").stdout.strip()
+            if reason == "PENDING AssocMaxJobsLimit":
+                break
+            time.sleep(0.25)
+        assert reason == "PENDING AssocMaxJobsLimit"
+    finally:
+        run("scancel", job_id)
+
+    again = cluster_setup(*MANAGED_SCRATCH)
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert re.search(r"done: [0-9]+ ok, 0 created, 0 changed, ", again.stdout)
+    assert said(again.stdout)[f"slurm user {MANAGED_SERVICE_USER}"] == [
+        f"ok (account {IDLE_ACCOUNT}, AdminLevel=Administrator)"
+    ]

@@ -1,8 +1,13 @@
 """The Slurm backend: a cluster's login node over one SSH connection (commands and SFTP).
 
+Everything done for a team runs as its tenant (the pool account it leases), through sudo: its
+job directories are in the tenant's home, written over an SFTP session started as the tenant,
+and its sbatch and scancel run as the tenant. The service user itself only reads the queue and
+accounting, for every tenant at once.
+
 Each call is a fixed, small number of remote commands whatever the number of jobs: a batch of
-submissions is one SFTP session plus one shell script running every sbatch, a poll is one
-squeue, accounting is one sacct per chunk of ids."""
+one tenant's submissions is one SFTP session plus one shell script running every sbatch, a
+poll is one squeue for all the tenants, accounting is one sacct per chunk of ids."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ import posixpath
 import stat
 import uuid
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 
 import paramiko
 
@@ -20,6 +25,7 @@ from scheduler_bridge.backends.types import (
     RunRecord,
     Stream,
     SubmitResult,
+    Tenant,
     output_file_name,
 )
 from scheduler_bridge.slurm.accounting import (
@@ -32,7 +38,7 @@ from scheduler_bridge.slurm.accounting import (
     parse_squeue_by_name,
     sacct_by_name_arguments,
     sacct_runs_arguments,
-    sacct_window_arguments,
+    sacct_users_arguments,
     squeue_arguments,
     squeue_by_name_arguments,
     valid_job_ids,
@@ -61,46 +67,66 @@ from scheduler_bridge.slurm.jobs import (
 from scheduler_bridge.slurm.parsers import parse_sbatch_parsable
 from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection
 
-# Platform jobs are named "cs-<job uuid>"; the nightly reconciliation looks at no other job.
-PLATFORM_NAME_PREFIX = "cs-"
 # The submission script gets this much more time per sbatch it runs (about 15 ms each on an
 # idle controller), on top of the command timeout.
 _SECONDS_PER_SUBMISSION = 0.25
 
 
 class SlurmBackend:
-    """`Backend` for a Slurm cluster reached over `connection` (as the service user, whose home
-    holds every job directory). Every remote command runs under `command_timeout` seconds."""
+    """`Backend` for a Slurm cluster reached over `connection` as the service user, acting as
+    each team's tenant through sudo. Every remote command runs under `command_timeout`
+    seconds."""
 
-    def __init__(self, connection: SSHConnection, *, command_timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        connection: SSHConnection,
+        *,
+        command_timeout: float = 60.0,
+        record_grace: timedelta = timedelta(seconds=60),
+    ) -> None:
         self.connection = connection
         self.command_timeout = command_timeout
-
-    @property
-    def user(self) -> str:
-        return self.connection.settings.user
+        # How long after its end a run without a batch step is taken as whole (see
+        # `parse_sacct_runs`).
+        self.record_grace = record_grace
 
     # --- Submission -----------------------------------------------------------------------------
 
     def submit(self, specs: Sequence[JobSpec]) -> list[SubmitResult]:
-        """Writes every spec's script and environment over SFTP, then runs all the sbatch calls
-        in one remote command. A spec Slurm refuses gets its reason (transient when the
-        controller did not answer) without touching the others. When the outcome of the batch
-        is unclear (the command failed, the connection dropped, the output is unreadable), this
-        raises a transient error: the caller must `find` the names before submitting again."""
-        if not specs:
-            return []
+        """Submits every spec as its tenant: one tenant's specs share one SFTP session (their
+        scripts and environments) and one remote command (all their sbatch calls). A spec
+        Slurm refuses gets its reason (transient when the controller did not answer) without
+        touching the others. When the outcome of a tenant's batch is unclear (the command
+        failed, the connection dropped, the output is unreadable), this raises a transient
+        error: the caller must `find` the names before submitting them again. Callers that
+        want one tenant's trouble not to hold up another's call this once per tenant."""
+        results: list[SubmitResult | None] = [None] * len(specs)
+        by_tenant: dict[Tenant, list[int]] = {}
+        for index, spec in enumerate(specs):
+            problem = spec_problem(spec)
+            if problem is None and spec.tenant is None:
+                problem = "a job on a Slurm cluster runs as a tenant account: none was given"
+            if problem is not None:
+                results[index] = SubmitResult(spec.name, None, error=problem)
+            else:
+                assert spec.tenant is not None
+                by_tenant.setdefault(spec.tenant, []).append(index)
+        for tenant, indices in by_tenant.items():
+            for index, result in zip(
+                indices, self._submit_as(tenant, [specs[i] for i in indices]), strict=True
+            ):
+                results[index] = result
+        finished = [result for result in results if result is not None]
+        assert len(finished) == len(specs), "every spec has a result"
+        return finished
+
+    def _submit_as(self, tenant: Tenant, specs: list[JobSpec]) -> list[SubmitResult]:
         results: list[SubmitResult | None] = [None] * len(specs)
         submissions: list[tuple[int, str, list[str]]] = []
-        home = self.connection.home
-        with self.connection.sftp(self.command_timeout) as sftp:
-            created: set[str] = {home}
+        with self.connection.sftp(self.command_timeout, as_user=tenant.user) as sftp:
+            created: set[str] = {tenant.home}
             for index, spec in enumerate(specs):
-                problem = spec_problem(spec)
-                if problem is not None:
-                    results[index] = SubmitResult(spec.name, None, error=problem)
-                    continue
-                directory = posixpath.join(home, spec.directory)
+                directory = posixpath.join(tenant.home, spec.directory)
                 try:
                     _write_job_files(sftp, directory, spec, created)
                 except OSError as error:
@@ -119,15 +145,13 @@ class SlurmBackend:
                 submissions.append((index, directory, sbatch_arguments(spec, directory)))
         if submissions:
             for (index, _, _), outcome in zip(
-                submissions, self._run_sbatches(submissions), strict=True
+                submissions, self._run_sbatches(tenant, submissions), strict=True
             ):
                 results[index] = outcome_result(specs[index].name, outcome)
-        finished = [result for result in results if result is not None]
-        assert len(finished) == len(specs), "every spec has a result"
-        return finished
+        return [result for result in results if result is not None]
 
     def _run_sbatches(
-        self, submissions: list[tuple[int, str, list[str]]]
+        self, tenant: Tenant, submissions: list[tuple[int, str, list[str]]]
     ) -> list[SubmissionOutcome]:
         token = f"@@computeshare-{uuid.uuid4().hex}@@"
         script = submission_script(
@@ -135,26 +159,31 @@ class SlurmBackend:
         )
         timeout = self.command_timeout + _SECONDS_PER_SUBMISSION * len(submissions)
         try:
-            result = self.connection.run(["/bin/sh", "-s"], stdin=script.encode(), timeout=timeout)
+            result = self.connection.run(
+                ["/bin/sh", "-s"], stdin=script.encode(), timeout=timeout, as_user=tenant.user
+            )
             return parse_submission_output(result.stdout, token, len(submissions))
         except (RemoteCommandFailed, UnexpectedOutput) as error:
             raise SubmissionUnclear(
-                f"the submission of {len(submissions)} jobs is unclear: {error}"
+                f"the submission of {len(submissions)} jobs as {tenant.user} is unclear: {error}"
             ) from error
 
     # --- Following ------------------------------------------------------------------------------
 
-    def find(self, names: Sequence[str]) -> dict[str, str]:
-        """The job id (for an array, the array's id) of every name squeue or the last 7 days of
-        accounting know. Names that could never have been submitted are not looked up."""
+    def find(self, names: Sequence[str], users: Sequence[str]) -> dict[str, str]:
+        """The job id (for an array, the array's id) of every name that squeue or the last 7
+        days of accounting know among the jobs of `users`. Names that could never have been
+        submitted are not looked up."""
         wanted = list(dict.fromkeys(name for name in names if name and "," not in name))
+        if not wanted or not users:
+            return {}
         found: dict[str, str] = {}
         for chunk in chunks(wanted, NAME_CHUNK):
             queued = parse_squeue_by_name(
-                self._slurm(squeue_by_name_arguments(self.user, chunk)).stdout
+                self._slurm(squeue_by_name_arguments(users, chunk)).stdout
             )
             accounted = parse_sacct_by_name(
-                self._slurm(sacct_by_name_arguments(self.user, chunk)).stdout
+                self._slurm(sacct_by_name_arguments(users, chunk)).stdout
             )
             for source in (accounted, queued):
                 for name, job_id in source.items():
@@ -162,47 +191,60 @@ class SlurmBackend:
                         found[name] = job_id
         return found
 
-    def queue(self) -> list[QueueEntry]:
-        return parse_squeue(self._slurm(squeue_arguments(self.user)).stdout)
+    def queue(self, users: Sequence[str]) -> list[QueueEntry]:
+        if not users:
+            return []
+        return parse_squeue(self._slurm(squeue_arguments(users)).stdout)
 
     def runs(self, job_ids: Sequence[str]) -> list[RunRecord]:
         records: list[RunRecord] = []
         for chunk in chunks(valid_job_ids(job_ids), SACCT_CHUNK):
+            output = self._slurm(sacct_runs_arguments(chunk)).stdout
             records += parse_sacct_runs(
-                self._slurm(sacct_runs_arguments(chunk)).stdout, with_steps=True
+                output, with_steps=True, now=datetime.now(UTC), step_grace=self.record_grace
             )
         return records
 
-    def runs_between(self, start: datetime, end: datetime) -> list[RunRecord]:
-        output = self._slurm(sacct_window_arguments(self.user, start, end)).stdout
-        return [
-            record
-            for record in parse_sacct_runs(output)
-            if record.name.startswith(PLATFORM_NAME_PREFIX)
-        ]
+    def runs_of_users(
+        self, users: Sequence[str], start: datetime, end: datetime
+    ) -> list[RunRecord]:
+        if not users:
+            return []
+        output = self._slurm(sacct_users_arguments(users, start, end)).stdout
+        return parse_sacct_runs(output)
 
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        """One scancel for every id. Slurm versions differ on ids that have ended: 22.05 exits 0
-        in silence, others print "Invalid job id specified" and exit 1; both are success."""
+    def cancel(self, tenant: Tenant | None, job_ids: Sequence[str]) -> None:
+        """One scancel, as the tenant, for every id: a tenant can only ever cancel its own jobs.
+        Slurm versions differ on ids that have ended: 22.05 exits 0 in silence, others print
+        "Invalid job id specified" and exit 1; both are success."""
         if not job_ids:
             return
+        if tenant is None:
+            raise ValueError("jobs on a Slurm cluster are cancelled as their tenant")
         arguments = scancel_arguments(valid_job_ids(job_ids))
-        result = self.connection.run(arguments, timeout=self.command_timeout, check=False)
+        result = self.connection.run(
+            arguments, timeout=self.command_timeout, check=False, as_user=tenant.user
+        )
         if result.exit_status != 0 and not only_ended_jobs_refused(result.stderr):
             raise _command_error(result)
 
     def output_tail(
-        self, directory: str, stream: Stream, array_task_id: int | None, tail_bytes: int
+        self,
+        tenant: Tenant | None,
+        directory: str,
+        stream: Stream,
+        array_task_id: int | None,
+        tail_bytes: int,
     ) -> bytes:
         problem = job_directory_problem(directory)
         if problem is not None:
             raise ValueError(problem)
+        if tenant is None:
+            raise ValueError("output on a Slurm cluster is read as its tenant")
         if tail_bytes <= 0:
             return b""
-        path = posixpath.join(
-            self.connection.home, directory, output_file_name(stream, array_task_id)
-        )
-        with self.connection.sftp(self.command_timeout) as sftp:
+        path = posixpath.join(tenant.home, directory, output_file_name(stream, array_task_id))
+        with self.connection.sftp(self.command_timeout, as_user=tenant.user) as sftp:
             try:
                 with sftp.open(path, "rb") as handle:
                     size = handle.stat().st_size or 0
@@ -247,9 +289,9 @@ def outcome_result(name: str, outcome: SubmissionOutcome) -> SubmitResult:
 def _write_job_files(
     sftp: paramiko.SFTPClient, directory: str, spec: JobSpec, created: set[str]
 ) -> None:
-    """Creates the job directory (and its missing parents, `mkdir -p`) readable by the service
-    user only, and writes the script (0700) and the environment file (0600, it may hold
-    secrets). A file left by an earlier attempt is overwritten."""
+    """Creates the job directory (and its missing parents, `mkdir -p`) readable by the tenant
+    only, and writes the script (0700) and the environment file (0600, it may hold secrets).
+    A file left by an earlier attempt is overwritten."""
     _make_directories(sftp, directory, created)
     _write_file(sftp, posixpath.join(directory, SCRIPT_FILE), spec.script.encode(), 0o700)
     _write_file(

@@ -23,10 +23,16 @@ OUT_OF_MEMORY = "out_of_memory"
 NODE_FAIL = "node_fail"
 PREEMPTED = "preempted"
 UNDETERMINED = "undetermined"
+# Ends of one run that are never a job's last: the job itself asked for them (`scontrol
+# requeue`, a resize), so the run is charged, and a next run follows under the same id.
+REQUEUED = "requeued"
+RESIZED = "resized"
 
 ENDED_STATES = frozenset(
     {COMPLETED, FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED}
 )
+# What a run of accounting can end in: a job's ends, and the ends of a run that another follows.
+RUN_ENDED_STATES = ENDED_STATES | {REQUEUED, RESIZED}
 # Ends that are the cluster owner's doing: such a run is recorded but never charged.
 OWNER_CAUSED_STATES = frozenset({NODE_FAIL, PREEMPTED})
 
@@ -55,13 +61,23 @@ def environment_name_problem(name: str) -> str | None:
 
 
 @dataclass(frozen=True)
+class Tenant:
+    """The Unix account a team's work runs as on a cluster: one of the owner's pool accounts,
+    leased to one team at a time. The platform's service user acts as it through `sudo -n -u`
+    and never runs a team's code itself."""
+
+    user: str
+    home: str  # its home on the login node, absolute: every job directory of the team is in it
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One submission: every resource is an sbatch command-line option the platform builds;
     nothing of the user's reaches an `#SBATCH` line."""
 
     name: str  # the scheduler job name, "cs-<job uuid>": how a job is found again by name
     script: str  # starts with "#!"; written to `directory/job.sh`
-    directory: str  # per-job directory, relative to the backend's root (the login home)
+    directory: str  # per-job directory, relative to the tenant's home (or the local root)
     partition: str
     time_limit_minutes: int
     account: str | None = None
@@ -71,6 +87,9 @@ class JobSpec:
     gpus: int = 0
     array: str | None = None  # "0-99", "1,3,5", "0-999%20"
     environment: Mapping[str, str] = field(default_factory=dict)
+    # Who the job runs as: a leased pool account on a Slurm cluster (`directory` is then
+    # relative to its home); None on the local backend.
+    tenant: Tenant | None = None
 
 
 @dataclass(frozen=True)
@@ -95,6 +114,12 @@ class QueueEntry:
     # A pending array whose tasks have not been split out yet: one line for many tasks,
     # `array_task_id` None and `pending_tasks` the expression ("5-19").
     pending_tasks: str | None = None
+    user: str = ""  # the Unix user the job runs as
+    partition: str = ""
+    cpus: int = 0  # CPUs allocated (asked for, while it pends)
+    start_time: datetime | None = None  # when its current run started; None until it runs
+    # A component of a heterogeneous job (`123+1`): `array_job_id` is the leader's id ("123").
+    het_offset: int | None = None
 
 
 @dataclass(frozen=True)
@@ -116,13 +141,25 @@ class RunRecord:
     elapsed_seconds: int
     allocated_cpus: int
     allocated_gpus: int
-    cpu_seconds: float  # total CPU time (user + system) of every step
+    cpu_seconds: float  # total CPU time (user + system) of this run's steps
     time_limit_minutes: int | None = None
     reason: str = ""
+    user: str = ""  # the Unix user the run ran as
+    partition: str = ""
+    # What the job asked for: the size of a job that has not been allocated anything yet.
+    requested_cpus: int = 0
+    requested_gpus: int = 0
+    # A component of a heterogeneous job (`123+1`, its own raw id): `array_job_id` is the
+    # leader's id ("123"), the id the whole job is cancelled and looked up by.
+    het_offset: int | None = None
+    # False while slurmdbd has only the start or end events of the job, not its own record:
+    # it then names the job "allocation" and has no time limit, so nothing of it but its id
+    # and times can be believed yet.
+    has_own_record: bool = True
 
     @property
     def is_ended(self) -> bool:
-        return self.state in ENDED_STATES
+        return self.state in RUN_ENDED_STATES
 
 
 class Backend(Protocol):
@@ -136,35 +173,45 @@ class Backend(Protocol):
         commands between them; one result per spec, in order."""
         ...
 
-    def find(self, names: Sequence[str]) -> dict[str, str]:
-        """The scheduler job id of every given name that the scheduler knows (queued, running
-        or ended in the last days)."""
+    def find(self, names: Sequence[str], users: Sequence[str]) -> dict[str, str]:
+        """The scheduler job id of every given name that the scheduler knows among the jobs of
+        `users` (queued, running or ended in the last days)."""
         ...
 
-    def queue(self) -> list[QueueEntry]:
-        """Every job of the service user that the scheduler still holds, in one command."""
+    def queue(self, users: Sequence[str]) -> list[QueueEntry]:
+        """Every job of `users` (the cluster's leased tenants) that the scheduler still holds,
+        in one command; nothing, without a command, for no users."""
         ...
 
     def runs(self, job_ids: Sequence[str]) -> list[RunRecord]:
-        """Accounting records of the given job ids (array ids include all their tasks), every
-        run of every requeued job included. Queries in chunks."""
+        """Accounting records of the given job ids (array ids include all their tasks, a
+        heterogeneous job's leader id all its components), every run of every requeued or
+        resized job included, each with its own steps. Queries in chunks."""
         ...
 
-    def runs_between(self, start: datetime, end: datetime) -> list[RunRecord]:
-        """Accounting records of every platform job (name "cs-...") that was running at some
-        time between `start` and `end`: for the nightly reconciliation."""
+    def runs_of_users(
+        self, users: Sequence[str], start: datetime, end: datetime
+    ) -> list[RunRecord]:
+        """Accounting records (without steps) of every run of `users` that was in the system at
+        some time between `start` and `end`, whoever submitted it: how jobs that a team's job
+        submitted itself are found, and what the nightly reconciliation compares."""
         ...
 
-    def cancel(self, job_ids: Sequence[str]) -> None:
-        """Asks the scheduler to cancel these jobs (an array id cancels every task). Ids that
-        have already ended are not an error."""
+    def cancel(self, tenant: Tenant | None, job_ids: Sequence[str]) -> None:
+        """Asks the scheduler, as `tenant`, to cancel these jobs of it (an array id cancels
+        every task). Ids that have already ended are not an error."""
         ...
 
     def output_tail(
-        self, directory: str, stream: Stream, array_task_id: int | None, tail_bytes: int
+        self,
+        tenant: Tenant | None,
+        directory: str,
+        stream: Stream,
+        array_task_id: int | None,
+        tail_bytes: int,
     ) -> bytes:
-        """The last `tail_bytes` of a job's (or array task's) stdout or stderr; b"" before the
-        file exists."""
+        """The last `tail_bytes` of a job's (or array task's) stdout or stderr, read as
+        `tenant`; b"" before the file exists."""
         ...
 
     def close(self) -> None: ...

@@ -74,3 +74,9 @@ class SubmissionUnclear(BridgeError):
     the caller looks the names up before it submits them again."""
 
     is_transient = True
+
+
+class TenantUnavailable(BridgeError):
+    """The service user could not act as a tenant: sudo refused (no rule, a password asked)
+    or the SFTP server program did not start as the tenant. The cluster's setup is at fault,
+    not the network: retrying does not help until the owner fixes it."""

@@ -171,6 +171,33 @@ def parse_cluster_config(text: str) -> tuple[str, str]:
     return wanted["ClusterName"], wanted["SLURM_VERSION"]
 
 
+def parse_config(text: str) -> dict[str, str]:
+    """Every `Key = Value` of `scontrol show config` (the controller's settings as it runs
+    them, defaults included), the value stripped; a key printed twice raises."""
+    settings: dict[str, str] = {}
+    for line in text.splitlines():
+        match = _CONFIG_LINE.fullmatch(line.strip())
+        if match is None:
+            continue
+        key, value = match["key"], match["value"].strip()
+        if key in settings and settings[key] != value:
+            raise UnexpectedOutput(f"scontrol show config printed {key} twice")
+        settings[key] = value
+    return settings
+
+
+def config_read(connection: SSHConnection, *, timeout: float = 30.0) -> dict[str, str]:
+    """The controller's running configuration (see `parse_config`)."""
+    return parse_config(connection.run(list(SCONTROL_CONFIG_COMMAND), timeout=timeout).stdout)
+
+
+def config_list(value: str) -> set[str]:
+    """A comma-separated setting (`AccountingStorageEnforce`, `PrivateData`...) as a set of
+    lower-case words; Slurm prints `(null)` or `none` for an empty one."""
+    words = {word.strip().lower() for word in value.split(",") if word.strip()}
+    return words - {"(null)", "none"}
+
+
 def inventory_read(connection: SSHConnection, *, timeout: float = 30.0) -> ClusterInventory:
     """Reads the inventory of the cluster behind `connection`. `timeout` is the deadline of each
     of the two commands."""

@@ -90,6 +90,9 @@ def sbatch_arguments(spec: JobSpec, job_directory: str) -> list[str]:
     arguments = [
         "sbatch",
         "--parsable",
+        # sbatch also reads `#PBS` and `#BSUB` lines as options unless told not to; the API
+        # refuses scripts that carry them, and this holds the line for whatever gets here.
+        "--ignore-pbs",
         f"--job-name={spec.name}",
         f"--partition={spec.partition}",
         f"--time={spec.time_limit_minutes}",

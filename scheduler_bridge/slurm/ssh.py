@@ -4,9 +4,14 @@ Every command runs under a deadline with stdout and stderr read while it runs, i
 environment (so that the remote user's `SQUEUE_FORMAT` and friends cannot change what Slurm
 prints), and a non-zero exit raises instead of returning output to parse.
 
-Files go over SFTP on the same connection. A connection caps how many channels (commands and the
-SFTP session) it has open at once, because sshd refuses sessions past its `MaxSessions` (10 by
-default) and a refused session looks like a dropped connection."""
+Files go over SFTP on the same connection. A connection caps how many channels (commands and
+SFTP sessions) it has open at once, because sshd refuses sessions past its `MaxSessions` (10 by
+default) and a refused session looks like a dropped connection.
+
+A command or an SFTP session can run as a tenant (a pool account leased to one team) instead of
+the service user: through `sudo -n -u TENANT`, which the owner's sudoers rule allows for the
+members of the tenant group and nobody else. One connection then serves every tenant of a
+cluster, and no team's code ever runs as the service user."""
 
 from __future__ import annotations
 
@@ -14,11 +19,13 @@ import base64
 import binascii
 import io
 import os
+import re
 import select
 import shlex
 import socket
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -32,6 +39,7 @@ from scheduler_bridge.slurm.errors import (
     InvalidKey,
     RemoteCommandFailed,
     RemoteCommandTimeout,
+    TenantUnavailable,
 )
 
 DEFAULT_COMMAND_TIMEOUT = 60.0
@@ -48,6 +56,20 @@ _CLEAN_ENVIRONMENT_PREFIX = (
     "LANG=C.UTF-8 LC_ALL=C.UTF-8 TZ=UTC "
     '${SLURM_CONF:+SLURM_CONF="$SLURM_CONF"} /bin/sh -c '
 )
+# The same inside `sudo -n -u TENANT` (never a password prompt: a missing rule is an error).
+# sudo resets the environment and sets HOME, USER and LOGNAME to the tenant's; the service
+# user's PATH is given back (sudo's secure_path may not hold the site's Slurm) with the same
+# locale, time zone and SLURM_CONF, and the command starts in the tenant's home.
+_TENANT_PREFIX = (
+    "exec sudo -n -u {user} -- /usr/bin/env "
+    'PATH="$PATH" LANG=C.UTF-8 LC_ALL=C.UTF-8 TZ=UTC '
+    '${{SLURM_CONF:+SLURM_CONF="$SLURM_CONF"}} /bin/sh -c '
+)
+_UNIX_USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
+# Where Linux distributions put OpenSSH's SFTP server program.
+DEFAULT_SFTP_SERVER = "/usr/lib/openssh/sftp-server"
+# How many SFTP sessions a connection keeps open between uses (each holds a channel).
+_CACHED_SFTP_SESSIONS = 2
 
 
 @dataclass(frozen=True)
@@ -59,6 +81,9 @@ class SSHSettings:
     host_key: str
     connect_timeout: float = 10.0
     keepalive_seconds: int = 30
+    # The SFTP server program that tenants' sessions run under sudo (the path on the cluster's
+    # `Subsystem sftp` line; found by verification).
+    sftp_server: str = DEFAULT_SFTP_SERVER
 
 
 @dataclass(frozen=True)
@@ -130,11 +155,25 @@ def _connect_failure(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
-def remote_command(arguments: Sequence[str] | str) -> str:
+def remote_command(arguments: Sequence[str] | str, *, as_user: str | None = None) -> str:
     """The exact text sent to the remote shell: the command (each argument quoted when given as a
-    list) run by /bin/sh inside a clean environment."""
+    list) run by /bin/sh inside a clean environment, as the service user or, with `as_user`,
+    as that tenant through sudo, in its home."""
     inner = arguments if isinstance(arguments, str) else shlex.join(arguments)
+    if as_user is not None:
+        # A single command replaces the tenant's shell: nothing of the tenant's stays between
+        # sudo and the command (a scrub ends every process of the tenant but itself).
+        start = inner if isinstance(arguments, str) else f"exec {inner}"
+        inner = _TENANT_PREFIX.format(user=tenant_name(as_user)) + shlex.quote(f"cd && {start}")
     return _CLEAN_ENVIRONMENT_PREFIX + shlex.quote(inner)
+
+
+def tenant_name(user: str) -> str:
+    """`user` when it is a plain Unix user name; raises ValueError for anything else, so that
+    no other text reaches sudo's command line as a user."""
+    if not _UNIX_USER.fullmatch(user):
+        raise ValueError(f"not a Unix user name: {user!r}")
+    return user
 
 
 # Clients inherited from a parent process: never used, closed or garbage-collected in the child,
@@ -155,9 +194,18 @@ def _abandon(client: paramiko.SSHClient) -> None:
     _INHERITED_CLIENTS.append(client)
 
 
+@dataclass
+class _SftpSlot:
+    """One user's SFTP session on a connection, used by one thread at a time."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    client: paramiko.SFTPClient | None = None
+
+
 class SSHConnection:
-    """A connection to one login node, shared by threads: every command and the SFTP session
-    run on channels of one transport, at most `max_channels` at a time.
+    """A connection to one login node, shared by threads: every command and SFTP session run on
+    channels of one transport, at most `max_channels` at a time. SFTP sessions are kept open
+    between uses, one per user (the service user's or a tenant's), the most recently used few.
 
     A connection opened in a parent process is never used in a forked child: the child opens its
     own (a transport's socket and threads cannot be shared across processes)."""
@@ -169,8 +217,8 @@ class SSHConnection:
         self._opened_in_process: int | None = None
         self._lock = threading.RLock()
         self._channels = threading.BoundedSemaphore(max_channels)
-        self._sftp: paramiko.SFTPClient | None = None
-        self._sftp_lock = threading.Lock()
+        # user (None: the service user) -> session, least recently used first
+        self._sftp_slots: OrderedDict[str | None, _SftpSlot] = OrderedDict()
         self._home: str | None = None
 
     def __enter__(self) -> SSHConnection:
@@ -259,22 +307,24 @@ class SSHConnection:
         without taking the connection's locks, which a thread of the parent may have held at
         the fork. The next use opens the child's own connection."""
         self._lock = threading.RLock()
-        self._sftp_lock = threading.Lock()
+        self._sftp_slots = OrderedDict()
         self._drop_client()
 
     def _drop_client(self) -> None:
-        """Closes the client (and its SFTP session), or abandons it when a parent opened it."""
+        """Closes the client (and its SFTP sessions), or abandons it when a parent opened it."""
         client, self._client = self._client, None
-        sftp, self._sftp = self._sftp, None
+        sessions = [slot.client for slot in self._sftp_slots.values() if slot.client is not None]
+        for slot in self._sftp_slots.values():
+            slot.client = None
         if client is None:
             return
         if self._opened_in_process != os.getpid():
             _abandon(client)
-            # The parent's SFTP slot is not ours to give back: this process starts afresh.
+            # The parent's SFTP slots are not ours to give back: this process starts afresh.
             self._channels = threading.BoundedSemaphore(self.max_channels)
             return
-        if sftp is not None:
-            sftp.close()
+        for session in sessions:
+            session.close()
             self._channels.release()
         client.close()
 
@@ -291,59 +341,89 @@ class SSHConnection:
 
     @property
     def home(self) -> str:
-        """The service user's home directory on the login node: the root of every job directory.
-        Resolved once over SFTP (the server's idea of `.`), not from a shell variable."""
+        """The service user's home directory on the login node, resolved once over SFTP (the
+        server's idea of `.`), not from a shell variable."""
         if self._home is None:
             with self.sftp() as sftp:
                 self._home = sftp.normalize(".")
         return self._home
 
     @contextmanager
-    def sftp(self, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> Iterator[paramiko.SFTPClient]:
-        """The connection's SFTP session, opened on first use and again after a drop, held by
-        one thread at a time. Each SFTP request waits at most `timeout` for its answer.
+    def sftp(
+        self, timeout: float = DEFAULT_COMMAND_TIMEOUT, *, as_user: str | None = None
+    ) -> Iterator[paramiko.SFTPClient]:
+        """An SFTP session of the service user or, with `as_user`, of that tenant (the SFTP
+        server program started as the tenant through sudo, in its home): opened on first use
+        and again after a drop, held by one thread at a time. Each SFTP request waits at most
+        `timeout` for its answer.
 
         SFTP status errors (a missing file, a refused permission) pass through as paramiko's
-        `OSError`s; a dropped connection raises `ClusterUnreachable`."""
-        with self._sftp_lock:
-            sftp = self._open_sftp(timeout)
-            channel = sftp.get_channel()
-            if channel is not None:
-                channel.settimeout(timeout)
-            try:
-                yield sftp
-            except TimeoutError as error:
-                # A late answer could still come: the session is not trusted again.
-                self._drop_sftp(sftp)
-                raise RemoteCommandTimeout("(sftp)", timeout) from error
-            except (OSError, EOFError, paramiko.SSHException) as error:
-                channel = sftp.get_channel()
-                session_alive = channel is not None and not channel.closed and self.is_open
-                if isinstance(error, OSError) and session_alive:
-                    raise  # an answer of the server (no such file, ...): the session is fine
-                self._drop_sftp(sftp)
-                if not self.is_open:
-                    self.close()
-                raise ClusterUnreachable(f"the SFTP session failed: {error}") from error
-
-    def _drop_sftp(self, sftp: paramiko.SFTPClient) -> None:
+        `OSError`s; a dropped connection raises `ClusterUnreachable`; a tenant that the service
+        user cannot act as raises `TenantUnavailable`."""
+        if as_user is not None:
+            tenant_name(as_user)
         with self._lock:
-            if self._sftp is not sftp:
+            slot = self._sftp_slots.get(as_user)
+            if slot is None:
+                slot = self._sftp_slots[as_user] = _SftpSlot()
+            self._sftp_slots.move_to_end(as_user)
+        try:
+            with slot.lock:
+                sftp = self._open_sftp(slot, as_user, timeout)
+                channel = sftp.get_channel()
+                if channel is not None:
+                    channel.settimeout(timeout)
+                try:
+                    yield sftp
+                except TimeoutError as error:
+                    # A late answer could still come: the session is not trusted again.
+                    self._drop_sftp(slot, sftp)
+                    raise RemoteCommandTimeout("(sftp)", timeout) from error
+                except (OSError, EOFError, paramiko.SSHException) as error:
+                    channel = sftp.get_channel()
+                    session_alive = channel is not None and not channel.closed and self.is_open
+                    if isinstance(error, OSError) and session_alive:
+                        raise  # an answer of the server (no such file, ...): the session is fine
+                    self._drop_sftp(slot, sftp)
+                    if not self.is_open:
+                        self.close()
+                    raise ClusterUnreachable(f"the SFTP session failed: {error}") from error
+        finally:
+            self._close_idle_sftp_sessions()
+
+    def _close_idle_sftp_sessions(self) -> None:
+        """Closes the least recently used sessions beyond the few kept open, unless in use:
+        each open session holds a channel that commands could use."""
+        with self._lock:
+            open_slots = [slot for slot in self._sftp_slots.values() if slot.client is not None]
+            for slot in open_slots[: max(0, len(open_slots) - _CACHED_SFTP_SESSIONS)]:
+                if slot.lock.acquire(blocking=False):
+                    try:
+                        if slot.client is not None:
+                            self._drop_sftp(slot, slot.client)
+                    finally:
+                        slot.lock.release()
+
+    def _drop_sftp(self, slot: _SftpSlot, sftp: paramiko.SFTPClient) -> None:
+        with self._lock:
+            if slot.client is not sftp:
                 return  # the connection was closed (and its SFTP slot freed) meanwhile
-            self._sftp = None
+            slot.client = None
             sftp.close()
             self._channels.release()
 
-    def _open_sftp(self, timeout: float) -> paramiko.SFTPClient:
-        """The open SFTP session, or a new one. Called with `_sftp_lock` held."""
+    def _open_sftp(
+        self, slot: _SftpSlot, as_user: str | None, timeout: float
+    ) -> paramiko.SFTPClient:
+        """The slot's open SFTP session, or a new one. Called with the slot's lock held."""
         with self._lock:
-            sftp = self._sftp
+            sftp = slot.client
             if sftp is not None:
                 channel = sftp.get_channel()
                 if channel is not None and not channel.closed and self.is_open:
                     return sftp
-                self._drop_sftp(sftp)
-        # The slot is taken before the connection lock, in the same order as `run` takes them.
+                self._drop_sftp(slot, sftp)
+        # The channel slot is taken before the connection lock, in the same order as `run`.
         channels = self._channels
         if not channels.acquire(timeout=timeout):
             raise RemoteCommandTimeout("(waiting for a free channel) sftp", timeout)
@@ -352,14 +432,44 @@ class SSHConnection:
             with self._lock:
                 client = self._client
                 assert client is not None
-                sftp = client.open_sftp()
-                self._sftp = sftp
+                if as_user is None:
+                    sftp = client.open_sftp()
+                else:
+                    sftp = self._open_tenant_sftp(client, as_user, timeout)
+                slot.client = sftp
                 return sftp
         except BaseException as error:
             channels.release()
             if isinstance(error, OSError | EOFError | paramiko.SSHException):
                 self.close()
                 raise ClusterUnreachable(f"cannot open an SFTP session: {error}") from error
+            raise
+
+    def _open_tenant_sftp(
+        self, client: paramiko.SSHClient, user: str, timeout: float
+    ) -> paramiko.SFTPClient:
+        """An SFTP session whose server runs as `user`: its program started under sudo on a
+        plain session channel (what the `sftp` subsystem would start as the service user),
+        with a umask that keeps new files the tenant's alone."""
+        transport = client.get_transport()
+        if transport is None or not transport.is_active():
+            raise ClusterUnreachable("the SSH connection is closed")
+        channel = transport.open_session(timeout=min(timeout, self.settings.connect_timeout))
+        channel.settimeout(timeout)
+        command = remote_command([self.settings.sftp_server, "-u", "077"], as_user=user)
+        channel.exec_command(command)
+        try:
+            return paramiko.SFTPClient(channel)
+        except (EOFError, paramiko.SSHException) as error:
+            # The server never spoke: sudo refused, or the program is missing. Its words are on
+            # stderr; the connection itself is fine.
+            reason = _drain_stderr(channel) or str(error)
+            channel.close()
+            if self.is_open:
+                raise TenantUnavailable(
+                    f"cannot start an SFTP session as {user} "
+                    f"({self.settings.sftp_server} through sudo): {reason}"
+                ) from error
             raise
 
     def run(
@@ -369,13 +479,17 @@ class SSHConnection:
         timeout: float = DEFAULT_COMMAND_TIMEOUT,
         stdin: bytes | None = None,
         check: bool = True,
+        as_user: str | None = None,
     ) -> CommandResult:
-        """Runs one command. A list is quoted argument by argument; a string is a shell command
+        """Runs one command, as the service user or, with `as_user`, as that tenant (through
+        sudo, in its home). A list is quoted argument by argument; a string is a shell command
         line the caller built from quoted parts. Raises `RemoteCommandFailed` on a non-zero exit
         (unless `check` is false), `RemoteCommandTimeout` past the deadline and
         `ClusterUnreachable` when the connection drops."""
-        command = remote_command(arguments)
+        command = remote_command(arguments, as_user=as_user)
         shown = arguments if isinstance(arguments, str) else shlex.join(arguments)
+        if as_user is not None:
+            shown = f"({as_user}) {shown}"
         started = time.monotonic()
         deadline = started + timeout
         with self._channel_slot(timeout, shown):
@@ -466,3 +580,18 @@ class SSHConnection:
                 select.select([channel], [], [], min(remaining, 0.5))
             except (OSError, ValueError):  # the channel closed under us
                 time.sleep(0.01)
+
+
+def _drain_stderr(channel: paramiko.Channel) -> str:
+    """What a channel's command wrote to stderr before it ended, at most a few lines."""
+    deadline = time.monotonic() + 2.0
+    data = bytearray()
+    while time.monotonic() < deadline:
+        if channel.recv_stderr_ready():
+            data.extend(channel.recv_stderr(_READ_CHUNK))
+            continue
+        if channel.exit_status_ready() or channel.closed:
+            break
+        time.sleep(0.01)
+    lines = [line.strip() for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
+    return "; ".join(lines[-3:])

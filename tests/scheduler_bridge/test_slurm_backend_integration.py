@@ -1,7 +1,7 @@
-"""SlurmBackend against the real test cluster over SSH. The cluster has 2 CPUs and other people's
-jobs: every job here is a few seconds long and carries a unique name, and only those are
-cancelled. The cluster is this machine, so a file an injected command would create on the login
-node is visible here."""
+"""SlurmBackend against the real test cluster over SSH, as the service user acting as a tenant of
+the fixed pool. The cluster has 2 CPUs and other people's jobs: every job here is a few seconds
+long and carries a unique name, and only those are cancelled. The cluster is this machine, so a
+file an injected command would create on the login node is visible here."""
 
 import time
 import uuid
@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from scheduler_bridge.backends.slurm import SlurmBackend
-from scheduler_bridge.backends.types import CANCELLED, COMPLETED, PENDING, RUNNING, JobSpec
+from scheduler_bridge.backends.types import (
+    CANCELLED,
+    COMPLETED,
+    PENDING,
+    RUNNING,
+    JobSpec,
+    Tenant,
+)
+from scheduler_bridge.slurm.errors import RemoteCommandFailed
 from scheduler_bridge.slurm.ssh import SSHConnection
 
 pytestmark = pytest.mark.slurm
@@ -26,22 +34,30 @@ def unique():
 
 
 @pytest.fixture(scope="module")
-def backend(testcluster, unique):
+def tenant(testcluster) -> Tenant:
+    account = testcluster.fixed_pool.tenants[0]
+    return Tenant(account.user, account.home)
+
+
+@pytest.fixture(scope="module")
+def backend(testcluster, unique, tenant):
     connection = SSHConnection(testcluster.ssh_settings())
     backend = SlurmBackend(connection, command_timeout=30)
     yield backend
-    connection.run(["rm", "-rf", f"{connection.home}/computeshare-tests/{unique}"])
+    connection.run(["rm", "-rf", f"{tenant.home}/computeshare-tests/{unique}"], as_user=tenant.user)
     backend.close()
 
 
 def job(unique: str, label: str, script: str, testcluster, **changes) -> JobSpec:
+    account = testcluster.fixed_pool.tenants[0]
     values = {
         "name": f"cs-test-{label}-{unique}",
         "script": "#!/bin/sh\n" + script,
         "directory": f"computeshare-tests/{unique}/{label}",
         "partition": testcluster.partition,
-        "account": testcluster.account,
+        "account": testcluster.fixed_pool.account,
         "time_limit_minutes": 1,
+        "tenant": Tenant(account.user, account.home),
     }
     return JobSpec(**{**values, **changes})
 
@@ -60,7 +76,7 @@ def wait_for_ended_runs(backend: SlurmBackend, job_ids: list[str], count: int):
 
 
 def test_a_batch_submits_a_job_and_an_array_and_refuses_a_bad_partition(
-    backend, testcluster, unique
+    backend, testcluster, unique, tenant
 ):
     single = job(unique, "single", "echo hello; sleep 1\n", testcluster)
     array = job(unique, "array", 'echo "task $SLURM_ARRAY_TASK_ID"\n', testcluster, array="0-2")
@@ -80,46 +96,69 @@ def test_a_batch_submits_a_job_and_an_array_and_refuses_a_bad_partition(
     assert "control character" in results[3].error
     single_id, array_id = results[0].scheduler_job_id, results[1].scheduler_job_id
 
-    queued = [entry for entry in backend.queue() if entry.name in (single.name, array.name)]
-    found = backend.find([single.name, array.name, refused.name])
+    queued = [
+        entry for entry in backend.queue([tenant.user]) if entry.name in (single.name, array.name)
+    ]
+    found = backend.find([single.name, array.name, refused.name], [tenant.user])
+    other = testcluster.fixed_pool.tenants[1].user
     records = wait_for_ended_runs(backend, [single_id, array_id], count=4)
 
     assert {entry.array_job_id for entry in queued} <= {single_id, array_id}
     assert all(entry.state in (PENDING, RUNNING) or entry.state == "completing" for entry in queued)
+    assert {entry.user for entry in queued} <= {tenant.user}
     assert found == {single.name: single_id, array.name: array_id}
+    # A name is looked up among the given tenants' jobs only: another team's job may take any.
+    assert backend.find([single.name], [other]) == {}
     by_job = {record.job_id: record for record in records}
     assert set(by_job) == {single_id, f"{array_id}_0", f"{array_id}_1", f"{array_id}_2"}
     assert all(record.state == COMPLETED and record.exit_code == 0 for record in records)
     assert all(record.allocated_cpus == 1 for record in records)
+    assert all(record.user == tenant.user for record in records)
     assert by_job[single_id].elapsed_seconds >= 1
     assert by_job[single_id].start_time <= by_job[single_id].end_time
     assert by_job[f"{array_id}_2"].array_task_id == 2
-    assert backend.output_tail(single.directory, "stdout", None, 1024) == b"hello\n"
-    assert backend.output_tail(single.directory, "stdout", None, 3) == b"lo\n"
-    assert backend.output_tail(single.directory, "stderr", None, 1024) == b""
-    assert backend.output_tail(array.directory, "stdout", 2, 1024) == b"task 2\n"
-    assert backend.output_tail(array.directory, "stdout", 7, 1024) == b""
-    recent = backend.runs_between(started, datetime.now(UTC) + timedelta(minutes=1))
+    assert backend.output_tail(tenant, single.directory, "stdout", None, 1024) == b"hello\n"
+    assert backend.output_tail(tenant, single.directory, "stdout", None, 3) == b"lo\n"
+    assert backend.output_tail(tenant, single.directory, "stderr", None, 1024) == b""
+    assert backend.output_tail(tenant, array.directory, "stdout", 2, 1024) == b"task 2\n"
+    assert backend.output_tail(tenant, array.directory, "stdout", 7, 1024) == b""
+    recent = backend.runs_of_users([tenant.user], started, datetime.now(UTC) + timedelta(minutes=1))
     assert {single_id, f"{array_id}_1"} <= {record.job_id for record in recent}
-    assert all(record.name.startswith("cs-") for record in recent)
+    assert all(record.user == tenant.user for record in recent)
 
 
-def test_cancel_ends_a_job_cancelled_and_cancelling_it_again_is_fine(backend, testcluster, unique):
+def test_cancel_ends_a_job_cancelled_and_cancelling_it_again_is_fine(
+    backend, testcluster, unique, tenant
+):
     spec = job(unique, "cancelled", "sleep 50\n", testcluster)
     [result] = backend.submit([spec])
     job_id = result.scheduler_job_id
 
-    backend.cancel([job_id])
+    backend.cancel(tenant, [job_id])
     [record] = wait_for_ended_runs(backend, [job_id], count=1)
-    backend.cancel([job_id, job_id])
+    backend.cancel(tenant, [job_id, job_id])
 
     assert record.state == CANCELLED
     assert record.scheduler_state.startswith("CANCELLED")
-    assert job_id not in {entry.array_job_id for entry in backend.queue()}
+    assert job_id not in {entry.array_job_id for entry in backend.queue([tenant.user])}
+
+
+def test_another_tenant_cannot_cancel_the_job(backend, testcluster, unique, tenant):
+    spec = job(unique, "not-yours", "sleep 50\n", testcluster)
+    [result] = backend.submit([spec])
+    job_id = result.scheduler_job_id
+    other = testcluster.fixed_pool.tenants[1]
+
+    with pytest.raises(RemoteCommandFailed, match=r"(?i)permission|denied|not allowed"):
+        backend.cancel(Tenant(other.user, other.home), [job_id])
+    queued = {entry.array_job_id for entry in backend.queue([tenant.user])}
+    backend.cancel(tenant, [job_id])
+
+    assert job_id in queued
 
 
 def test_names_environment_and_scripts_arrive_as_data_never_as_commands(
-    backend, testcluster, unique
+    backend, testcluster, unique, tenant
 ):
     marker = Path(f"/tmp/pwned-{unique}")  # the login node is this machine
     hostile = f'it\'s "quoted" $(touch {marker}) `touch {marker}`; touch {marker} | ü ✓ 計算 $HOME'
@@ -134,16 +173,21 @@ def test_names_environment_and_scripts_arrive_as_data_never_as_commands(
     )
 
     [result] = backend.submit([spec])
-    found = backend.find([spec.name])
+    found = backend.find([spec.name], [tenant.user])
     [record] = wait_for_ended_runs(backend, [result.scheduler_job_id], count=1)
-    script_path = f"{backend.connection.home}/{spec.directory}/job.sh"
-    with backend.connection.sftp() as sftp, sftp.open(script_path) as handle:
+    script_path = f"{tenant.home}/{spec.directory}/job.sh"
+    with (
+        backend.connection.sftp(as_user=tenant.user) as sftp,
+        sftp.open(script_path) as handle,
+    ):
         written_script = handle.read().decode()
+        mode = sftp.stat(script_path).st_mode & 0o777
 
     assert result.error is None
     assert found == {spec.name: result.scheduler_job_id}
     assert (record.state, record.name) == (COMPLETED, spec.name)
     assert written_script == spec.script
-    output = backend.output_tail(spec.directory, "stdout", None, 4096).decode()
+    assert mode == 0o700
+    output = backend.output_tail(tenant, spec.directory, "stdout", None, 4096).decode()
     assert output == f"{hostile}\nnext line\n$(touch {marker})\n"
     assert not marker.exists()

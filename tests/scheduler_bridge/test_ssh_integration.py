@@ -55,7 +55,9 @@ def test_sinfo_over_ssh_with_the_pinned_host_key(connection, testcluster):
     assert all(int(row["CPUs"]) >= 1 for row in rows)
 
 
-def test_a_one_line_job_runs_and_is_completed_in_sacct(connection, testcluster):
+def test_a_one_line_job_runs_as_a_tenant_and_is_completed_in_sacct(connection, testcluster):
+    """The service user runs no job itself: it acts as a tenant of the pool through sudo."""
+    tenant = testcluster.fixed_pool.tenants[0].user
     result = connection.run(
         [
             "sbatch",
@@ -65,7 +67,7 @@ def test_a_one_line_job_runs_and_is_completed_in_sacct(connection, testcluster):
             "--comment",
             "foundation",
             "--account",
-            testcluster.account,
+            testcluster.fixed_pool.account,
             "--partition",
             testcluster.partition,
             "--time",
@@ -74,7 +76,8 @@ def test_a_one_line_job_runs_and_is_completed_in_sacct(connection, testcluster):
             "/dev/null",
             "--wrap",
             "echo hello from slurm",
-        ]
+        ],
+        as_user=tenant,
     )
     job_id = parse_sbatch_parsable(result.stdout).job_id
 
@@ -86,7 +89,10 @@ def test_a_one_line_job_runs_and_is_completed_in_sacct(connection, testcluster):
             break
         time.sleep(0.5)
 
-    assert state == "COMPLETED"
+    user = connection.run(
+        ["sacct", "--noheader", "--parsable2", "-X", "-j", job_id, "-o", "User"]
+    ).stdout.strip()
+    assert (state, user) == ("COMPLETED", tenant)
     comment = connection.run(
         ["sacct", "--noheader", "--parsable2", "-X", "-j", job_id, "-o", "Comment"]
     ).stdout.strip()

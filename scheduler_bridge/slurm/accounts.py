@@ -1,10 +1,20 @@
 """Slurm accounts that the platform manages for the organizations that buy time on a cluster.
 
-Each buying organization gets one account per cluster (`account_name_for`), the platform's
-service user gets an association with it so that jobs run with `--account=<account>`, and the
-time bought becomes a GrpTRESMins limit on the account's association. Every operation reads
-before it writes and says whether it changed anything, so a task can run it again after a
-failure without side effects.
+Each buying organization gets one account per cluster (`account_name_for`) and a QOS of the same
+name with `Flags=NoDecay`: the account's association has that QOS as its only QOS and its default,
+so every job of every user in the account draws on it, and the time bought becomes the QOS's
+`GrpTRESMins` (usage on a NoDecay QOS never decays, whatever the site's PriorityDecayHalfLife).
+Nobody but the team's leased tenant is ever in the account: `tenant_join` moves the tenant in for
+a lease (and makes the account its default, so that a job submitted from inside a job is charged
+there too), `tenant_leave` moves it back to the idle account, which runs nothing. The platform's
+service user has no association with team accounts at all; it only runs sacctmgr.
+
+Managing a QOS (adding one, changing its limit or flags) takes AdminLevel=Administrator:
+slurmdbd refuses both to an Operator, which is enough for accounts and associations only.
+
+Every operation reads before it writes and says whether it changed anything, so a task can run
+it again after a failure without side effects (sacctmgr records a `modify` in its transaction
+log even when it changes nothing).
 
 sacctmgr reports "there was nothing to do" with a message and an exit status that is also used
 for real errors (1 on Slurm 22.05), so the commands that may find nothing to do are run
@@ -15,6 +25,7 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from scheduler_bridge.slurm.errors import BridgeError, RemoteCommandFailed, UnexpectedOutput
@@ -22,23 +33,55 @@ from scheduler_bridge.slurm.parsers import parse_parsable2
 from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection
 
 ACCOUNT_PREFIX = "cs-"
-ASSOCIATION_FIELDS = ("Cluster", "Account", "User", "Partition", "GrpTRESMins")
+ASSOCIATION_FIELDS = (
+    "Cluster",
+    "Account",
+    "User",
+    "Partition",
+    "QOS",
+    "DefaultQOS",
+    "GrpTRESMins",
+    "MaxJobs",
+)
+# `show user withassoc`: one row per association, with the user's default account on each.
+USER_ASSOCIATION_FIELDS = (
+    "User",
+    "DefaultAccount",
+    "Cluster",
+    "Account",
+    "Partition",
+    "QOS",
+    "DefaultQOS",
+    "GrpTRESMins",
+    "MaxJobs",
+)
+QOS_FIELDS = ("Name", "GrpTRESMins", "Flags")
+DEFAULT_ACCOUNT_FIELDS = ("User", "DefaultAccount")
+# The only flag a team's QOS carries: its usage never decays, so its GrpTRESMins is a budget.
+QOS_FLAGS = frozenset({"NoDecay"})
 
 # Account, cluster and user names go into `where name=...` conditions, where a comma would make
 # a list and a space or `=` another condition; sacctmgr also lowercases names, so an upper-case
 # name would not read back as written.
 _SLURM_NAME = re.compile(r"[a-z0-9_][a-z0-9_.-]*")
+# The accounts `account_name_for` makes, and only those: the ones a tenant may be moved out of.
+_TEAM_ACCOUNT = re.compile(re.escape(ACCOUNT_PREFIX) + r"[0-9a-f]{16}")
 _DIGITS = re.compile(r"[0-9]+")
 _NOTHING_NEW_ADDED = "Nothing new added."
 _NOTHING_MODIFIED = "Nothing modified"
+_NOTHING_DELETED = "Nothing deleted"
+_JOBS_ACTIVE = "Job(s) active"
+_ACCESS_DENIED = "Access/permission denied"
 _GPU_TRES_UNKNOWN = "no TRES known by type gres/gpu"
+_ACTIVE_JOB_ID = re.compile(r"JobID = ([0-9_+\[\]-]+)")
 _CPU_TRES = "cpu"
 _GPU_TRES = "gres/gpu"
 _CLEARED = -1  # what sacctmgr takes to remove one TRES from a limit
 
 
 class AccountMissing(BridgeError):
-    """The account has no association on the cluster, so it has no limit to read or set."""
+    """The account (or its QOS) does not exist on the cluster, so it has no limit to read or set
+    and no tenant can join it."""
 
 
 class TresNotTracked(BridgeError):
@@ -46,13 +89,68 @@ class TresNotTracked(BridgeError):
     until slurm.conf lists it in AccountingStorageTRES."""
 
 
+class TenantInAnotherAccount(BridgeError):
+    """The tenant still has an association with another team's account (its last lease did not
+    leave it): joining would let two teams share the account's Unix user."""
+
+
+class AssociationInUse(RemoteCommandFailed):
+    """sacctmgr refused to delete an association because jobs of it are still pending or
+    running; the tenant's jobs must be cancelled (and gone from the queue) first."""
+
+    def __init__(self, result: CommandResult, *, user: str, account: str) -> None:
+        super().__init__(result.command, result.exit_status, result.stdout, result.stderr)
+        self.job_ids = tuple(_ACTIVE_JOB_ID.findall(result.stderr))
+        listed = ", ".join(self.job_ids) or "unknown"
+        self.args = (
+            f"sacctmgr refused to remove {user} from account {account}: jobs still active "
+            f"({listed})",
+        )
+
+
+class AdminLevelTooLow(RemoteCommandFailed):
+    """slurmdbd refused a change to the service user: managing the teams' QOS needs
+    AdminLevel=Administrator (an Operator may change accounts and associations, not QOS)."""
+
+    def __init__(self, result: CommandResult) -> None:
+        super().__init__(result.command, result.exit_status, result.stdout, result.stderr)
+        self.args = (
+            f"sacctmgr refused ({_ACCESS_DENIED}): managing QOS needs the service user at "
+            f"AdminLevel=Administrator: {result.command}",
+        )
+
+
 @dataclass(frozen=True)
 class AccountLimit:
     account: str
     cpu_minutes: int | None
-    """GrpTRESMins cpu=...; None when not set."""
+    """GrpTRESMins cpu=... of the account's QOS; None when not set."""
     gpu_minutes: int | None
-    """GrpTRESMins gres/gpu=...; None when not set."""
+    """GrpTRESMins gres/gpu=... of the account's QOS; None when not set."""
+
+
+@dataclass(frozen=True)
+class Association:
+    """One row of `sacctmgr show assoc`: the account's own (`user` empty) or a user's."""
+
+    cluster: str
+    account: str
+    user: str
+    partition: str
+    qos: tuple[str, ...]
+    """The QOS the association's jobs may use, sorted (as sacctmgr prints them)."""
+    default_qos: str
+    grp_tres_mins: str
+    """The association's own GrpTRESMins, as sacctmgr prints it (empty when none)."""
+    max_jobs: int | None
+
+
+@dataclass(frozen=True)
+class Qos:
+    name: str
+    cpu_minutes: int | None
+    gpu_minutes: int | None
+    flags: frozenset[str]
 
 
 def account_name_for(organization_id: str) -> str:
@@ -60,7 +158,8 @@ def account_name_for(organization_id: str) -> str:
 
     Deterministic, so that the account can be found again from the organization alone; short and
     lowercase, because sacctmgr lowercases names and prints them in fixed-width columns. 64 bits
-    of the UUID keep collisions out of reach. Raises ValueError for anything but a UUID."""
+    of the UUID keep collisions out of reach. Raises ValueError for anything but a UUID. The
+    account's QOS has the same name."""
     try:
         parsed = uuid.UUID(organization_id)
     except (ValueError, TypeError, AttributeError) as error:
@@ -68,59 +167,99 @@ def account_name_for(organization_id: str) -> str:
     return ACCOUNT_PREFIX + parsed.hex[:16]
 
 
+def is_team_account(name: str) -> bool:
+    """Whether `name` is an account `account_name_for` makes (a team's, managed here)."""
+    return _TEAM_ACCOUNT.fullmatch(name) is not None
+
+
+# --- A team's account and its QOS ----------------------------------------------------------------
+
+
 def account_ensure(
     connection: SSHConnection,
     *,
     cluster_name: str,
     account: str,
-    user: str,
     description: str,
     organization: str,
     timeout: float = 30.0,
 ) -> bool:
-    """Makes sure `account` exists on the cluster and `user` (the platform's service user) has
-    an association with it, so that the user's jobs may run with `--account=<account>`.
+    """Makes sure the QOS `account` exists with `Flags=NoDecay` alone, and the account exists on
+    the cluster with that QOS as its only QOS and its default QOS (sacctmgr hands the change on
+    to the users' associations in the account). An association-level GrpTRESMins on the account
+    (where older versions kept the limit) is cleared: the limit is the QOS's alone.
 
-    Returns True when it added the account or the association, False when both existed. An
-    existing account keeps its description and organization. `description` and `organization`
-    are free text: see `sacctmgr_text`. `timeout` is the deadline of each command."""
-    for kind, name in (("cluster", cluster_name), ("account", account), ("user", user)):
+    Adds no user association. Returns True when it changed anything, False when all was in
+    place. An existing account keeps its description and organization. `description` and
+    `organization` are free text: see `sacctmgr_text`. `timeout` is the deadline of each
+    command. Raises `AdminLevelTooLow` when the service user may not manage QOS."""
+    for kind, name in (("cluster", cluster_name), ("account", account)):
         _require_slurm_name(kind, name)
-    rows = _associations(connection, cluster_name, account, timeout)
+    qos = _qos_get(connection, account, timeout)
     changed = False
-    if _account_row(rows) is None:
+    if qos is None:
+        arguments = ["sacctmgr", "-i", "add", "qos", account, f"flags={_flags_text(QOS_FLAGS)}"]
+        changed |= _add(connection, arguments, timeout)
+    elif qos.flags != QOS_FLAGS:
+        arguments = [
+            "sacctmgr",
+            "-i",
+            "modify",
+            "qos",
+            "where",
+            f"name={account}",
+            "set",
+            f"flags={_flags_text(QOS_FLAGS)}",
+        ]
+        _require_modified(connection.run(arguments, timeout=timeout, check=False), account)
+        changed = True
+    own = _account_row(_associations(connection, cluster_name, account=account, timeout=timeout))
+    if own is None:
         arguments = ["sacctmgr", "-i", "add", "account", account, f"cluster={cluster_name}"]
         # An empty text is left out: sacctmgr then defaults to the account name.
         for key, text in (("description", description), ("organization", organization)):
             if cleaned := sacctmgr_text(text):
                 arguments.append(f"{key}={cleaned}")
-        changed |= _add(connection, arguments, timeout)
-    if not any(row["User"] == user and not row["Partition"] for row in rows):
-        arguments = [
-            "sacctmgr",
-            "-i",
-            "add",
-            "user",
-            user,
-            f"account={account}",
-            f"cluster={cluster_name}",
-        ]
-        changed |= _add(connection, arguments, timeout)
+        arguments += [f"qos={account}", f"defaultqos={account}"]
+        return _add(connection, arguments, timeout) or changed
+    settings = []
+    if own.qos != (account,) or own.default_qos != account:
+        settings += [f"qos={account}", f"defaultqos={account}"]
+    if own.grp_tres_mins:
+        cleared = _grp_tres_mins_cleared(own.grp_tres_mins)
+        settings.append(f"GrpTRESMins={cleared}")
+    if settings:
+        result = connection.run(
+            [
+                "sacctmgr",
+                "-i",
+                "modify",
+                "account",
+                "where",
+                f"name={account}",
+                f"cluster={cluster_name}",
+                "set",
+                *settings,
+            ],
+            timeout=timeout,
+            check=False,
+        )
+        _require_modified(result, account, cluster_name=cluster_name)
+        changed = True
     return changed
 
 
 def account_limit_get(
     connection: SSHConnection, *, cluster_name: str, account: str, timeout: float = 30.0
 ) -> AccountLimit | None:
-    """The GrpTRESMins of the account's own association (the row without a user), or None when
-    the account has no association on the cluster."""
+    """The GrpTRESMins of the account's QOS, or None when the QOS does not exist. (The QOS is
+    the same on every cluster of the Slurm database; `cluster_name` is checked, not used.)"""
     _require_slurm_name("cluster", cluster_name)
     _require_slurm_name("account", account)
-    row = _account_row(_associations(connection, cluster_name, account, timeout))
-    if row is None:
+    qos = _qos_get(connection, account, timeout)
+    if qos is None:
         return None
-    cpu_minutes, gpu_minutes = parse_grp_tres_mins(row["GrpTRESMins"])
-    return AccountLimit(account=account, cpu_minutes=cpu_minutes, gpu_minutes=gpu_minutes)
+    return AccountLimit(account=account, cpu_minutes=qos.cpu_minutes, gpu_minutes=qos.gpu_minutes)
 
 
 def account_limit_set(
@@ -132,14 +271,14 @@ def account_limit_set(
     gpu_minutes: int | None,
     timeout: float = 30.0,
 ) -> bool:
-    """Sets the GrpTRESMins of the account's association to `cpu_minutes` CPU minutes and
-    `gpu_minutes` GPU minutes; None removes that part of the limit.
+    """Sets the GrpTRESMins of the account's QOS to `cpu_minutes` CPU minutes and `gpu_minutes`
+    GPU minutes; None removes that part of the limit.
 
     Reads the limit first and sends only the parts that differ, so that an identical call
     changes nothing and returns False. That also means a cluster that does not track GPUs is
     only asked about `gres/gpu` when a GPU limit is given, and then raises `TresNotTracked`.
-    Raises `AccountMissing` when the account has no association on the cluster. `timeout` is the
-    deadline of each command."""
+    Raises `AccountMissing` when the QOS does not exist. `timeout` is the deadline of each
+    command."""
     for value in (cpu_minutes, gpu_minutes):
         if value is not None and value < 0:
             raise ValueError(f"a limit is a number of minutes, not {value}")
@@ -147,7 +286,7 @@ def account_limit_set(
         connection, cluster_name=cluster_name, account=account, timeout=timeout
     )
     if current is None:
-        raise AccountMissing(f"account {account} does not exist on cluster {cluster_name}")
+        raise AccountMissing(f"the QOS of account {account} does not exist")
     changes = [
         f"{tres}={_CLEARED if wanted is None else wanted}"
         for tres, wanted, present in (
@@ -163,26 +302,277 @@ def account_limit_set(
             "sacctmgr",
             "-i",
             "modify",
-            "account",
+            "qos",
             "where",
             f"name={account}",
-            f"cluster={cluster_name}",
             "set",
             f"GrpTRESMins={','.join(changes)}",
         ],
         timeout=timeout,
         check=False,
     )
-    _require_modified(result, cluster_name=cluster_name, account=account)
+    _require_modified(result, account, cluster_name=cluster_name)
     return True
 
 
+def account_max_jobs_get(
+    connection: SSHConnection, *, cluster_name: str, account: str, timeout: float = 30.0
+) -> int | None:
+    """The MaxJobs of the account's own association (None when unlimited): verification checks
+    that the idle account runs nothing (0). Raises `AccountMissing` when the account has no
+    association on the cluster."""
+    _require_slurm_name("cluster", cluster_name)
+    _require_slurm_name("account", account)
+    own = _account_row(_associations(connection, cluster_name, account=account, timeout=timeout))
+    if own is None:
+        raise AccountMissing(f"account {account} does not exist on cluster {cluster_name}")
+    return own.max_jobs
+
+
+# --- Tenants in and out of a team's account --------------------------------------------------
+
+
+def tenant_join(
+    connection: SSHConnection,
+    *,
+    cluster_name: str,
+    user: str,
+    account: str,
+    timeout: float = 30.0,
+) -> bool:
+    """Moves the tenant `user` into the team's `account` for a lease: an association (user,
+    account) whose QOS is the account's own, and the account as the user's default on the
+    cluster, so that a job submitted without `--account` (from inside a job, say) is charged
+    there. Any other association (the idle account's) is kept.
+
+    Returns True when it changed anything. Raises `AccountMissing` when the account does not
+    exist or does not carry its QOS yet (`account_ensure` first), and `TenantInAnotherAccount`
+    when the user is still in another team's account."""
+    for kind, name in (("cluster", cluster_name), ("user", user), ("account", account)):
+        _require_slurm_name(kind, name)
+    tenant = slurm_user_get(connection, cluster_name=cluster_name, user=user, timeout=timeout)
+    others = sorted(
+        {
+            row.account
+            for row in tenant.associations
+            if row.account != account and is_team_account(row.account)
+        }
+    )
+    if others:
+        raise TenantInAnotherAccount(
+            f"{user} still has an association with {', '.join(others)} on {cluster_name}: "
+            f"the account of another team must be left before {user} joins {account}"
+        )
+    changed = False
+    mine = [row for row in tenant.associations if row.account == account and not row.partition]
+    if not mine or mine[0].qos != (account,) or mine[0].default_qos != account:
+        own = _account_row(
+            _associations(connection, cluster_name, account=account, timeout=timeout)
+        )
+        if own is None:
+            raise AccountMissing(f"account {account} does not exist on cluster {cluster_name}")
+        if own.qos != (account,) or own.default_qos != account:
+            raise AccountMissing(
+                f"account {account} on cluster {cluster_name} does not carry its QOS {account} "
+                f"(it has {','.join(own.qos) or 'none'}): it must be ensured before a tenant "
+                "joins"
+            )
+        if not mine:
+            arguments = [
+                "sacctmgr",
+                "-i",
+                "add",
+                "user",
+                user,
+                f"account={account}",
+                f"cluster={cluster_name}",
+            ]
+            changed |= _add(connection, arguments, timeout)
+        else:
+            # Set on the user's association by hand: put back the account's, or the tenant's
+            # jobs could escape the team's limit.
+            result = connection.run(
+                [
+                    "sacctmgr",
+                    "-i",
+                    "modify",
+                    "user",
+                    "where",
+                    f"name={user}",
+                    f"account={account}",
+                    f"cluster={cluster_name}",
+                    "set",
+                    f"qos={account}",
+                    f"defaultqos={account}",
+                ],
+                timeout=timeout,
+                check=False,
+            )
+            _require_modified(result, account, cluster_name=cluster_name)
+            changed = True
+    if tenant.default_account != account:
+        _default_account_set(connection, cluster_name, user, account, timeout)
+        changed = True
+    return changed
+
+
+def tenant_leave(
+    connection: SSHConnection,
+    *,
+    cluster_name: str,
+    user: str,
+    account: str,
+    idle_account: str,
+    timeout: float = 30.0,
+) -> bool:
+    """Moves the tenant `user` out of the team's `account` at the end of a lease (after its
+    jobs are gone): `idle_account` becomes its default (its association there is added back if
+    it went missing), then its associations with `account` are deleted. A default that points to
+    another team's account is left alone: that is another lease's, not this one's.
+
+    Returns True when it changed anything. Raises `AccountMissing` when the idle account does
+    not exist, and `AssociationInUse` (a `RemoteCommandFailed`) when sacctmgr refuses to delete
+    the association because jobs of it are still pending or running; the default has moved to
+    the idle account by then."""
+    for kind, name in (
+        ("cluster", cluster_name),
+        ("user", user),
+        ("account", account),
+        ("account", idle_account),
+    ):
+        _require_slurm_name(kind, name)
+    if idle_account == account:
+        raise ValueError(f"the idle account cannot be the team's account {account}")
+    tenant = slurm_user_get(connection, cluster_name=cluster_name, user=user, timeout=timeout)
+    changed = False
+    if not any(row.account == idle_account and not row.partition for row in tenant.associations):
+        idle = _associations(connection, cluster_name, account=idle_account, timeout=timeout)
+        if _account_row(idle) is None:
+            raise AccountMissing(
+                f"idle account {idle_account} does not exist on cluster {cluster_name}"
+            )
+        arguments = [
+            "sacctmgr",
+            "-i",
+            "add",
+            "user",
+            user,
+            f"account={idle_account}",
+            f"cluster={cluster_name}",
+        ]
+        changed |= _add(connection, arguments, timeout)
+    default = tenant.default_account
+    if default != idle_account and (default == account or not is_team_account(default)):
+        _default_account_set(connection, cluster_name, user, idle_account, timeout)
+        changed = True
+    if any(row.account == account for row in tenant.associations):
+        changed |= _association_delete(connection, cluster_name, user, account, timeout)
+    return changed
+
+
+def association_delete(
+    connection: SSHConnection,
+    *,
+    cluster_name: str,
+    user: str,
+    account: str,
+    timeout: float = 30.0,
+) -> bool:
+    """Deletes the user's associations with the account on the cluster (with every partition)
+    when it has any. Returns whether it deleted one. Raises `AssociationInUse` while jobs of the
+    association are pending or running."""
+    for kind, name in (("cluster", cluster_name), ("user", user), ("account", account)):
+        _require_slurm_name(kind, name)
+    if not _associations(connection, cluster_name, account=account, user=user, timeout=timeout):
+        return False
+    return _association_delete(connection, cluster_name, user, account, timeout)
+
+
+def default_accounts_get(
+    connection: SSHConnection,
+    *,
+    users: Sequence[str],
+    cluster_name: str | None = None,
+    timeout: float = 30.0,
+) -> dict[str, str]:
+    """The default account of each user (on `cluster_name` when given: sacctmgr keeps one per
+    cluster). Users unknown to Slurm, or without a default there, are left out."""
+    for user in users:
+        _require_slurm_name("user", user)
+    if not users:
+        return {}
+    conditions = [f"name={','.join(sorted(set(users)))}"]
+    if cluster_name is not None:
+        _require_slurm_name("cluster", cluster_name)
+        conditions.append(f"cluster={cluster_name}")
+    result = connection.run(
+        [
+            "sacctmgr",
+            "--noheader",
+            "--parsable2",
+            "show",
+            "user",
+            "where",
+            *conditions,
+            f"format={','.join(DEFAULT_ACCOUNT_FIELDS)}",
+        ],
+        timeout=timeout,
+    )
+    return parse_default_accounts(result.stdout)
+
+
+@dataclass(frozen=True)
+class SlurmUser:
+    name: str
+    default_account: str
+    """On the cluster asked; empty when none (a user unknown to Slurm there)."""
+    associations: tuple[Association, ...]
+    """On the cluster asked, with every account."""
+
+
+def slurm_user_get(
+    connection: SSHConnection, *, cluster_name: str, user: str, timeout: float = 30.0
+) -> SlurmUser:
+    """The user's default account and associations on the cluster, in one command (verification
+    uses it too: an idle tenant is in the idle account only)."""
+    _require_slurm_name("cluster", cluster_name)
+    _require_slurm_name("user", user)
+    result = connection.run(
+        [
+            "sacctmgr",
+            "--noheader",
+            "--parsable2",
+            "show",
+            "user",
+            "where",
+            f"name={user}",
+            f"cluster={cluster_name}",
+            "withassoc",
+            f"format={','.join(USER_ASSOCIATION_FIELDS)}",
+        ],
+        timeout=timeout,
+    )
+    users = parse_users_with_associations(result.stdout)
+    if set(users) - {user} or any(
+        row.cluster != cluster_name for found in users.values() for row in found.associations
+    ):
+        raise UnexpectedOutput(f"sacctmgr listed other users or clusters when asked for {user}")
+    return users.get(user, SlurmUser(user, "", ()))
+
+
+# --- The service user ------------------------------------------------------------------------
+
+# The levels that may see every user's jobs and usage, and change accounts and associations.
 ACCOUNT_ADMIN_LEVELS = ("operator", "administrator")
+# The levels that may add a QOS and change its limits, which managed mode does for every team:
+# slurmdbd refuses both to an Operator (as_mysql_qos.c asks for SLURMDB_ADMIN_SUPER_USER).
+QOS_ADMIN_LEVELS = ("administrator",)
 
 
 def admin_level_get(connection: SSHConnection, *, user: str, timeout: float = 30.0) -> str:
     """The Slurm admin level of `user` (`none`, `operator` or `administrator`, lowercased);
-    managing accounts needs operator or more. An unknown user is `none`."""
+    managing the teams' QOS (managed mode) needs one of `QOS_ADMIN_LEVELS`. An unknown user is
+    `none`."""
     _require_slurm_name("user", user)
     result = connection.run(
         ["sacctmgr", "--noheader", "--parsable2", "show", "user", user, "format=AdminLevel"],
@@ -194,19 +584,79 @@ def admin_level_get(connection: SSHConnection, *, user: str, timeout: float = 30
     return levels.pop() if levels else "none"
 
 
+# --- Parsers ---------------------------------------------------------------------------------
+
+
 def parse_grp_tres_mins(text: str) -> tuple[int | None, int | None]:
     """(CPU minutes, GPU minutes) from a GrpTRESMins value such as `cpu=6000,gres/gpu=120`; a
     TRES that is not listed is None. Other TRES (memory, typed GPUs like `gres/gpu:a100`, ...)
     are not ours to manage and are ignored."""
-    values: dict[str, int] = {}
-    for item in text.strip().split(",") if text.strip() else []:
-        name, equals, number = item.partition("=")
-        if not equals or not name or not _DIGITS.fullmatch(number):
-            raise UnexpectedOutput(f"unreadable GrpTRESMins {text!r}")
-        if name in values:
-            raise UnexpectedOutput(f"GrpTRESMins lists {name} twice: {text!r}")
-        values[name] = int(number)
+    values = _grp_tres_mins_values(text)
     return values.get(_CPU_TRES), values.get(_GPU_TRES)
+
+
+def parse_associations(text: str) -> list[Association]:
+    """Associations from `sacctmgr show assoc --parsable2 --noheader` with `ASSOCIATION_FIELDS`."""
+    return [_association_of(row) for row in parse_parsable2(text, list(ASSOCIATION_FIELDS))]
+
+
+def _association_of(row: dict[str, str]) -> Association:
+    max_jobs = row["MaxJobs"]
+    if max_jobs and not _DIGITS.fullmatch(max_jobs):
+        raise UnexpectedOutput(f"unreadable MaxJobs {max_jobs!r}")
+    _grp_tres_mins_values(row["GrpTRESMins"])  # readable, or raises
+    return Association(
+        cluster=row["Cluster"],
+        account=row["Account"],
+        user=row["User"],
+        partition=row["Partition"],
+        qos=tuple(sorted(name for name in row["QOS"].split(",") if name)),
+        default_qos=row["DefaultQOS"],
+        grp_tres_mins=row["GrpTRESMins"],
+        max_jobs=int(max_jobs) if max_jobs else None,
+    )
+
+
+def parse_users_with_associations(text: str) -> dict[str, SlurmUser]:
+    """Users from `sacctmgr show user withassoc --parsable2 --noheader` with
+    `USER_ASSOCIATION_FIELDS`: one row per association, each with the user's default account."""
+    defaults: dict[str, str] = {}
+    rows: dict[str, list[Association]] = {}
+    for row in parse_parsable2(text, list(USER_ASSOCIATION_FIELDS)):
+        user = row["User"]
+        if defaults.setdefault(user, row["DefaultAccount"]) != row["DefaultAccount"]:
+            raise UnexpectedOutput(f"sacctmgr listed two default accounts for {user}")
+        rows.setdefault(user, [])
+        if row["Account"]:
+            rows[user].append(_association_of(row))
+    return {
+        user: SlurmUser(user, defaults[user], tuple(associations))
+        for user, associations in rows.items()
+    }
+
+
+def parse_qos(text: str) -> list[Qos]:
+    """QOS from `sacctmgr show qos --parsable2 --noheader` with `QOS_FIELDS`."""
+    records = []
+    for row in parse_parsable2(text, list(QOS_FIELDS)):
+        cpu_minutes, gpu_minutes = parse_grp_tres_mins(row["GrpTRESMins"])
+        flags = frozenset(flag for flag in row["Flags"].split(",") if flag)
+        records.append(Qos(row["Name"], cpu_minutes, gpu_minutes, flags))
+    return records
+
+
+def parse_default_accounts(text: str) -> dict[str, str]:
+    """{user: default account} from `sacctmgr show user --parsable2 --noheader` with
+    `DEFAULT_ACCOUNT_FIELDS`; users without a default (none on the cluster asked) are left
+    out."""
+    defaults: dict[str, str] = {}
+    for row in parse_parsable2(text, list(DEFAULT_ACCOUNT_FIELDS)):
+        user, account = row["User"], row["DefaultAccount"]
+        if user in defaults and defaults[user] != account:
+            raise UnexpectedOutput(f"sacctmgr listed two default accounts for {user}")
+        if account:
+            defaults[user] = account
+    return defaults
 
 
 def sacctmgr_text(text: str) -> str:
@@ -223,10 +673,65 @@ def sacctmgr_text(text: str) -> str:
     return " ".join(kept.split())
 
 
+# --- Helpers ---------------------------------------------------------------------------------
+
+
+def _grp_tres_mins_values(text: str) -> dict[str, int]:
+    values: dict[str, int] = {}
+    for item in text.strip().split(",") if text.strip() else []:
+        name, equals, number = item.partition("=")
+        if not equals or not name or not _DIGITS.fullmatch(number):
+            raise UnexpectedOutput(f"unreadable GrpTRESMins {text!r}")
+        if name in values:
+            raise UnexpectedOutput(f"GrpTRESMins lists {name} twice: {text!r}")
+        values[name] = int(number)
+    return values
+
+
+def _grp_tres_mins_cleared(text: str) -> str:
+    """The GrpTRESMins setting that removes every TRES of `text` (`cpu=-1,mem=-1`)."""
+    return ",".join(f"{name}={_CLEARED}" for name in _grp_tres_mins_values(text))
+
+
+def _flags_text(flags: frozenset[str]) -> str:
+    return ",".join(sorted(flags))
+
+
+def _qos_get(connection: SSHConnection, name: str, timeout: float) -> Qos | None:
+    result = connection.run(
+        [
+            "sacctmgr",
+            "--noheader",
+            "--parsable2",
+            "show",
+            "qos",
+            "where",
+            f"name={name}",
+            f"format={','.join(QOS_FIELDS)}",
+        ],
+        timeout=timeout,
+    )
+    records = parse_qos(result.stdout)
+    if any(record.name != name for record in records) or len(records) > 1:
+        raise UnexpectedOutput(f"sacctmgr listed {[r.name for r in records]} for QOS {name}")
+    return records[0] if records else None
+
+
 def _associations(
-    connection: SSHConnection, cluster_name: str, account: str, timeout: float
-) -> list[dict[str, str]]:
-    """The associations of `account` on the cluster: the account's own and its users'."""
+    connection: SSHConnection,
+    cluster_name: str,
+    *,
+    account: str | None = None,
+    user: str | None = None,
+    timeout: float,
+) -> list[Association]:
+    """The associations on the cluster of `account` (the account's own and its users') or of
+    `user` (with every account)."""
+    conditions = [f"cluster={cluster_name}"]
+    if account is not None:
+        conditions.append(f"account={account}")
+    if user is not None:
+        conditions.append(f"user={user}")
     result = connection.run(
         [
             "sacctmgr",
@@ -235,28 +740,74 @@ def _associations(
             "show",
             "assoc",
             "where",
-            f"cluster={cluster_name}",
-            f"account={account}",
+            *conditions,
             f"format={','.join(ASSOCIATION_FIELDS)}",
         ],
         timeout=timeout,
     )
-    rows = parse_parsable2(result.stdout, list(ASSOCIATION_FIELDS))
+    rows = parse_associations(result.stdout)
     for row in rows:
-        if (row["Cluster"], row["Account"]) != (cluster_name, account):
+        if (
+            row.cluster != cluster_name
+            or (account is not None and row.account != account)
+            or (user is not None and row.user != user)
+        ):
             raise UnexpectedOutput(
-                f"sacctmgr listed {row['Account']} on {row['Cluster']} "
-                f"when asked for {account} on {cluster_name}"
+                f"sacctmgr listed ({row.cluster}, {row.account}, {row.user}) when asked for "
+                f"{' '.join(conditions)}"
             )
     return rows
 
 
-def _account_row(rows: list[dict[str, str]]) -> dict[str, str] | None:
+def _account_row(rows: list[Association]) -> Association | None:
     """The account's own association: the row without a user (and so without a partition)."""
-    own = [row for row in rows if not row["User"] and not row["Partition"]]
+    own = [row for row in rows if not row.user and not row.partition]
     if len(own) > 1:
         raise UnexpectedOutput(f"sacctmgr listed {len(own)} associations of the account itself")
     return own[0] if own else None
+
+
+def _default_account_set(
+    connection: SSHConnection, cluster_name: str, user: str, account: str, timeout: float
+) -> None:
+    result = connection.run(
+        [
+            "sacctmgr",
+            "-i",
+            "modify",
+            "user",
+            "where",
+            f"name={user}",
+            f"cluster={cluster_name}",
+            "set",
+            f"defaultaccount={account}",
+        ],
+        timeout=timeout,
+        check=False,
+    )
+    # sacctmgr explains a refusal (no association with the account) on stdout, exit 1.
+    if result.exit_status != 0:
+        raise _failed(result)
+
+
+def _association_delete(
+    connection: SSHConnection, cluster_name: str, user: str, account: str, timeout: float
+) -> bool:
+    result = connection.run(
+        [
+            "sacctmgr",
+            "-i",
+            "delete",
+            "user",
+            "where",
+            f"name={user}",
+            f"account={account}",
+            f"cluster={cluster_name}",
+        ],
+        timeout=timeout,
+        check=False,
+    )
+    return _deleted(result, user=user, account=account)
 
 
 def _add(connection: SSHConnection, arguments: list[str], timeout: float) -> bool:
@@ -280,23 +831,38 @@ def _added(result: CommandResult) -> bool:
     raise _failed(result)
 
 
-def _require_modified(result: CommandResult, *, cluster_name: str, account: str) -> None:
-    """Raises unless a `sacctmgr modify account` modified the account. sacctmgr says "Nothing
-    modified" (exit 1) when no association matched, and refuses a TRES that accounting does
-    not track with an error on stderr whose last line is a misleading usage hint."""
+def _deleted(result: CommandResult, *, user: str, account: str) -> bool:
+    """Whether a `sacctmgr delete user` deleted an association; "Nothing deleted" (exit 1)
+    alone means it was gone already. Raises `AssociationInUse` when jobs hold it."""
+    if result.exit_status == 0:
+        return True
+    if _NOTHING_DELETED in result.stdout and not result.stderr.strip():
+        return False
+    if _JOBS_ACTIVE in result.stderr:
+        raise AssociationInUse(result, user=user, account=account)
+    raise _failed(result)
+
+
+def _require_modified(result: CommandResult, account: str, *, cluster_name: str = "") -> None:
+    """Raises unless a `sacctmgr modify` of the account, its QOS or a user in it modified
+    something. sacctmgr says "Nothing modified" (exit 1) when nothing matched, and refuses a
+    TRES that accounting does not track with an error on stderr."""
     if result.exit_status == 0:
         return
     if _GPU_TRES_UNKNOWN in result.stderr:
         raise TresNotTracked(
-            f"cluster {cluster_name} does not track {_GPU_TRES}: its slurm.conf needs "
-            f"AccountingStorageTRES={_GPU_TRES}"
+            f"cluster {cluster_name or '(this Slurm database)'} does not track {_GPU_TRES}: its "
+            f"slurm.conf needs AccountingStorageTRES={_GPU_TRES}"
         )
     if _NOTHING_MODIFIED in result.stdout and not result.stderr.strip():
-        raise AccountMissing(f"account {account} disappeared from cluster {cluster_name}")
+        where = f" from cluster {cluster_name}" if cluster_name else ""
+        raise AccountMissing(f"account {account} or its QOS disappeared{where}")
     raise _failed(result)
 
 
 def _failed(result: CommandResult) -> RemoteCommandFailed:
+    if _ACCESS_DENIED in result.stderr:
+        return AdminLevelTooLow(result)
     return RemoteCommandFailed(result.command, result.exit_status, result.stdout, result.stderr)
 
 

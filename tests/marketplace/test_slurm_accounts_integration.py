@@ -1,7 +1,9 @@
 """Managed Slurm accounts on the real test cluster: a purchase on a `managed` cluster becomes an
-account of the buying organization, associated with the service user, whose GrpTRESMins holds
-every CPU minute the organization bought there. What the cluster enforces is read back with
-`sacctmgr`. Each test deletes the accounts it made, so that a rerun starts clean."""
+account of the buying organization and a NoDecay QOS of the same name, whose GrpTRESMins holds
+what the organization may still use there (the quantity of its open allocations and what its
+closed ones used). The service user has no association with it; the team's leased tenant is
+moved in and out. What the cluster enforces is read back with `sacctmgr`. Each test deletes the
+accounts and QOS it made, so that a rerun starts clean."""
 
 import re
 import socket
@@ -22,8 +24,18 @@ from django.utils import timezone
 from billing.models import Account
 from billing.services.ledger import accounts_open
 from marketplace import services
-from marketplace.models import Allocation, Cluster, Membership, Offer, Organization, SlurmAccount
+from marketplace.models import (
+    Allocation,
+    Cluster,
+    Membership,
+    Offer,
+    Organization,
+    SlurmAccount,
+    TenantAccount,
+    TenantLease,
+)
 from marketplace.tasks import slurm_accounts_reconcile_task
+from scheduler_bridge.slurm import accounts as slurm_accounts
 from scheduler_bridge.slurm.accounts import account_name_for
 from scheduler_bridge.slurm.errors import ClusterUnreachable
 from scheduler_bridge.slurm.parsers import parse_parsable2
@@ -50,8 +62,8 @@ def slurm(testcluster: Any) -> Iterator[SSHConnection]:
 
 
 def associations(slurm: SSHConnection, account: str) -> list[tuple[str, str, str]]:
-    """(account, user, GrpTRESMins) of every association of `account`, sorted."""
-    fields = ["Account", "User", "GrpTRESMins"]
+    """(account, user, QOS) of every association of `account`, sorted."""
+    fields = ["Account", "User", "QOS"]
     result = slurm.run(
         [
             "sacctmgr",
@@ -68,10 +80,30 @@ def associations(slurm: SSHConnection, account: str) -> list[tuple[str, str, str
     return sorted(tuple(row.values()) for row in parse_parsable2(result.stdout, fields))
 
 
-def enforced(account: str, cpu_minutes: int) -> list[tuple[str, str, str]]:
-    """What sacctmgr shows for a managed account limited to `cpu_minutes`: the account's own
-    association with the limit, and the service user's association under it."""
-    return [(account, "", f"cpu={cpu_minutes}"), (account, SERVICE_USER, "")]
+def enforced(slurm: SSHConnection, account: str) -> tuple[list[tuple[str, str, str]], str | None]:
+    """What the cluster holds for a team: the associations of its account, and its QOS's
+    `GrpTRESMins|Flags` (None without a QOS)."""
+    result = slurm.run(
+        [
+            "sacctmgr",
+            "--noheader",
+            "--parsable2",
+            "show",
+            "qos",
+            "where",
+            f"name={account}",
+            "format=GrpTRESMins,Flags",
+        ],
+        timeout=30,
+    )
+    return associations(slurm, account), result.stdout.strip() or None
+
+
+def limited_to(account: str, cpu_minutes: int) -> tuple[list[tuple[str, str, str]], str]:
+    """What the cluster shows for a managed account limited to `cpu_minutes`: the account's own
+    association, whose only QOS is the team's, no user in it (the service user least of all),
+    and the limit on the QOS."""
+    return [(account, "", account)], f"cpu={cpu_minutes}|NoDecay"
 
 
 def changes_recorded_for(slurm: SSHConnection, account: str) -> int:
@@ -96,21 +128,48 @@ def changes_recorded_for(slurm: SSHConnection, account: str) -> int:
     return sum(1 for line in history.stdout.splitlines() if mentions.search(line))
 
 
-def set_by_hand(slurm: SSHConnection, testcluster: Any, account: str, limit: str) -> None:
+def set_by_hand(slurm: SSHConnection, account: str, limit: str) -> None:
     slurm.run(
         [
             "sacctmgr",
             "-i",
             "modify",
-            "account",
+            "qos",
             "where",
             f"name={account}",
-            f"cluster={testcluster.cluster_name}",
             "set",
             f"GrpTRESMins={limit}",
         ],
         timeout=30,
     )
+
+
+def delete_by_hand(slurm: SSHConnection, testcluster: Any, account: str) -> None:
+    """Deletes the account and its QOS, after its tenants' jobs are gone and their default is
+    the idle account again; "Nothing deleted" (exit 1) is fine when there was none."""
+    slurm.run(["scancel", "--account", account], timeout=30)
+    wait_for(lambda: not slurm.run(["squeue", "--noheader", "--account", account]).stdout)
+    for user in {user for _, user, _ in associations(slurm, account) if user}:
+        slurm.run(
+            [
+                "sacctmgr",
+                "-i",
+                "modify",
+                "user",
+                "where",
+                f"name={user}",
+                f"cluster={testcluster.cluster_name}",
+                "set",
+                f"defaultaccount={testcluster.managed_pool.idle_account}",
+            ],
+            timeout=30,
+        )
+    # Deleting the account deletes its users' associations too.
+    for kind in ("account", "qos"):
+        result = slurm.run(
+            ["sacctmgr", "-i", "delete", kind, "where", f"name={account}"], timeout=30, check=False
+        )
+        assert result.exit_status == 0 or result.stdout.strip() == "Nothing deleted", result
 
 
 @dataclass
@@ -121,8 +180,11 @@ class Buyer:
     """The name of its Slurm account on a managed cluster."""
 
 
-def buyer_of(slurm: SSHConnection, name: str, request: pytest.FixtureRequest) -> Iterator[Buyer]:
-    """A funded team, whose Slurm account is deleted from the cluster after the test."""
+def buyer_of(
+    slurm: SSHConnection, testcluster: Any, name: str, request: pytest.FixtureRequest
+) -> Iterator[Buyer]:
+    """A funded team, whose Slurm account and QOS are deleted from the cluster after the
+    test."""
     organization = funded_organization("1000", name=name)
     membership = MembershipFactory(organization=organization, role=Membership.Role.ADMIN)
     account = account_name_for(str(organization.uuid))
@@ -130,14 +192,7 @@ def buyer_of(slurm: SSHConnection, name: str, request: pytest.FixtureRequest) ->
     if "celery_worker" in request.fixturenames:
         # A sync still queued or running would make the account again after it is deleted.
         wait_for(worker_settled, WORKER_TIMEOUT)
-    # Unchecked: "Nothing deleted" is fine when the test made no account.
-    slurm.run(
-        ["sacctmgr", "-i", "delete", "user", SERVICE_USER, f"account={account}"],
-        timeout=30,
-        check=False,
-    )
-    slurm.run(["sacctmgr", "-i", "delete", "account", account], timeout=30, check=False)
-    assert associations(slurm, account) == []
+    delete_by_hand(slurm, testcluster, account)
 
 
 def worker_settled() -> bool:
@@ -151,13 +206,17 @@ def worker_settled() -> bool:
 
 
 @pytest.fixture
-def buyer(slurm: SSHConnection, request: pytest.FixtureRequest) -> Iterator[Buyer]:
-    yield from buyer_of(slurm, "Quantum Lab", request)
+def buyer(
+    slurm: SSHConnection, testcluster: Any, request: pytest.FixtureRequest
+) -> Iterator[Buyer]:
+    yield from buyer_of(slurm, testcluster, "Quantum Lab", request)
 
 
 @pytest.fixture
-def other_buyer(slurm: SSHConnection, request: pytest.FixtureRequest) -> Iterator[Buyer]:
-    yield from buyer_of(slurm, "Photon Lab", request)
+def other_buyer(
+    slurm: SSHConnection, testcluster: Any, request: pytest.FixtureRequest
+) -> Iterator[Buyer]:
+    yield from buyer_of(slurm, testcluster, "Photon Lab", request)
 
 
 def verified_cluster(testcluster: Any, *, account_mode: str, name: str) -> Cluster:
@@ -175,8 +234,10 @@ def verified_cluster(testcluster: Any, *, account_mode: str, name: str) -> Clust
         ssh_host_key=testcluster.host_key,
         account_mode=account_mode,
         slurm_account=SERVICE_USER if account_mode == Cluster.AccountMode.FIXED else None,
+        tenant_group=testcluster.tenant_pool(account_mode).group,
+        sftp_server=testcluster.sftp_server,
     )
-    cluster = services.cluster_verify(actor=owner, cluster=cluster)
+    cluster, _ = services.cluster_verify(actor=owner, cluster=cluster)
     assert cluster.status == Cluster.Status.ONLINE
     return cluster
 
@@ -234,7 +295,7 @@ def test_a_purchase_makes_the_account_of_the_team_with_the_minutes_bought(
     synced = services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
 
     assert synced == 1
-    assert associations(slurm, buyer.account) == enforced(buyer.account, 5 * 60)
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 5 * 60)
     assert account_row(managed_cluster, buyer) == (buyer.account, 300, 0, 300, 0, "")
     account = SlurmAccount.objects.get(cluster=managed_cluster)
     assert account.is_in_sync
@@ -263,13 +324,13 @@ def test_a_second_purchase_raises_the_limit_to_the_sum_and_a_rerun_changes_nothi
     first, second = cpu_offer(managed_cluster), cpu_offer(managed_cluster)
     buy(buyer, first, 5)
     services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
-    assert associations(slurm, buyer.account) == enforced(buyer.account, 300)
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 300)
 
     buy(buyer, second, 7)
     synced = services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
 
     assert synced == 1
-    assert associations(slurm, buyer.account) == enforced(buyer.account, (5 + 7) * 60)
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, (5 + 7) * 60)
     assert account_row(managed_cluster, buyer) == (buyer.account, 720, 0, 720, 0, "")
     recorded = changes_recorded_for(slurm, buyer.account)
     synced_at = SlurmAccount.objects.get(cluster=managed_cluster).synced_at
@@ -277,7 +338,7 @@ def test_a_second_purchase_raises_the_limit_to_the_sum_and_a_rerun_changes_nothi
     again = services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
 
     assert again == 1
-    assert associations(slurm, buyer.account) == enforced(buyer.account, 720)
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 720)
     assert account_row(managed_cluster, buyer) == (buyer.account, 720, 0, 720, 0, "")
     assert changes_recorded_for(slurm, buyer.account) == recorded
     assert SlurmAccount.objects.get(cluster=managed_cluster).synced_at > synced_at
@@ -295,8 +356,8 @@ def test_two_teams_get_one_account_each_with_their_own_limit(
     synced = services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
 
     assert synced == 2
-    assert associations(slurm, buyer.account) == enforced(buyer.account, 180)
-    assert associations(slurm, other.account) == enforced(other.account, 240)
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 180)
+    assert enforced(slurm, other.account) == limited_to(other.account, 240)
 
 
 @pytest.mark.django_db
@@ -305,40 +366,60 @@ def test_the_periodic_reconcile_puts_back_a_limit_changed_by_hand(
 ):
     buy(buyer, cpu_offer(managed_cluster), 5)
     services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
-    set_by_hand(slurm, testcluster, buyer.account, "cpu=1")
-    assert associations(slurm, buyer.account) == enforced(buyer.account, 1)
+    set_by_hand(slurm, buyer.account, "cpu=1")
+    # What an older version did: every job ran as the service user in the team's account.
+    slurm.run(
+        [
+            "sacctmgr",
+            "-i",
+            "add",
+            "user",
+            SERVICE_USER,
+            f"account={buyer.account}",
+            f"cluster={testcluster.cluster_name}",
+        ],
+        timeout=30,
+    )
+    assert enforced(slurm, buyer.account) == (
+        [(buyer.account, "", buyer.account), (buyer.account, SERVICE_USER, buyer.account)],
+        "cpu=1|NoDecay",
+    )
 
     clusters = services.slurm_account_clusters_to_reconcile()
     for cluster_id in clusters:
         services.slurm_accounts_sync(cluster_id=cluster_id)
 
     assert clusters == [managed_cluster.pk]
-    assert associations(slurm, buyer.account) == enforced(buyer.account, 300)
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 300)
     assert account_row(managed_cluster, buyer) == (buyer.account, 300, 0, 300, 0, "")
 
 
 @pytest.mark.django_db
 def test_the_reconcile_makes_the_account_again_when_it_was_deleted_by_hand(
-    managed_cluster, buyer, slurm
+    managed_cluster, buyer, slurm, testcluster
 ):
     buy(buyer, cpu_offer(managed_cluster), 5)
     services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
-    slurm.run(["sacctmgr", "-i", "delete", "user", SERVICE_USER, f"account={buyer.account}"])
-    slurm.run(["sacctmgr", "-i", "delete", "account", buyer.account])
-    assert associations(slurm, buyer.account) == []
+    delete_by_hand(slurm, testcluster, buyer.account)
+    assert enforced(slurm, buyer.account) == ([], None)
 
     services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
 
-    assert associations(slurm, buyer.account) == enforced(buyer.account, 300)
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 300)
 
 
 @pytest.mark.django_db
 def test_a_fixed_cluster_makes_no_accounts(fixed_cluster, buyer, slurm):
     buy(buyer, cpu_offer(fixed_cluster), 5)
+    lease = TenantLease.objects.get(cluster=fixed_cluster, organization=buyer.organization)
 
     synced = services.slurm_accounts_sync(cluster_id=fixed_cluster.pk)
+    joined = services.tenant_slurm_join(lease_id=lease.pk)
+    left = services.tenant_slurm_leave(lease_id=lease.pk)
 
-    assert synced == 0
+    assert (synced, joined, left) == (0, False, False)
+    lease.refresh_from_db()
+    assert lease.prepared_at is None
     assert not SlurmAccount.objects.exists()
     assert services.slurm_account_clusters_to_reconcile() == []
     assert associations(slurm, buyer.account) == []
@@ -370,6 +451,159 @@ def test_a_sync_that_cannot_reach_the_cluster_keeps_the_reason_on_the_row(
     assert associations(slurm, buyer.account) == []
 
 
+# --- Closed windows ------------------------------------------------------------------------------
+
+
+def close(allocation: Allocation, used: str) -> None:
+    """Closes the allocation's window as the close leaves it, with `used` units used."""
+    Allocation.objects.filter(pk=allocation.pk).update(closed_at=timezone.now(), used=Decimal(used))
+
+
+def plan(cluster: Cluster, buyer: Buyer) -> SlurmAccount:
+    with transaction.atomic():
+        account = services.slurm_account_plan(cluster=cluster, organization=buyer.organization)
+    assert account is not None
+    return account
+
+
+@pytest.mark.django_db
+def test_a_closed_window_counts_what_it_used_and_the_open_one_what_it_holds(
+    managed_cluster, buyer, slurm
+):
+    closed = buy(buyer, cpu_offer(managed_cluster), 5)
+    still_open = buy(buyer, cpu_offer(managed_cluster), 7)
+    close(closed, "1.500001")
+
+    plan(managed_cluster, buyer)
+    services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
+
+    # (1.500001 + 7) core-hours = 510.00006 minutes, rounded up.
+    assert account_row(managed_cluster, buyer) == (buyer.account, 511, 0, 511, 0, "")
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 511)
+
+    close(still_open, "0.25")
+    plan(managed_cluster, buyer)
+    services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
+
+    # The hours the windows left unused are gone: 1.750001 core-hours, 105.00006 minutes.
+    assert account_row(managed_cluster, buyer) == (buyer.account, 106, 0, 106, 0, "")
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 106)
+
+
+@pytest.mark.django_db
+def test_a_team_with_nothing_left_on_the_cluster_may_run_nothing_there(
+    managed_cluster, buyer, slurm
+):
+    close(buy(buyer, cpu_offer(managed_cluster), 5), "0")
+
+    plan(managed_cluster, buyer)
+    services.slurm_accounts_sync(cluster_id=managed_cluster.pk)
+
+    # Zero CPU minutes, not "no limit".
+    assert account_row(managed_cluster, buyer) == (buyer.account, 0, 0, 0, 0, "")
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 0)
+
+
+# --- The lease's tenant in the team's account ---------------------------------------------------
+
+
+def default_account(slurm: SSHConnection, testcluster: Any, user: str) -> str:
+    return slurm.run(
+        [
+            "sacctmgr",
+            "--noheader",
+            "--parsable2",
+            "show",
+            "user",
+            "where",
+            f"name={user}",
+            f"cluster={testcluster.cluster_name}",
+            "format=DefaultAccount",
+        ],
+        timeout=30,
+    ).stdout.strip()
+
+
+@pytest.fixture
+def tenant(managed_cluster: Cluster, testcluster: Any) -> str:
+    """The account a lease of this module takes: the pool's third, the others retired for the
+    test, so that these tests meet neither the lease tests (which take the first accounts) nor
+    the library's (the last)."""
+    user = testcluster.managed_pool.tenants[-2].user
+    TenantAccount.objects.filter(cluster=managed_cluster).exclude(username=user).update(
+        status=TenantAccount.Status.RETIRED
+    )
+    return user
+
+
+@pytest.mark.django_db
+def test_a_leased_tenant_joins_the_teams_account_under_its_limit_and_leaves_it(
+    managed_cluster, buyer, tenant, slurm, testcluster
+):
+    buy(buyer, cpu_offer(managed_cluster), 5)
+    lease = TenantLease.objects.get(cluster=managed_cluster, organization=buyer.organization)
+    assert (lease.account.username, lease.prepared_at) == (tenant, None)
+    before = timezone.now()
+
+    joined = services.tenant_slurm_join(lease_id=lease.pk)
+
+    assert joined is True
+    lease.refresh_from_db()
+    assert lease.prepared_at >= before
+    # The account was made and synced first: the tenant never runs without the team's limit.
+    assert enforced(slurm, buyer.account) == (
+        [(buyer.account, "", buyer.account), (buyer.account, tenant, buyer.account)],
+        "cpu=300|NoDecay",
+    )
+    assert account_row(managed_cluster, buyer) == (buyer.account, 300, 0, 300, 0, "")
+    assert default_account(slurm, testcluster, tenant) == buyer.account
+
+    left = services.tenant_slurm_leave(lease_id=lease.pk)
+
+    assert left is True
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 300)
+    assert default_account(slurm, testcluster, tenant) == managed_cluster.tenant_idle_account
+    assert managed_cluster.tenant_idle_account == testcluster.managed_pool.idle_account
+
+
+@pytest.mark.django_db
+def test_a_lease_that_ended_while_its_tenant_joined_puts_the_tenant_back_at_once(
+    managed_cluster, buyer, tenant, slurm, testcluster, monkeypatch
+):
+    buy(buyer, cpu_offer(managed_cluster), 5)
+    lease = TenantLease.objects.get(cluster=managed_cluster, organization=buyer.organization)
+    join = slurm_accounts.tenant_join
+
+    def join_while_the_lease_ends(*args: Any, **kwargs: Any) -> bool:
+        joined = join(*args, **kwargs)
+        TenantLease.objects.filter(pk=lease.pk).update(status=TenantLease.Status.ENDING)
+        return joined
+
+    monkeypatch.setattr(slurm_accounts, "tenant_join", join_while_the_lease_ends)
+
+    joined = services.tenant_slurm_join(lease_id=lease.pk)
+
+    assert joined is False
+    lease.refresh_from_db()
+    assert lease.prepared_at is None
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 300)
+    assert default_account(slurm, testcluster, tenant) == testcluster.managed_pool.idle_account
+
+
+@pytest.mark.django_db
+def test_a_lease_that_is_no_longer_active_does_not_join(managed_cluster, buyer, tenant, slurm):
+    buy(buyer, cpu_offer(managed_cluster), 5)
+    lease = TenantLease.objects.get(cluster=managed_cluster, organization=buyer.organization)
+    TenantLease.objects.filter(pk=lease.pk).update(status=TenantLease.Status.ENDING)
+
+    joined = services.tenant_slurm_join(lease_id=lease.pk)
+
+    assert joined is False
+    lease.refresh_from_db()
+    assert lease.prepared_at is None
+    assert enforced(slurm, buyer.account) == ([], None)
+
+
 # --- Through the real Celery worker ------------------------------------------------------------
 
 
@@ -389,16 +623,16 @@ def test_a_purchase_reaches_the_cluster_through_the_worker_and_the_reconcile_tas
 
     buy(buyer, offer, 5)
 
-    wait_for(lambda: associations(slurm, buyer.account) == enforced(buyer.account, 300), 60)
+    wait_for(lambda: enforced(slurm, buyer.account) == limited_to(buyer.account, 300), 60)
     wait_for(lambda: SlurmAccount.objects.filter(synced_at__isnull=False).exists())
     assert account_row(managed_cluster, buyer) == (buyer.account, 300, 0, 300, 0, "")
 
-    set_by_hand(slurm, testcluster, buyer.account, "cpu=1")
+    set_by_hand(slurm, buyer.account, "cpu=1")
     slurm_accounts_reconcile_task.delay()
 
-    wait_for(lambda: associations(slurm, buyer.account) == enforced(buyer.account, 300), 60)
+    wait_for(lambda: enforced(slurm, buyer.account) == limited_to(buyer.account, 300), 60)
     wait_for(worker_settled, WORKER_TIMEOUT)
-    assert associations(slurm, buyer.account) == enforced(buyer.account, 300)
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 300)
 
 
 # --- Concurrent allocations of one team --------------------------------------------------------
@@ -468,7 +702,8 @@ def test_a_clearing_and_a_purchase_of_one_team_at_once_plan_every_minute_bought(
     assert not purchaser.is_alive() and not clearer.is_alive()
 
     assert isinstance(outcomes["purchase"], Allocation), outcomes["purchase"]
-    assert outcomes["clearing"].cleared is True, outcomes["clearing"]
+    assert not isinstance(outcomes["clearing"], Exception), repr(outcomes["clearing"])
+    assert outcomes["clearing"].cleared is True
     assert sorted(
         Allocation.objects.filter(organization=buyer.organization).values_list("source", "quantity")
     ) == [("auction", 3), ("buy_now", 2)]
@@ -477,4 +712,4 @@ def test_a_clearing_and_a_purchase_of_one_team_at_once_plan_every_minute_bought(
     # order.
     wait_for(worker_settled, WORKER_TIMEOUT)
     assert account_row(managed_cluster, buyer) == (buyer.account, 300, 0, 300, 0, "")
-    assert associations(slurm, buyer.account) == enforced(buyer.account, 300)
+    assert enforced(slurm, buyer.account) == limited_to(buyer.account, 300)

@@ -1,6 +1,6 @@
 """Account helpers on recorded sacctmgr output: `testcluster_*` from Slurm 22.05 on the test
-cluster (with the exit statuses it gave), `gpucluster_*` hand-made for a cluster that tracks
-GPUs."""
+cluster (with the exit statuses it gave), the GPU cluster's QOS hand-made for a cluster that
+tracks GPUs."""
 
 import json
 import uuid
@@ -10,25 +10,43 @@ import pytest
 
 from scheduler_bridge.slurm import accounts
 from scheduler_bridge.slurm.accounts import (
-    ASSOCIATION_FIELDS,
     AccountMissing,
+    AdminLevelTooLow,
+    Association,
+    AssociationInUse,
+    Qos,
+    SlurmUser,
     TresNotTracked,
     account_ensure,
     account_limit_get,
     account_name_for,
+    is_team_account,
+    parse_associations,
+    parse_default_accounts,
     parse_grp_tres_mins,
+    parse_qos,
+    parse_users_with_associations,
     sacctmgr_text,
+    tenant_join,
+    tenant_leave,
 )
 from scheduler_bridge.slurm.errors import RemoteCommandFailed, UnexpectedOutput
-from scheduler_bridge.slurm.parsers import parse_parsable2
 from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection, SSHSettings
 
 RECORDED = Path(__file__).parent / "recorded"
 
 
-def recorded_result(name: str) -> CommandResult:
-    results = json.loads((RECORDED / "testcluster_sacctmgr_results.json").read_text())
+def recorded_result(name: str, file: str = "testcluster_sacctmgr_results.json") -> CommandResult:
+    results = json.loads((RECORDED / file).read_text())
     return CommandResult(elapsed_seconds=0.1, **results[name])
+
+
+def recorded_tenants(name: str) -> CommandResult:
+    """Recorded with a team account (and QOS) cs-fefe5345ba904974 and the tenant cs-tenant-04."""
+    return recorded_result(name, "testcluster_sacctmgr_tenants.json")
+
+
+TEAM = "cs-fefe5345ba904974"
 
 
 def test_account_names_are_the_first_16_hex_digits_of_the_uuid():
@@ -79,29 +97,111 @@ def test_unreadable_grp_tres_mins_raise(text):
         parse_grp_tres_mins(text)
 
 
-def test_the_recorded_associations_of_a_test_cluster_account():
-    rows = parse_parsable2(
-        (RECORDED / "testcluster_sacctmgr_show_assoc.txt").read_text(), list(ASSOCIATION_FIELDS)
-    )
+def test_the_recorded_associations_of_a_team_account_with_its_tenant():
+    rows = parse_associations(recorded_tenants("show_assoc_account").stdout)
 
-    assert [(row["User"], parse_grp_tres_mins(row["GrpTRESMins"])) for row in rows] == [
-        ("", (6000, None)),
-        ("computeshare", (None, None)),
+    assert rows == [
+        Association("computeshare-test", TEAM, "", "", (TEAM,), TEAM, "", None),
+        Association("computeshare-test", TEAM, "cs-tenant-04", "", (TEAM,), TEAM, "", None),
     ]
 
 
-def test_the_recorded_associations_of_a_gpu_cluster_account():
-    rows = parse_parsable2(
-        (RECORDED / "gpucluster_sacctmgr_show_assoc.txt").read_text(), list(ASSOCIATION_FIELDS)
+def test_the_recorded_associations_of_the_idle_account_run_nothing():
+    rows = parse_associations(recorded_tenants("show_assoc_idle").stdout)
+
+    assert [(row.user, row.qos, row.max_jobs) for row in rows] == [
+        ("", ("normal",), 0),
+        ("computeshare", ("normal",), 0),
+        ("cs-tenant-01", ("normal",), 0),
+        ("cs-tenant-02", ("normal",), 0),
+        ("cs-tenant-03", ("normal",), 0),
+        ("cs-tenant-04", ("normal",), 0),
+    ]
+
+
+def test_associations_list_their_qos_sorted_and_keep_a_limit_left_on_them():
+    text = (
+        "hpc-gpu|cs-6f1c2d3e4a5b6c7d|||normal,cs-6f1c2d3e4a5b6c7d|normal|cpu=6000|\n"
+        "hpc-gpu|cs-6f1c2d3e4a5b6c7d|cs-tenant-01|gpu|cs-6f1c2d3e4a5b6c7d||| \n"
     )
 
-    assert [
-        (row["User"], row["Partition"], parse_grp_tres_mins(row["GrpTRESMins"])) for row in rows
-    ] == [
-        ("", "", (6000, 120)),
-        ("computeshare", "", (None, None)),
-        ("computeshare", "gpu", (None, None)),
+    with pytest.raises(UnexpectedOutput, match="MaxJobs"):
+        parse_associations(text)
+    [own] = parse_associations(text.splitlines()[0])
+    assert (own.qos, own.default_qos, own.grp_tres_mins) == (
+        ("cs-6f1c2d3e4a5b6c7d", "normal"),
+        "normal",
+        "cpu=6000",
+    )
+
+
+def test_the_recorded_tenant_in_a_team_account_defaults_to_it():
+    users = parse_users_with_associations(recorded_tenants("show_user_joined").stdout)
+
+    assert users == {
+        "cs-tenant-04": SlurmUser(
+            "cs-tenant-04",
+            TEAM,
+            (
+                Association("computeshare-test", TEAM, "cs-tenant-04", "", (TEAM,), TEAM, "", None),
+                Association(
+                    "computeshare-test",
+                    "computeshare-idle",
+                    "cs-tenant-04",
+                    "",
+                    ("normal",),
+                    "",
+                    "",
+                    0,
+                ),
+            ),
+        )
+    }
+    assert parse_users_with_associations(recorded_tenants("show_user_unknown").stdout) == {}
+
+
+def test_the_recorded_default_accounts_leave_out_unknown_users():
+    defaults = parse_default_accounts(recorded_tenants("show_user_defaults").stdout)
+
+    assert defaults == {
+        "cs-tenant-01": "computeshare-idle",
+        "cs-tenant-02": "computeshare-idle",
+        "cs-tenant-03": "computeshare-idle",
+        "cs-tenant-04": TEAM,
+    }
+
+
+def test_a_user_without_a_default_on_the_cluster_asked_is_left_out():
+    assert parse_default_accounts("exp1|\nexp2|computeshare\n") == {"exp2": "computeshare"}
+
+
+def test_the_recorded_qos_of_a_team():
+    assert parse_qos(recorded_tenants("show_qos").stdout) == [
+        Qos(TEAM, 6000, None, frozenset({"DenyOnLimit", "NoDecay"}))
     ]
+    assert parse_qos(recorded_tenants("show_qos_missing").stdout) == []
+
+
+def test_the_qos_of_a_team_on_a_gpu_cluster():
+    text = "cs-6f1c2d3e4a5b6c7d|cpu=6000,gres/gpu=120,gres/gpu:a100=60|NoDecay\n"
+
+    assert parse_qos(text) == [Qos("cs-6f1c2d3e4a5b6c7d", 6000, 120, frozenset({"NoDecay"}))]
+
+
+@pytest.mark.parametrize(
+    ("name", "is_team"),
+    [
+        ("cs-6f1c2d3e4a5b6c7d", True),
+        ("computeshare-idle", False),
+        ("cs-probe-idle", False),
+        ("cs-6f1c2d3e4a5b6c7", False),
+        ("cs-6f1c2d3e4a5b6c7d0", False),
+        ("cs-6F1C2D3E4A5B6C7D", False),
+        ("", False),
+    ],
+)
+def test_team_accounts_are_the_ones_account_name_for_makes(name, is_team):
+    assert is_team_account(name) is is_team
 
 
 @pytest.mark.parametrize(
@@ -136,6 +236,23 @@ def test_nothing_new_added_is_success_without_change(name, added):
     assert accounts._added(recorded_result(name)) is added
 
 
+@pytest.mark.parametrize(
+    ("name", "added"),
+    [("add_qos", True), ("add_qos_again", False), ("add_account_with_qos", True)],
+)
+def test_a_qos_and_an_account_with_it_are_added_once(name, added):
+    assert accounts._added(recorded_tenants(name)) is added
+
+
+def test_a_qos_refused_to_an_operator_says_that_it_needs_an_administrator():
+    with pytest.raises(AdminLevelTooLow) as refused:
+        accounts._added(recorded_tenants("add_qos_denied_to_an_operator"))
+
+    assert isinstance(refused.value, RemoteCommandFailed)
+    assert refused.value.exit_status == 1
+    assert "AdminLevel=Administrator" in str(refused.value)
+
+
 def test_nothing_new_added_with_a_reason_on_stderr_is_a_failure():
     # sacctmgr prints "Nothing new added." when it refuses an association with an account
     # that does not exist, and says why on stderr.
@@ -146,32 +263,55 @@ def test_nothing_new_added_with_a_reason_on_stderr_is_a_failure():
     assert "doesn't exist" in failed.value.stderr
 
 
-def test_a_modification_that_exited_zero_is_done():
-    accounts._require_modified(
-        recorded_result("modify"), cluster_name="computeshare-test", account="cs-e1fd195b77ca4a64"
-    )
+@pytest.mark.parametrize(
+    "result",
+    [
+        recorded_result("modify"),
+        recorded_tenants("modify_qos_limit"),
+        recorded_tenants("modify_qos_flags"),
+    ],
+)
+def test_a_modification_that_exited_zero_is_done(result):
+    accounts._require_modified(result, TEAM, cluster_name="computeshare-test")
 
 
-def test_nothing_modified_means_the_account_is_missing():
-    with pytest.raises(AccountMissing):
-        accounts._require_modified(
-            recorded_result("modify_missing_account"),
-            cluster_name="computeshare-test",
-            account="cs-0000000000000000",
-        )
+@pytest.mark.parametrize(
+    "result", [recorded_result("modify_missing_account"), recorded_tenants("modify_qos_missing")]
+)
+def test_nothing_modified_means_the_account_or_its_qos_is_missing(result):
+    with pytest.raises(AccountMissing, match="cs-0000000000000000 or its QOS disappeared"):
+        accounts._require_modified(result, "cs-0000000000000000", cluster_name="computeshare-test")
 
 
-def test_a_gpu_limit_on_a_cluster_that_does_not_track_gpus_says_what_is_missing():
+@pytest.mark.parametrize(
+    "result",
+    [recorded_result("modify_gpu_untracked"), recorded_tenants("modify_qos_gpu_untracked")],
+)
+def test_a_gpu_limit_on_a_cluster_that_does_not_track_gpus_says_what_is_missing(result):
     with pytest.raises(TresNotTracked) as refused:
-        accounts._require_modified(
-            recorded_result("modify_gpu_untracked"),
-            cluster_name="computeshare-test",
-            account="cs-e1fd195b77ca4a64",
-        )
+        accounts._require_modified(result, TEAM, cluster_name="computeshare-test")
 
     assert str(refused.value) == (
         "cluster computeshare-test does not track gres/gpu: "
         "its slurm.conf needs AccountingStorageTRES=gres/gpu"
+    )
+
+
+@pytest.mark.parametrize(("name", "deleted"), [("delete_user", True), ("delete_user_again", False)])
+def test_nothing_deleted_is_success_without_change(name, deleted):
+    assert accounts._deleted(recorded_tenants(name), user="cs-tenant-04", account=TEAM) is deleted
+
+
+def test_an_association_with_jobs_is_not_deleted_and_the_error_says_so():
+    with pytest.raises(AssociationInUse) as refused:
+        accounts._deleted(
+            recorded_tenants("delete_user_jobs_active"), user="cs-tenant-04", account=TEAM
+        )
+
+    assert isinstance(refused.value, RemoteCommandFailed)
+    assert refused.value.job_ids == ("220",)
+    assert str(refused.value) == (
+        f"sacctmgr refused to remove cs-tenant-04 from account {TEAM}: jobs still active (220)"
     )
 
 
@@ -189,8 +329,19 @@ def test_a_name_sacctmgr_would_read_as_more_than_a_name_is_refused_before_connec
             never_opened,
             cluster_name="computeshare-test",
             account=account,
-            user="computeshare",
             description="",
             organization="",
+        )
+    with pytest.raises(ValueError, match="not a Slurm account name"):
+        tenant_join(
+            never_opened, cluster_name="computeshare-test", user="cs-tenant-01", account=account
+        )
+    with pytest.raises(ValueError, match="not a Slurm account name"):
+        tenant_leave(
+            never_opened,
+            cluster_name="computeshare-test",
+            user="cs-tenant-01",
+            account=account,
+            idle_account="computeshare-idle",
         )
     assert not never_opened.is_open

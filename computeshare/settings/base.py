@@ -166,10 +166,27 @@ JOBS_MISSING_GRACE_SECONDS = env.float("JOBS_MISSING_GRACE_SECONDS", default=180
 JOBS_RECONCILE_DAYS = env.int("JOBS_RECONCILE_DAYS", default=3)
 JOBS_COMMAND_TIMEOUT_SECONDS = env.float("JOBS_COMMAND_TIMEOUT_SECONDS", default=60.0)
 JOBS_OUTPUT_MAX_TAIL_BYTES = env.int("JOBS_OUTPUT_MAX_TAIL_BYTES", default=1024 * 1024)
+# How often the poll reads the tenants' accounting for jobs the platform did not submit (a job
+# of a team's job that started and ended between two polls); those in the queue are seen at
+# every poll.
+JOBS_TENANT_RUNS_READ_SECONDS = env.float("JOBS_TENANT_RUNS_READ_SECONDS", default=60.0)
+# How long after a run ended accounting may still add to it (its batch step's record, the run
+# that follows a requeue or a resize): past it, what accounting has is what there is.
+JOBS_RUN_RECORD_GRACE_SECONDS = env.float("JOBS_RUN_RECORD_GRACE_SECONDS", default=60.0)
 # Where the `local` backend (the demo's cluster) keeps its jobs.
 LOCAL_CLUSTER_ROOT = Path(
     env("LOCAL_CLUSTER_ROOT", default=str(BASE_DIR / "var" / "local-cluster"))
 )
+# Whether this deployment runs local jobs at all: they run as the platform's own processes, so
+# production refuses them (production.py).
+LOCAL_BACKEND_ALLOWED = True
+# Each local job runs sandboxed with bubblewrap (`bwrap`): it sees its own folder and the
+# system, read-only, and no network. "auto" uses it where it works and otherwise runs jobs
+# unsandboxed (the job pages then say so); "required" fails a job that cannot be sandboxed;
+# "off" never sandboxes.
+LOCAL_BACKEND_SANDBOX = env("LOCAL_BACKEND_SANDBOX", default="auto")
+# The bubblewrap program: a name looked up on PATH, or a path.
+LOCAL_BACKEND_BWRAP = env("LOCAL_BACKEND_BWRAP", default="bwrap")
 CELERY_BEAT_SCHEDULE["jobs-poll"] = {
     "task": "scheduler_bridge.tasks.jobs_poll_task",
     "schedule": JOBS_POLL_INTERVAL_SECONDS,
@@ -177,6 +194,12 @@ CELERY_BEAT_SCHEDULE["jobs-poll"] = {
 CELERY_BEAT_SCHEDULE["jobs-reconcile"] = {
     "task": "scheduler_bridge.tasks.jobs_reconcile_task",
     "schedule": crontab(hour=3, minute=17),
+}
+# Leases of tenant accounts end (and the accounts are scrubbed) once their team has neither an
+# open allocation nor an unfinished job on the cluster.
+CELERY_BEAT_SCHEDULE["tenant-leases-end"] = {
+    "task": "scheduler_bridge.tasks.tenant_leases_end_task",
+    "schedule": 60.0,
 }
 
 if REDIS_URL:

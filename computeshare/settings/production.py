@@ -29,3 +29,5 @@ STORAGES = {
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
 }
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
+# Jobs run on owners' clusters only, never as processes of the platform's own machine.
+LOCAL_BACKEND_ALLOWED = False

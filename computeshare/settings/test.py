@@ -23,3 +23,6 @@ STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default="sk_test_computeshare")
 STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY", default="pk_test_computeshare")
 STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="whsec_computeshare_tests")
 STRIPE_JS_URL = env("STRIPE_JS_URL", default="http://127.0.0.1:9/js.stripe.com/v3/")
+# Local jobs run sandboxed, or fail: scripts/test-services installs bubblewrap, and a test
+# run that silently fell back to unsandboxed jobs would prove nothing about the sandbox.
+LOCAL_BACKEND_SANDBOX = "required"

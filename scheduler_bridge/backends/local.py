@@ -11,10 +11,20 @@ A supervisor that died (kill -9, a reboot) would leave its tasks "running" forev
 checks that the supervisor of each unended task is still the same live process, and ends the
 tasks of a dead one as NODE_FAIL (the machine failed, not the job: not charged), killing what it
 had left running.
+
+There are no tenants here: every local job runs as the platform's own Unix user, and the
+`users` and `tenant` arguments of the protocol are ignored. Teams are kept apart by their job
+directories and by the sandbox each task runs in (`sandbox`, with bubblewrap), which shows a
+task its own directory and nothing else of theirs. `LOCAL_BACKEND_SANDBOX` says whether it must
+(`required`: a job that cannot be sandboxed fails), may (`auto`: sandboxed when bubblewrap works
+on this machine, otherwise not, and the job pages say so) or must not (`off`) be used.
+Production refuses the backend altogether (`LOCAL_BACKEND_ALLOWED`).
 """
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import re
 import signal
@@ -24,6 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from scheduler_bridge.backends import local_state
 from scheduler_bridge.backends.arrays import parse_array
@@ -36,8 +47,17 @@ from scheduler_bridge.backends.local_state import (
     JobRecord,
     StateDirectory,
     TaskRecord,
+    kill_task_processes,
     now_utc,
     signal_task_processes,
+)
+from scheduler_bridge.backends.sandbox import (
+    AUTO,
+    OFF,
+    REQUIRED,
+    SANDBOX_MODES,
+    SandboxCheck,
+    sandbox_check,
 )
 from scheduler_bridge.backends.types import (
     JobSpec,
@@ -45,6 +65,7 @@ from scheduler_bridge.backends.types import (
     RunRecord,
     Stream,
     SubmitResult,
+    Tenant,
     environment_name_problem,
     output_file_name,
 )
@@ -61,11 +82,69 @@ _REPOSITORY = Path(__file__).resolve().parents[2]
 _JOB_ID = re.compile(r"([0-9]+)(?:_([0-9]+))?")
 
 
+logger = logging.getLogger(__name__)
+
+
 class LocalSchedulerError(BridgeError):
     """The local machine could not record or start a job (disk full, no process left): it may
     pass on retry."""
 
     is_transient = True
+
+
+class LocalBackendRefused(BridgeError):
+    """This deployment does not run local jobs (`LOCAL_BACKEND_ALLOWED` is false, as in
+    production): permanent."""
+
+
+def _sandbox_mode(mode: str) -> str:
+    if mode not in SANDBOX_MODES:
+        raise ValueError(
+            f"LOCAL_BACKEND_SANDBOX is {mode!r}: it must be one of {', '.join(SANDBOX_MODES)}"
+        )
+    return mode
+
+
+SandboxState = Literal["sandboxed", "unsandboxed", "off", "refused"]
+
+
+@dataclass(frozen=True)
+class SandboxStatus:
+    """How this machine runs local jobs, for the job pages: `sandboxed`; `unsandboxed` (auto
+    mode, without a working bubblewrap); `off` (the sandbox is turned off); `refused` (local
+    jobs cannot run: a sandbox is required and there is none, or the backend is not allowed)."""
+
+    state: SandboxState
+    problem: str = ""
+
+
+def local_sandbox_status(*, allowed: bool, mode: str, bwrap: str) -> SandboxStatus:
+    """How local jobs run under these settings (`LOCAL_BACKEND_ALLOWED`, `_SANDBOX`, `_BWRAP`);
+    bubblewrap's trial run is made once per process."""
+    if not allowed:
+        return SandboxStatus("refused", "local jobs are not allowed on this deployment")
+    mode = _sandbox_mode(mode)
+    if mode == OFF:
+        return SandboxStatus("off")
+    check = sandbox_check(bwrap)
+    if check.is_available:
+        return SandboxStatus("sandboxed")
+    if mode == AUTO:
+        return SandboxStatus("unsandboxed", check.problem)
+    return SandboxStatus(
+        "refused",
+        f"jobs must be sandboxed here (LOCAL_BACKEND_SANDBOX=required) and {check.problem}",
+    )
+
+
+@functools.cache
+def _warn_unsandboxed(problem: str) -> None:
+    """Once per process and reason."""
+    logger.warning(
+        "Local jobs run WITHOUT a sandbox (LOCAL_BACKEND_SANDBOX=auto): %s. A job can read "
+        "every other job's files and the platform's; install bubblewrap to sandbox them.",
+        problem,
+    )
 
 
 class _Refused(Exception):
@@ -84,7 +163,12 @@ class LocalBackend:
 
     `seconds_per_minute` scales time limits, for tests only (2.0 makes a 1-minute limit last 2
     seconds); `kill_grace_seconds` is the time between the SIGTERM and the SIGKILL that end a
-    task at its time limit or on cancel, as Slurm's KillWait."""
+    task at its time limit or on cancel, as Slurm's KillWait. `sandbox` (`auto`, `required`,
+    `off`) and `bwrap` (the program) are the settings `LOCAL_BACKEND_SANDBOX` and
+    `LOCAL_BACKEND_BWRAP`, `allowed` is `LOCAL_BACKEND_ALLOWED`: the services pass them.
+
+    Raises `LocalBackendRefused` where the deployment does not allow local jobs, so that no path
+    runs one in production."""
 
     def __init__(
         self,
@@ -94,7 +178,17 @@ class LocalBackend:
         python: str = sys.executable,
         seconds_per_minute: float = 60.0,
         kill_grace_seconds: float = 5.0,
+        sandbox: str = AUTO,
+        bwrap: str = "bwrap",
+        allowed: bool = True,
     ) -> None:
+        if not allowed:
+            raise LocalBackendRefused(
+                "this deployment does not run jobs on the local backend (LOCAL_BACKEND_ALLOWED "
+                "is false): its jobs would run as the platform's own processes"
+            )
+        self.sandbox_mode = _sandbox_mode(sandbox)
+        self.bwrap = bwrap
         self.root = Path(root).resolve()
         self.cpus = cpus if cpus is not None else (os.cpu_count() or 1)
         self.python = python
@@ -113,6 +207,7 @@ class LocalBackend:
             except _Refused as refusal:
                 plans.append(str(refusal))
         task_count = sum(len(plan.indices) for plan in plans if isinstance(plan, _Plan))
+        sandbox = self.sandbox() if task_count else SandboxCheck(None)
         try:
             next_id = self.state.allocate_ids(task_count) if task_count else 0
             results: list[SubmitResult] = []
@@ -121,7 +216,7 @@ class LocalBackend:
                 if isinstance(plan, str):
                     results.append(SubmitResult(spec.name, None, error=plan))
                     continue
-                self._record(spec, plan, next_id)
+                self._record(spec, plan, next_id, sandbox)
                 launches.append((next_id, self._launch(next_id)))
                 results.append(SubmitResult(spec.name, str(next_id)))
                 next_id += len(plan.indices)
@@ -132,6 +227,16 @@ class LocalBackend:
         for job_id, launcher in launches:
             self._await_launch(job_id, launcher)
         return results
+
+    def sandbox(self) -> SandboxCheck:
+        """The bwrap this backend's jobs run under; without one, why (`problem`). In `auto`
+        mode a job then runs unsandboxed, and the logs say so; in `required` mode it fails."""
+        if self.sandbox_mode == OFF:
+            return SandboxCheck(None, "the sandbox is turned off (LOCAL_BACKEND_SANDBOX=off)")
+        check = sandbox_check(self.bwrap)
+        if not check.is_available and self.sandbox_mode == AUTO:
+            _warn_unsandboxed(check.problem)
+        return check
 
     def _plan(self, spec: JobSpec) -> _Plan:
         """Checks what this machine can honour; raises `_Refused` with the reason."""
@@ -177,9 +282,10 @@ class LocalBackend:
             raise refuse(f"invalid job directory {directory!r}")
         return self.root / relative
 
-    def _record(self, spec: JobSpec, plan: _Plan, first_id: int) -> None:
+    def _record(self, spec: JobSpec, plan: _Plan, first_id: int, sandbox: SandboxCheck) -> None:
         """Writes the script and the job's records; the name goes last, so that a job `find`
-        can see is a job that exists."""
+        can see is a job that exists. A job that must be sandboxed and cannot be is recorded
+        all the same, with the refusal its supervisor fails every task with."""
         directory = self._job_directory(spec.directory)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
         local_state.write_atomically(directory / "job.sh", spec.script.encode(), mode=0o700)
@@ -199,6 +305,13 @@ class LocalBackend:
             submit_time=submit_time,
             seconds_per_minute=self.seconds_per_minute,
             kill_grace_seconds=self.kill_grace_seconds,
+            sandbox=sandbox.program,
+            refusal=(
+                f"not run: jobs here must be sandboxed (LOCAL_BACKEND_SANDBOX=required) and "
+                f"cannot be: {sandbox.problem}"
+                if self.sandbox_mode == REQUIRED and not sandbox.is_available
+                else None
+            ),
         )
         records = [
             TaskRecord(
@@ -258,7 +371,8 @@ class LocalBackend:
 
     # Reading -------------------------------------------------------------------------------------
 
-    def find(self, names: Sequence[str]) -> dict[str, str]:
+    def find(self, names: Sequence[str], users: Sequence[str]) -> dict[str, str]:
+        """Every local job is the platform's: `users` is ignored."""
         since = now_utc() - FIND_WINDOW
         found = {}
         for name in names:
@@ -267,7 +381,8 @@ class LocalBackend:
                 found[name] = str(entry[0])
         return found
 
-    def queue(self) -> list[QueueEntry]:
+    def queue(self, users: Sequence[str]) -> list[QueueEntry]:
+        """Every unended local task, whatever `users` says: there are no tenants here."""
         entries = []
         liveness: dict[int, bool] = {}
         for job_id in self.state.active_job_ids():
@@ -282,6 +397,9 @@ class LocalBackend:
                             state=api_state(record.scheduler_state),
                             scheduler_state=record.scheduler_state,
                             reason=record.reason,
+                            partition=PARTITION,
+                            cpus=record.requested_cpus,
+                            start_time=record.start_time,
                         )
                     )
         return entries
@@ -303,8 +421,17 @@ class LocalBackend:
                     runs.append(_run_record(record))
         return runs
 
-    def runs_between(self, start: datetime, end: datetime) -> list[RunRecord]:
-        """Reads every job the root has held that may overlap the window. A job directory last
+    def runs_of_users(
+        self, users: Sequence[str], start: datetime, end: datetime
+    ) -> list[RunRecord]:
+        """Every run recorded here that was in the system (submitted, and not yet ended) at
+        some time between `start` and `end`, whatever `users` says. The local backend has no
+        tenants: every job on it runs as the platform's own user, so there is no Unix user to
+        tell one team's runs from another's, and every local job is returned; the platform knows
+        its jobs by their ids. (A sandboxed job cannot submit one of its own: the scheduler's
+        state is not visible inside.)
+
+        Reads every job the root has held that may overlap the window. A job directory last
         changed before `start` whose job is not active ended before the window, unread."""
         active = set(self.state.active_job_ids())
         runs = []
@@ -316,18 +443,21 @@ class LocalBackend:
             if job_id not in active and entry.stat().st_mtime < start.timestamp():
                 continue
             for record in self._settled(self.state.read_tasks(job_id), liveness):
-                if (
-                    record.name.startswith("cs-")
-                    and record.start_time is not None
-                    and record.start_time <= end
-                    and (record.end_time is None or record.end_time >= start)
+                if record.submit_time <= end and (
+                    record.end_time is None or record.end_time >= start
                 ):
                     runs.append(_run_record(record))
         return sorted(runs, key=lambda run: int(run.raw_job_id))
 
     def output_tail(
-        self, directory: str, stream: Stream, array_task_id: int | None, tail_bytes: int
+        self,
+        tenant: Tenant | None,
+        directory: str,
+        stream: Stream,
+        array_task_id: int | None,
+        tail_bytes: int,
     ) -> bytes:
+        """Read as the platform's user: `tenant` is ignored (None here)."""
         path = self._job_directory(directory) / output_file_name(stream, array_task_id)
         try:
             with open(path, "rb") as file:
@@ -339,10 +469,10 @@ class LocalBackend:
 
     # Cancel --------------------------------------------------------------------------------------
 
-    def cancel(self, job_ids: Sequence[str]) -> None:
+    def cancel(self, tenant: Tenant | None, job_ids: Sequence[str]) -> None:
         """A pending task ends without starting; a running one gets SIGTERM (its supervisor
         follows with SIGKILL after the grace). Tasks whose supervisor is gone are killed and
-        ended here."""
+        ended here. `tenant` is ignored (None here)."""
         unended: list[TaskRecord] = []
         for job_id in job_ids:
             match = _JOB_ID.fullmatch(job_id)
@@ -359,7 +489,7 @@ class LocalBackend:
         for record in unended:
             if record.supervisor is not None and record.supervisor.is_alive():
                 if record.process is not None:
-                    signal_task_processes(record.process, signal.SIGTERM)
+                    signal_task_processes(record.process, signal.SIGTERM, record.sandbox)
             else:
                 self._end_abandoned(record, CANCELLED, "")
 
@@ -395,7 +525,7 @@ class LocalBackend:
             if current.supervisor is not None and current.supervisor.is_alive():
                 return current
             if current.process is not None:
-                signal_task_processes(current.process, signal.SIGKILL)
+                kill_task_processes(current.process, current.sandbox)
             end_time = now_utc()
             elapsed = (
                 0
@@ -447,4 +577,6 @@ def _run_record(record: TaskRecord) -> RunRecord:
         cpu_seconds=record.cpu_seconds,
         time_limit_minutes=record.time_limit_minutes,
         reason=record.reason,
+        partition=PARTITION,
+        requested_cpus=record.requested_cpus,
     )

@@ -6,8 +6,9 @@ and kept in `local_state`).
 has claimed the job's tasks, so the Celery worker that started it reaps it at once, and the child
 belongs to no process that can die under it (a worker killed with SIGKILL or restarted leaves its
 jobs running). The child supervises every task of the job until each has ended: it waits for
-CPU slots, runs the script with bash in a new session, enforces the time limit, answers cancel
-requests, measures CPU time and writes the final record.
+CPU slots, runs the script with bash in a new session (inside a bubblewrap sandbox when the job
+has one: `sandbox`), enforces the time limit, answers cancel requests, measures CPU time and
+writes the final record.
 
 One supervisor per job, not per task: an array of 1,000 tasks would otherwise be 1,000 Python
 processes (about 10 MiB each) waiting for two CPUs, and the `%N` throttle is a plain counter
@@ -20,6 +21,20 @@ task are reparented to it and their time is added when it reaps them. Not counte
 that left the task's session (`setsid`) and therefore escapes both the kill and the accounting,
 and anything still running when the supervisor itself is killed (such a task ends NODE_FAIL,
 which is not charged).
+
+A sandboxed task is three processes deep: the supervisor starts bwrap (the session leader, the
+task's `process`), which starts the sandbox's init (bwrap again, pid 1 of the task's PID
+namespace, the task's `sandbox`), which starts the script. Orphans inside the sandbox go to its
+init, never to the supervisor, and the init reaps them and the script, so their CPU time is in
+the init's rusage. The outer bwrap exits with the script's status (128 + the signal's number
+for a script killed by one, the same exit code as unsandboxed) as soon as the script has exited,
+without reaping the init, which is reparented to the supervisor (the subreaper) and reaped by it
+once everything left inside is killed: the supervisor adds its time to the task then (the init
+has a session of its own, so it is known by its pid, which bwrap reports). Signals go to the
+processes inside the namespace, never to bwrap (`local_state.signal_task_processes`): the init
+would lose the CPU time of what it had not reaped yet, and the outer bwrap would take the
+sandbox with it, without the SIGTERM's grace. Nothing inside can leave the namespace, so
+`setsid` escapes neither the kill nor the accounting there.
 """
 
 from __future__ import annotations
@@ -57,11 +72,13 @@ from scheduler_bridge.backends.local_state import (
     ProcessIdentity,
     StateDirectory,
     TaskRecord,
+    kill_task_processes,
     now_utc,
     read_process_status,
     session_members,
     signal_task_processes,
 )
+from scheduler_bridge.backends.sandbox import sandbox_command, sandbox_init_identity
 from scheduler_bridge.backends.types import output_file_name
 
 # The supervisor ----------------------------------------------------------------------------------
@@ -78,7 +95,8 @@ class _Task:
     phase: str = _WAITING
     reason: str = ""  # the pending reason last written
     popen: subprocess.Popen[bytes] | None = None
-    process: ProcessIdentity | None = None
+    process: ProcessIdentity | None = None  # the leader of its session: bash, or bwrap
+    sandbox: ProcessIdentity | None = None  # the sandbox's init, for a sandboxed task
     start_time: datetime | None = None
     deadline: float = 0.0  # monotonic time of the time limit
     kill_at: float | None = None  # monotonic time of the SIGKILL that follows a SIGTERM
@@ -129,6 +147,10 @@ class Supervisor:
         for number in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(number, self._on_stop_signal)
         try:
+            if self.job.refusal is not None:
+                for task in self.tasks:
+                    if task.phase != _DONE:
+                        self._end(task, FAILED, self.job.refusal, exit_code=None)
             while any(task.phase != _DONE for task in self.tasks):
                 if self.stop_signal is not None:
                     self.abandon(f"the local supervisor was stopped by signal {self.stop_signal}")
@@ -147,7 +169,7 @@ class Supervisor:
         machine, not the job, failed, so the run is not charged."""
         for task in self.tasks:
             if task.process is not None and task.phase in {_RUNNING, _FINISHING}:
-                signal_task_processes(task.process, signal.SIGKILL)
+                kill_task_processes(task.process, task.sandbox)
         deadline = time.monotonic() + FINISHING_SECONDS
         while time.monotonic() < deadline and any(t.phase == _RUNNING for t in self.tasks):
             self._reap()
@@ -180,7 +202,11 @@ class Supervisor:
                     task
                     for task in self.tasks
                     if task.process is not None
-                    and (task.process.pid == pid or (status and status.session == task.process.pid))
+                    and (
+                        task.process.pid == pid
+                        or (status and status.session == task.process.pid)
+                        or (task.sandbox is not None and task.sandbox.pid == pid)
+                    )
                 ),
                 None,
             )
@@ -192,7 +218,7 @@ class Supervisor:
                 task.wait_status = wait_status
                 # As Slurm does when a batch script exits: whatever it left behind is killed.
                 assert task.process is not None
-                signal_task_processes(task.process, signal.SIGKILL)
+                signal_task_processes(task.process, signal.SIGKILL, task.sandbox)
                 task.phase = _FINISHING
                 task.kill_at = None
                 task.finishing_until = time.monotonic() + FINISHING_SECONDS
@@ -210,18 +236,36 @@ class Supervisor:
                 elif task.ending_state is None and now >= task.deadline:
                     self._terminate(task, TIMEOUT, now)
                 if task.kill_at is not None and now >= task.kill_at:
-                    signal_task_processes(task.process, signal.SIGKILL)
+                    signal_task_processes(task.process, signal.SIGKILL, task.sandbox)
                     task.kill_at = None
             elif task.phase == _FINISHING:
                 assert task.process is not None
-                leftovers = session_members(task.process.pid, include_zombies=True)
+                leftovers = self._leftovers(task)
+                if leftovers and now >= task.finishing_until:
+                    kill_task_processes(task.process, task.sandbox)
+                elif leftovers:
+                    # Again: a process forked while the first SIGKILL went round escaped it.
+                    signal_task_processes(task.process, signal.SIGKILL, task.sandbox)
                 if not leftovers or now >= task.finishing_until:
                     self._finish(task, cancel_requested=task.raw_job_id in cancel_requests)
+
+    @staticmethod
+    def _leftovers(task: _Task) -> list[int]:
+        """What of a task whose script has exited is still to be reaped: the members of its
+        session; and a sandbox's init, which has its own session and stays until everything
+        inside has ended (they are all its descendants) and we have reaped it."""
+        assert task.process is not None
+        leftovers = session_members(task.process.pid, include_zombies=True)
+        if task.sandbox is not None:
+            status = read_process_status(task.sandbox.pid)
+            if status is not None and status.start_ticks == task.sandbox.start_ticks:
+                leftovers.append(task.sandbox.pid)
+        return leftovers
 
     def _terminate(self, task: _Task, ending_state: str, now: float) -> None:
         assert task.process is not None
         task.ending_state = ending_state
-        signal_task_processes(task.process, signal.SIGTERM)
+        signal_task_processes(task.process, signal.SIGTERM, task.sandbox)
         task.kill_at = now + self.job.kill_grace_seconds
 
     def _finish(self, task: _Task, *, cancel_requested: bool) -> None:
@@ -307,8 +351,9 @@ class Supervisor:
 
     def _environment(self, task: _Task, directory: Path) -> dict[str, str]:
         """A clean environment (nothing of the worker's, which holds the platform's secrets),
-        the user's variables, and the SLURM_* variables scripts written for Slurm read."""
-        environment = {"PATH": SCRIPT_PATH, "HOME": str(self.state.root)}
+        the user's variables, and the SLURM_* variables scripts written for Slurm read. HOME is
+        the job's directory: the only one a sandboxed job has, and not one shared by teams."""
+        environment = {"PATH": SCRIPT_PATH, "HOME": str(directory)}
         environment |= {"LANG": "C.UTF-8", "TZ": "UTC"}
         environment |= self.job.environment
         environment |= {
@@ -334,13 +379,20 @@ class Supervisor:
     def _start(self, task: _Task, slots: list[int]) -> None:
         task.slots = slots
         directory = self.state.root / self.job.directory
+        command = [self.bash, "job.sh"]
+        info_read = info_write = None
+        if self.job.sandbox is not None:
+            info_read, info_write = os.pipe()
+            command = sandbox_command(
+                self.job.sandbox, directory, command, info_descriptor=info_write
+            )
         try:
             with (
                 open(directory / output_file_name("stdout", task.array_task_id), "wb") as stdout,
                 open(directory / output_file_name("stderr", task.array_task_id), "wb") as stderr,
             ):
                 task.popen = subprocess.Popen(
-                    [self.bash, "job.sh"],
+                    command,
                     cwd=directory,
                     env=self._environment(task, directory),
                     stdin=subprocess.DEVNULL,
@@ -348,12 +400,20 @@ class Supervisor:
                     stderr=stderr,
                     start_new_session=True,  # the task's own session and process group
                     close_fds=True,
+                    pass_fds=() if info_write is None else (info_write,),
                 )
         except (OSError, ValueError) as error:
+            if info_read is not None:
+                os.close(info_read)
             self._end(task, FAILED, f"the script could not start: {error}", exit_code=None)
             return
+        finally:
+            if info_write is not None:
+                os.close(info_write)
         # Our child cannot be reaped by anyone else, so its /proc entry is there to read.
         task.process = ProcessIdentity.of(task.popen.pid) or ProcessIdentity(task.popen.pid, 0)
+        if info_read is not None:
+            task.sandbox = sandbox_init_identity(info_read)
         task.start_time = now_utc()
         task.deadline = time.monotonic() + self.limit_seconds
         task.phase = _RUNNING
@@ -365,11 +425,12 @@ class Supervisor:
                 reason="",
                 start_time=task.start_time,
                 process=task.process,
+                sandbox=task.sandbox,
             ),
         )
         if record.is_ended:
             # The backend ended it meanwhile, believing this supervisor dead: honour that.
-            signal_task_processes(task.process, signal.SIGKILL)
+            kill_task_processes(task.process, task.sandbox)
 
 
 def supervise(root: Path, job_id: int, ready_descriptor: int) -> None:

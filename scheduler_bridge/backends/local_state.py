@@ -25,6 +25,7 @@ import hashlib
 import json
 import os
 import secrets
+import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -117,19 +118,90 @@ def session_members(session: int, *, include_zombies: bool = False) -> list[int]
     return members
 
 
-def signal_task_processes(leader: ProcessIdentity, signal_number: int) -> None:
-    """Sends a signal to every process of a task: its process group, and members of its session
-    that moved to another group. The script was started as a session leader, so its pid is the
-    id of both. When another process now holds the leader's pid, the ids have been reused and
-    nothing is sent."""
-    status = read_process_status(leader.pid)
-    if status is not None and status.start_ticks != leader.start_ticks:
-        return
+def _pid_namespace(pid: int) -> tuple[int, int] | None:
+    """The PID namespace of a process (device and inode of its /proc/<pid>/ns/pid), None when
+    it is gone or not ours to inspect."""
+    try:
+        status = os.stat(f"/proc/{pid}/ns/pid")
+    except OSError:
+        return None
+    return status.st_dev, status.st_ino
+
+
+def namespace_members(init: ProcessIdentity) -> list[int]:
+    """Every live process of the PID namespace whose init (pid 1 inside) is `init`, the init
+    excepted; [] once the init is gone (its namespace went with it) or its pid was reused."""
+    status = read_process_status(init.pid)
+    if status is None or status.is_zombie or status.start_ticks != init.start_ticks:
+        return []
+    namespace = _pid_namespace(init.pid)
+    if namespace is None:
+        return []
+    members = []
+    for entry in os.scandir("/proc"):
+        if (
+            entry.name.isdigit()
+            and int(entry.name) != init.pid
+            and _pid_namespace(int(entry.name)) == namespace
+        ):
+            member = read_process_status(int(entry.name))
+            if member is not None and not member.is_zombie:
+                members.append(int(entry.name))
+    return members
+
+
+def _is_reused(process: ProcessIdentity) -> bool:
+    status = read_process_status(process.pid)
+    return status is not None and status.start_ticks != process.start_ticks
+
+
+def _signal_group_and_session(leader: ProcessIdentity, signal_number: int) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(leader.pid, signal_number)
     for pid in session_members(leader.pid):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal_number)
+
+
+def signal_task_processes(
+    leader: ProcessIdentity, signal_number: int, sandbox: ProcessIdentity | None = None
+) -> None:
+    """Sends a signal to every process of a task's script. When another process now holds the
+    pid of the leader (sandboxed: of the sandbox's init), the ids have been reused and nothing
+    is sent.
+
+    Unsandboxed, `leader` is the script's bash, started as a session leader: the signal goes to
+    its process group, and to members of its session that moved to another group.
+
+    Sandboxed, `leader` is the bwrap the supervisor started and `sandbox` the sandbox's init:
+    the signal goes to every process inside the sandbox's PID namespace, which none can leave,
+    and not to the two bwrap processes. They exit by themselves once the script has (bwrap with
+    the script's status): a SIGTERM to the outer bwrap would end the sandbox at once, without
+    the grace, and a SIGKILL to its init would lose the CPU time of what it had not reaped yet.
+    `kill_task_processes` is for when nothing more is to be measured."""
+    if sandbox is None:
+        if not _is_reused(leader):
+            _signal_group_and_session(leader, signal_number)
+        return
+    members = namespace_members(sandbox)  # which checks the init is still the same process
+    for pid in members:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal_number)
+    if not members and signal_number == signal.SIGKILL:
+        # Nothing runs inside (bwrap is still setting the sandbox up, or its init is gone):
+        # nothing to measure, and nothing else would end bwrap.
+        kill_task_processes(leader, sandbox)
+
+
+def kill_task_processes(leader: ProcessIdentity, sandbox: ProcessIdentity | None = None) -> None:
+    """Kills everything of a task at once, bwrap included: a SIGKILL to the sandbox's init ends
+    its whole namespace (what it had not reaped is not measured: for tasks whose end is not
+    charged, or that would not end otherwise)."""
+    if sandbox is not None and not _is_reused(sandbox):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(sandbox.pid, signal.SIGKILL)
+    if not _is_reused(leader):
+        _signal_group_and_session(leader, signal.SIGKILL)
 
 
 # Records -----------------------------------------------------------------------------------------
@@ -160,6 +232,11 @@ class JobRecord:
     submit_time: datetime
     seconds_per_minute: float
     kill_grace_seconds: float
+    # The bwrap that runs each task in a sandbox (absolute path), None to run it as it is.
+    sandbox: str | None = None
+    # Why no task of the job may run (a sandbox was required and there is none): every task
+    # fails with it, unstarted.
+    refusal: str | None = None
 
     @property
     def requested_cpus(self) -> int:
@@ -203,7 +280,9 @@ class TaskRecord:
     elapsed_seconds: int = 0
     cpu_seconds: float = 0.0
     supervisor: ProcessIdentity | None = None  # None until a supervisor claimed the task
-    process: ProcessIdentity | None = None  # the script's bash, leader of the task's session
+    # The leader of the task's session: the script's bash, or the bwrap that runs it sandboxed.
+    process: ProcessIdentity | None = None
+    sandbox: ProcessIdentity | None = None  # a sandboxed task's init (pid 1 of its namespace)
 
     @property
     def is_ended(self) -> bool:
@@ -218,7 +297,7 @@ class TaskRecord:
         data = {name: getattr(self, name) for name in self.__dataclass_fields__}
         for name in ("submit_time", "start_time", "end_time"):
             data[name] = None if data[name] is None else data[name].isoformat()
-        for name in ("supervisor", "process"):
+        for name in ("supervisor", "process", "sandbox"):
             data[name] = None if data[name] is None else [data[name].pid, data[name].start_ticks]
         return data
 
@@ -232,6 +311,8 @@ class TaskRecord:
                 "end_time": _time_or_none(data["end_time"]),
                 "supervisor": _identity_or_none(data["supervisor"]),
                 "process": _identity_or_none(data["process"]),
+                # Absent from the records of tasks that ran before sandboxes.
+                "sandbox": _identity_or_none(data.get("sandbox")),
             }
         )
 

@@ -3,11 +3,13 @@ backend of the demo. The services ask for a backend here and never build one the
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.conf import settings
 
 from marketplace.models import Cluster
 from marketplace.services import cluster_host_key_refused, ssh_settings_for
-from scheduler_bridge.backends.local import LocalBackend
+from scheduler_bridge.backends.local import LocalBackend, SandboxStatus, local_sandbox_status
 from scheduler_bridge.backends.slurm import SlurmBackend
 from scheduler_bridge.backends.types import Backend
 from scheduler_bridge.slurm.errors import BridgeError, HostKeyMismatch
@@ -17,9 +19,33 @@ from scheduler_bridge.slurm.pool import default_pool
 def backend_for(cluster: Cluster) -> Backend:
     """A backend for the cluster, over this process's pooled connection to it."""
     if cluster.backend == Cluster.Backend.LOCAL:
-        return LocalBackend(settings.LOCAL_CLUSTER_ROOT)
+        return local_backend()
     connection = default_pool.connection(ssh_settings_for(cluster))
-    return SlurmBackend(connection, command_timeout=settings.JOBS_COMMAND_TIMEOUT_SECONDS)
+    return SlurmBackend(
+        connection,
+        command_timeout=settings.JOBS_COMMAND_TIMEOUT_SECONDS,
+        record_grace=timedelta(seconds=settings.JOBS_RUN_RECORD_GRACE_SECONDS),
+    )
+
+
+def local_backend() -> LocalBackend:
+    """The demo's scheduler, as this deployment's settings have it (production refuses it:
+    `LocalBackendRefused`)."""
+    return LocalBackend(
+        settings.LOCAL_CLUSTER_ROOT,
+        sandbox=settings.LOCAL_BACKEND_SANDBOX,
+        bwrap=settings.LOCAL_BACKEND_BWRAP,
+        allowed=settings.LOCAL_BACKEND_ALLOWED,
+    )
+
+
+def local_sandbox() -> SandboxStatus:
+    """How this deployment runs local jobs: sandboxed with bubblewrap or not, and why not."""
+    return local_sandbox_status(
+        allowed=settings.LOCAL_BACKEND_ALLOWED,
+        mode=settings.LOCAL_BACKEND_SANDBOX,
+        bwrap=settings.LOCAL_BACKEND_BWRAP,
+    )
 
 
 def backend_failed(cluster: Cluster, error: BridgeError) -> None:

@@ -1,15 +1,19 @@
 """Template filters of the job pages: units, durations and efficiencies as the pages show
-them."""
+them, and whether the demo's local jobs run sandboxed on this machine."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from decimal import Decimal
 
 from django import template
 from django.utils import timezone
 
+from marketplace.models import Cluster
 from marketplace.templatetags.market import units
+from scheduler_bridge.backends.local import SandboxStatus
 from scheduler_bridge.models import Job
+from scheduler_bridge.services.backends import local_sandbox as local_sandbox_now
 
 register = template.Library()
 # The market's filter, under the same name on the job pages.
@@ -44,3 +48,19 @@ def elapsed(job: Job) -> str:
 def percent(fraction: Decimal | None) -> str:
     """A fraction from 0 to 1 as `50.0 %`; empty when there is none (a job not yet ended)."""
     return "" if fraction is None else f"{fraction * 100:.1f} %"
+
+
+@register.filter
+def on_local_backend(value: Cluster | Iterable[Job] | None) -> bool:
+    """Whether a cluster, or any job of a list, runs on the local backend (the demo's)."""
+    if value is None:
+        return False
+    if isinstance(value, Cluster):
+        return value.backend == Cluster.Backend.LOCAL
+    return any(job.cluster.backend == Cluster.Backend.LOCAL for job in value)
+
+
+@register.simple_tag
+def local_sandbox() -> SandboxStatus:
+    """How local jobs run on this machine: sandboxed with bubblewrap or not, and why not."""
+    return local_sandbox_now()

@@ -86,3 +86,23 @@ def test_production_collects_static_files_for_whitenoise(tmp_path):
         "css/computeshare.css",
     ):
         assert f'"{path}"' in manifest
+
+
+def test_production_never_runs_a_job_on_the_local_backend(tmp_path):
+    program = (
+        "from django.conf import settings\n"
+        "from scheduler_bridge.backends.local import LocalBackendRefused\n"
+        "from scheduler_bridge.services.backends import local_backend\n"
+        "print(settings.LOCAL_BACKEND_ALLOWED)\n"
+        f"settings.LOCAL_CLUSTER_ROOT = {str(tmp_path / 'root')!r}\n"
+        "try:\n"
+        "    local_backend()\n"
+        "except LocalBackendRefused as refusal:\n"
+        "    print(type(refusal).__name__, refusal.is_transient)\n"
+    )
+
+    result = manage("shell", "--no-imports", "--command", program, **production_environment())
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["False", "LocalBackendRefused False"]
+    assert not (tmp_path / "root").exists()

@@ -1,6 +1,8 @@
 """The local scheduler backend on real processes of this machine. Time limits are scaled
 (`seconds_per_minute=2`: a 1-minute limit lasts 2 seconds) and the kill grace is half a second,
-so that every test takes seconds."""
+so that every test takes seconds. The test settings require the sandbox
+(`LOCAL_BACKEND_SANDBOX = "required"`): every job here runs in bubblewrap, as a demo job does
+where bubblewrap is installed (test_local_sandbox.py tests what the sandbox hides)."""
 
 import multiprocessing
 import os
@@ -14,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from scheduler_bridge.backends.arrays import parse_array
 from scheduler_bridge.backends.local import LocalBackend
@@ -33,11 +36,14 @@ KILL_GRACE_SECONDS = 0.5
 
 
 def make_backend(root: Path, cpus: int = 2) -> LocalBackend:
+    """A backend as the test settings have it: every job sandboxed ("required")."""
     return LocalBackend(
         root,
         cpus=cpus,
         seconds_per_minute=SECONDS_PER_MINUTE,
         kill_grace_seconds=KILL_GRACE_SECONDS,
+        sandbox=settings.LOCAL_BACKEND_SANDBOX,
+        bwrap=settings.LOCAL_BACKEND_BWRAP,
     )
 
 
@@ -46,8 +52,8 @@ def backend(tmp_path: Path) -> Iterator[LocalBackend]:
     backend = make_backend(tmp_path / "root")
     yield backend
     # Nothing a test started outlives it, and no supervisor crashed on the way.
-    backend.cancel(sorted({entry.array_job_id for entry in backend.queue()}))
-    wait_until(lambda: backend.queue() == [], timeout=10)
+    backend.cancel(None, sorted({entry.array_job_id for entry in backend.queue([])}))
+    wait_until(lambda: backend.queue([]) == [], timeout=10)
     assert list(backend.state.jobs.glob("*/supervisor.log")) == []
 
 
@@ -91,6 +97,30 @@ def read_pid(path: Path) -> int:
     return int(path.read_text())
 
 
+def task_pid(backend: LocalBackend, job_id: str, pid_in_task: int) -> int:
+    """This machine's pid of a running task's process that knows itself as `pid_in_task` (its
+    `$$`): the same number unsandboxed; in a sandbox, the pid inside the task's own PID
+    namespace, found by that namespace and the process's NSpid."""
+    wait_until(lambda: backend.state.read_tasks(int(job_id))[0].process is not None)
+    [record] = backend.state.read_tasks(int(job_id))
+    if record.sandbox is None:
+        return pid_in_task
+    namespace = os.stat(f"/proc/{record.sandbox.pid}/ns/pid").st_ino
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.stat(entry / "ns" / "pid").st_ino != namespace:
+                continue
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        [line] = [line for line in status.splitlines() if line.startswith("NSpid:")]
+        if int(line.split()[-1]) == pid_in_task:
+            return int(entry.name)
+    raise AssertionError(f"no process {pid_in_task} in the sandbox of job {job_id}")
+
+
 def test_a_job_completes_with_its_output_its_environment_and_the_cpu_time_it_used(
     backend: LocalBackend, monkeypatch: pytest.MonkeyPatch
 ):
@@ -127,24 +157,24 @@ def test_a_job_completes_with_its_output_its_environment_and_the_cpu_time_it_use
     assert run.submit_time <= run.start_time <= run.end_time
     assert run.elapsed_seconds == int((run.end_time - run.start_time).total_seconds())
     directory = backend.root / "jobs/cs-complete"
-    assert backend.output_tail("jobs/cs-complete", "stdout", None, 1000) == (
+    assert backend.output_tail(None, "jobs/cs-complete", "stdout", None, 1000) == (
         f"hello {job_id} 1 1 clean UTC {directory}\n".encode()
     )
-    assert backend.output_tail("jobs/cs-complete", "stderr", None, 1000) == b"oops\n"
-    assert backend.output_tail("jobs/cs-complete", "stderr", None, 3) == b"ps\n"
-    assert backend.output_tail("jobs/cs-complete", "stdout", 4, 1000) == b""
+    assert backend.output_tail(None, "jobs/cs-complete", "stderr", None, 1000) == b"oops\n"
+    assert backend.output_tail(None, "jobs/cs-complete", "stderr", None, 3) == b"ps\n"
+    assert backend.output_tail(None, "jobs/cs-complete", "stdout", 4, 1000) == b""
     assert (directory / "job.sh").read_text() == script
     assert (directory / "job.sh").stat().st_mode & 0o777 == 0o700
-    assert backend.queue() == []
-    assert backend.find(["cs-complete", "cs-unknown"]) == {"cs-complete": job_id}
+    assert backend.queue([]) == []
+    assert backend.find(["cs-complete", "cs-unknown"], []) == {"cs-complete": job_id}
 
 
 def test_a_running_job_is_in_the_queue_with_its_elapsed_time(backend: LocalBackend):
     job_id = submit_one(backend, job_spec("cs-running", "#!/bin/bash\nsleep 1.5\n"))
 
-    wait_until(lambda: [entry.state for entry in backend.queue()] == ["running"])
+    wait_until(lambda: [entry.state for entry in backend.queue([])] == ["running"])
     time.sleep(1.1)
-    [entry] = backend.queue()
+    [entry] = backend.queue([])
     [run] = backend.runs([job_id])
 
     assert (entry.job_id, entry.name, entry.scheduler_state, entry.reason) == (
@@ -174,7 +204,7 @@ def test_a_failing_script_fails_with_its_exit_code(backend: LocalBackend):
         3,
         "NonZeroExitCode",
     )
-    assert backend.output_tail("jobs/cs-failing", "stdout", None, 100) == b"before\n"
+    assert backend.output_tail(None, "jobs/cs-failing", "stdout", None, 100) == b"before\n"
 
 
 def test_the_time_limit_kills_the_job_and_every_process_it_started(backend: LocalBackend):
@@ -191,8 +221,8 @@ def test_the_time_limit_kills_the_job_and_every_process_it_started(backend: Loca
     # When it runs past its 1-minute limit (2 seconds here)
     job_id = submit_one(backend, job_spec("cs-timeout", script, time_limit_minutes=1))
     directory = backend.root / "jobs/cs-timeout"
-    background_pid = read_pid(directory / "background.pid")
-    script_pid = read_pid(directory / "script.pid")
+    background_pid = task_pid(backend, job_id, read_pid(directory / "background.pid"))
+    script_pid = task_pid(backend, job_id, read_pid(directory / "script.pid"))
     [run] = wait_for_end(backend, job_id, timeout=10)
 
     # Then SIGKILL followed the ignored SIGTERM: the job timed out and nothing of it is left
@@ -209,18 +239,18 @@ def test_cancel_ends_a_pending_job_before_it_starts_and_a_running_one(backend: L
     running_id = submit_one(
         backend, job_spec("cs-holder", "#!/bin/bash\necho $$ > script.pid\nsleep 30\n", ntasks=2)
     )
-    script_pid = read_pid(backend.root / "jobs/cs-holder/script.pid")
+    script_pid = task_pid(backend, running_id, read_pid(backend.root / "jobs/cs-holder/script.pid"))
     pending_id = submit_one(backend, job_spec("cs-waiting", "#!/bin/bash\necho ran\n", ntasks=2))
     wait_until(
-        lambda: [(e.job_id, e.reason) for e in backend.queue()][1:] == [(pending_id, "Resources")]
+        lambda: [(e.job_id, e.reason) for e in backend.queue([])][1:] == [(pending_id, "Resources")]
     )
-    [waiting] = [entry for entry in backend.queue() if entry.job_id == pending_id]
+    [waiting] = [entry for entry in backend.queue([]) if entry.job_id == pending_id]
     assert (waiting.state, waiting.scheduler_state) == ("pending", "PENDING")
 
     # When both are cancelled
-    backend.cancel([pending_id])
+    backend.cancel(None, [pending_id])
     [pending_run] = wait_for_end(backend, pending_id, timeout=5)
-    backend.cancel([running_id])
+    backend.cancel(None, [running_id])
     [running_run] = wait_for_end(backend, running_id, timeout=5)
 
     # Then the pending one never ran and the running one was killed
@@ -234,7 +264,7 @@ def test_cancel_ends_a_pending_job_before_it_starts_and_a_running_one(backend: L
     assert (running_run.state, running_run.allocated_cpus) == ("cancelled", 2)
     assert is_gone(script_pid)
     # Cancelling what has ended is not an error and changes nothing.
-    backend.cancel([pending_id, running_id])
+    backend.cancel(None, [pending_id, running_id])
     assert backend.runs([pending_id, running_id]) == [pending_run, running_run]
 
 
@@ -246,7 +276,7 @@ def test_an_array_runs_every_task_within_its_throttle(backend: LocalBackend):
     # When it runs, tasks beyond the throttle wait for it
     wait_until(
         lambda: (
-            [entry.reason for entry in backend.queue() if entry.state == "pending"][:1]
+            [entry.reason for entry in backend.queue([]) if entry.state == "pending"][:1]
             == ["JobArrayTaskLimit"]
         )
     )
@@ -259,7 +289,7 @@ def test_an_array_runs_every_task_within_its_throttle(backend: LocalBackend):
     ]
     assert {run.state for run in runs} == {"completed"}
     for index in range(5):
-        assert backend.output_tail("jobs/cs-array", "stdout", index, 100) == (
+        assert backend.output_tail(None, "jobs/cs-array", "stdout", index, 100) == (
             f"{job_id} {index} {first + index}\n".encode()
         )
     for run in runs:
@@ -278,13 +308,13 @@ def test_an_array_runs_every_task_within_its_throttle(backend: LocalBackend):
 def test_cancel_ends_one_task_of_an_array_or_all_of_them(backend: LocalBackend):
     # Given an array running one task at a time
     job_id = submit_one(backend, job_spec("cs-sweep", "#!/bin/bash\nsleep 30\n", array="0-3%1"))
-    wait_until(lambda: [entry.state for entry in backend.queue()][:1] == ["running"])
+    wait_until(lambda: [entry.state for entry in backend.queue([])][:1] == ["running"])
 
     # When one waiting task is cancelled, then the whole array
-    backend.cancel([f"{job_id}_2"])
+    backend.cancel(None, [f"{job_id}_2"])
     wait_until(lambda: backend.runs([f"{job_id}_2"])[0].is_ended, timeout=5)
     states_after_one = [run.state for run in backend.runs([job_id])]
-    backend.cancel([job_id])
+    backend.cancel(None, [job_id])
     runs = wait_for_end(backend, job_id, timeout=5)
 
     # Then the first cancel ended that task alone, the second all the others
@@ -347,7 +377,7 @@ def test_a_spec_the_machine_cannot_honour_is_refused_and_nothing_is_recorded(
     # The refused spec took no id and left no job directory or record behind.
     assert accepted.scheduler_job_id == "1"
     assert not (backend.root / "jobs/cs-refused").exists()
-    assert backend.find(["cs-refused"]) == {}
+    assert backend.find(["cs-refused"], []) == {}
     assert wait_for_end(backend, "1")[0].state == "completed"
 
 
@@ -367,11 +397,11 @@ def test_names_environment_and_script_text_are_data_never_commands(backend: Loca
     [run] = wait_for_end(backend, job_id)
 
     assert (run.state, run.name) == ("completed", name)
-    assert backend.output_tail("jobs/it's $(x) ü", "stdout", None, 1000) == (
+    assert backend.output_tail(None, "jobs/it's $(x) ü", "stdout", None, 1000) == (
         f"{payload}|{name}".encode()
     )
     assert list(backend.root.rglob("pwned")) == []
-    assert backend.find([name]) == {name: job_id}
+    assert backend.find([name], []) == {name: job_id}
 
 
 def test_a_supervisor_killed_with_sigkill_is_detected_and_its_job_ends_node_fail(
@@ -381,7 +411,7 @@ def test_a_supervisor_killed_with_sigkill_is_detected_and_its_job_ends_node_fail
     job_id = submit_one(
         backend, job_spec("cs-orphan", "#!/bin/bash\necho $$ > script.pid\nsleep 30\n")
     )
-    script_pid = read_pid(backend.root / "jobs/cs-orphan/script.pid")
+    script_pid = task_pid(backend, job_id, read_pid(backend.root / "jobs/cs-orphan/script.pid"))
 
     # When its supervisor is killed
     os.kill(supervisor_pid(backend.root, job_id), signal.SIGKILL)
@@ -391,7 +421,7 @@ def test_a_supervisor_killed_with_sigkill_is_detected_and_its_job_ends_node_fail
     [run] = backend.runs([job_id])
     assert (run.state, run.scheduler_state) == ("node_fail", "NODE_FAIL")
     assert run.reason == "the local supervisor of this task is gone"
-    assert backend.queue() == []
+    assert backend.queue([]) == []
     wait_until(lambda: is_gone(script_pid), timeout=5)
 
 
@@ -401,7 +431,7 @@ def test_a_supervisor_stopped_with_sigterm_kills_its_job_and_ends_it_node_fail(
     job_id = submit_one(
         backend, job_spec("cs-stopped", "#!/bin/bash\necho $$ > script.pid\nsleep 30\n")
     )
-    script_pid = read_pid(backend.root / "jobs/cs-stopped/script.pid")
+    script_pid = task_pid(backend, job_id, read_pid(backend.root / "jobs/cs-stopped/script.pid"))
 
     os.kill(supervisor_pid(backend.root, job_id), signal.SIGTERM)
     [run] = wait_for_end(backend, job_id, timeout=10)
@@ -453,7 +483,7 @@ def test_a_job_survives_the_worker_that_submitted_it_being_killed(tmp_path: Path
     backend = make_backend(tmp_path)
     [run] = wait_for_end(backend, job_id)
     assert (job_id, run.state) == ("1", "completed")
-    assert backend.output_tail("job", "stdout", None, 100) == b"done\n"
+    assert backend.output_tail(None, "job", "stdout", None, 100) == b"done\n"
 
 
 def submit_from_another_process(root: str) -> list[str]:
@@ -470,7 +500,7 @@ def test_concurrent_submissions_from_several_processes_get_unique_ids(backend: L
 
     job_ids = [job_id for batch in batches for job_id in batch]
     assert sorted(job_ids, key=int) == [str(number) for number in range(1, 21)]
-    wait_until(lambda: backend.queue() == [], timeout=20)
+    wait_until(lambda: backend.queue([]) == [], timeout=20)
     assert {run.state for run in backend.runs(job_ids)} == {"completed"}
 
 
@@ -520,7 +550,7 @@ def test_the_queue_of_500_pending_tasks_is_read_in_well_under_100_ms(backend: Lo
     timings = []
     for _ in range(3):
         started = time.perf_counter()
-        entries = backend.queue()
+        entries = backend.queue([])
         timings.append(time.perf_counter() - started)
 
     assert len(entries) == 500
@@ -530,11 +560,13 @@ def test_the_queue_of_500_pending_tasks_is_read_in_well_under_100_ms(backend: Lo
     # Once their supervisor is gone, they all end (and leave the queue) as the machine's failure.
     stand_in.kill()
     stand_in.wait()
-    assert backend.queue() == []
+    assert backend.queue([]) == []
     assert {run.state for run in backend.runs(["1", "500"])} == {"node_fail"}
 
 
-def test_runs_between_lists_the_platform_jobs_that_ran_in_the_window(backend: LocalBackend):
+def test_runs_of_users_lists_every_run_in_the_system_during_the_window_whatever_the_users(
+    backend: LocalBackend,
+):
     def ended(job_id: int, name: str, start: datetime) -> TaskRecord:
         return synthetic_task(
             job_id,
@@ -546,16 +578,36 @@ def test_runs_between_lists_the_platform_jobs_that_ran_in_the_window(backend: Lo
             exit_code=0,
         )
 
+    # Given runs before, in and after the window 10:30-12:00, under any name
     ten = datetime(2030, 1, 1, 10, tzinfo=UTC)
     register_synthetic(backend.state, ended(1, "cs-before", ten))
     register_synthetic(backend.state, ended(2, "cs-inside", ten + timedelta(hours=1)))
-    register_synthetic(backend.state, ended(3, "not-the-platform", ten + timedelta(hours=1)))
+    register_synthetic(backend.state, ended(3, "not-by-the-platform", ten + timedelta(hours=1)))
+    # (the waiting ones followed by a stand-in supervisor, gone at the end of the test)
+    stand_in = subprocess.Popen(["sleep", "60"])
+    supervisor = ProcessIdentity.of(stand_in.pid)
+    for job_id, name, submitted in (
+        (4, "cs-pending", ten + timedelta(hours=1, minutes=30)),
+        (5, "cs-later", ten + timedelta(hours=2, minutes=30)),
+    ):
+        waiting = synthetic_task(job_id, name, submit_time=submitted, supervisor=supervisor)
+        register_synthetic(backend.state, waiting)
 
-    runs = backend.runs_between(ten + timedelta(minutes=30), ten + timedelta(hours=2))
+    # When the runs of some users in the window are asked for
+    runs = backend.runs_of_users(
+        ["tenant01"], ten + timedelta(minutes=30), ten + timedelta(hours=2)
+    )
 
-    assert [(run.job_id, run.state, run.elapsed_seconds) for run in runs] == [
-        ("2", "completed", 300)
+    # Then every local run that was in the system then is there (the local backend has no
+    # users): the ones that ran, and the one that was waiting
+    assert [(run.job_id, run.name, run.state, run.elapsed_seconds) for run in runs] == [
+        ("2", "cs-inside", "completed", 300),
+        ("3", "not-by-the-platform", "completed", 300),
+        ("4", "cs-pending", "pending", 0),
     ]
+    assert {(run.partition, run.requested_cpus, run.user) for run in runs} == {("local", 1, "")}
+    stand_in.kill()
+    stand_in.wait()
 
 
 def test_find_forgets_names_older_than_seven_days(backend: LocalBackend):
@@ -563,4 +615,4 @@ def test_find_forgets_names_older_than_seven_days(backend: LocalBackend):
     backend.state.register_name("cs-old", 41, old)
     backend.state.register_name("cs-recent", 42, old + timedelta(days=2))
 
-    assert backend.find(["cs-old", "cs-recent"]) == {"cs-recent": "42"}
+    assert backend.find(["cs-old", "cs-recent"], []) == {"cs-recent": "42"}

@@ -5,7 +5,12 @@ The rules (DESIGN.md, market rules): rank bids by price, highest first, then by 
 id; fill whole units in that order until the supply is used up, a bid taking less than it asked
 only down to its minimum (a bid that cannot reach its minimum is skipped and the next one is
 tried). Every winner pays the same price: the highest price among units left unserved, but never
-below the reserve and never above the lowest winning bid."""
+below the reserve and never above the lowest winning bid.
+
+A cluster serves at most as many teams at once as it has tenant accounts: given `seats`, the
+number of teams that may newly win (teams in `seated` already hold an account there), a bid of
+a team that would need one more account than there are is skipped like a bid that cannot reach
+its minimum, and its units count as unserved."""
 
 from __future__ import annotations
 
@@ -24,6 +29,8 @@ class SealedBid:
     placed_at: datetime
     # The tie-breaker after time: the bid's database id, which grows with insertion order.
     sequence: int
+    # Who bids: a team's bids share one tenant account on the cluster.
+    buyer: Hashable = None
 
 
 @dataclass(frozen=True)
@@ -40,15 +47,24 @@ def rank_key(bid: SealedBid) -> tuple[Decimal, datetime, int]:
     return (-bid.price, bid.placed_at, bid.sequence)
 
 
-def uniform_price_clear(supply: int, reserve: Decimal, bids: Iterable[SealedBid]) -> Clearing:
+def uniform_price_clear(
+    supply: int,
+    reserve: Decimal,
+    bids: Iterable[SealedBid],
+    *,
+    seats: int | None = None,
+    seated: frozenset[Hashable] = frozenset(),
+) -> Clearing:
     """Clears `supply` units among `bids`. Bids below the reserve never win (the market refuses
     them earlier; this keeps the function total). Bids may come in any order; already ranked
-    input (as the database returns it) sorts in linear time."""
+    input (as the database returns it) sorts in linear time. `seats` (None: no limit) is how
+    many buyers outside `seated` may win."""
     ranked = sorted((bid for bid in bids if bid.price >= reserve), key=rank_key)
     remaining = supply
     fills: dict[Hashable, int] = {}
     lowest_winning: Decimal | None = None
     highest_unserved: Decimal | None = None
+    newly_seated: set[Hashable] = set()
     for bid in ranked:
         if remaining == 0:
             # Ranked by price, so the first bid left over is the highest unserved one, and no
@@ -56,10 +72,15 @@ def uniform_price_clear(supply: int, reserve: Decimal, bids: Iterable[SealedBid]
             highest_unserved = bid.price if highest_unserved is None else highest_unserved
             break
         take = min(bid.quantity, remaining)
+        needs_seat = bid.buyer not in seated and bid.buyer not in newly_seated
+        if needs_seat and seats is not None and len(newly_seated) >= seats:
+            take = 0  # no account left for this team on the cluster
         if take >= max(bid.min_quantity, 1):
             fills[bid.key] = take
             remaining -= take
             lowest_winning = bid.price
+            if needs_seat:
+                newly_seated.add(bid.buyer)
         if take < bid.quantity and highest_unserved is None:
             highest_unserved = bid.price
     if lowest_winning is None:

@@ -54,3 +54,29 @@ class BidNotOpen(Conflict):
 class ClusterSuspended(Conflict):
     code = "cluster_suspended"
     default_detail = "The platform's operators suspended this cluster; contact them."
+
+
+class TenantAccountsExhausted(Conflict):
+    code = "tenant_accounts_exhausted"
+    default_detail = (
+        "Every tenant account of this cluster is leased to another team: the cluster serves at "
+        "most as many teams at once as its owner gave it accounts for."
+    )
+
+
+class ClusterMisconfigured(Conflict):
+    code = "cluster_misconfigured"
+    default_detail = "The cluster answered, but a check the platform relies on failed."
+
+
+class GpuNotMetered(Conflict):
+    code = "gpu_not_metered"
+    default_detail = (
+        "This cluster's accounting does not record GPUs (gres/gpu is not in "
+        "AccountingStorageTRES): GPU-hours sold there could not be metered."
+    )
+
+
+class TenantAccountNotQuarantined(Conflict):
+    code = "tenant_account_not_quarantined"
+    default_detail = "Only a quarantined tenant account can be scrubbed and returned to the pool."

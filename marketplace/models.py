@@ -95,6 +95,8 @@ class Cluster(BaseModel):
         UNREACHABLE = "unreachable", "Unreachable"
         HOST_KEY_MISMATCH = "host_key_mismatch", "Host key mismatch"
         SUSPENDED = "suspended", "Suspended"
+        # It answered, but a check the platform relies on failed (no SFTP, sudo not set up...).
+        MISCONFIGURED = "misconfigured", "Misconfigured"
 
     class AccountMode(models.TextChoices):
         MANAGED = "managed", "One Slurm account per buying organization"
@@ -120,6 +122,16 @@ class Cluster(BaseModel):
     slurm_cluster_name = models.CharField(max_length=64, blank=True)
     slurm_version = models.CharField(max_length=32, blank=True)
     verified_at = models.DateTimeField(null=True, blank=True)
+    # The owner's pool of tenant accounts: the Unix group `scripts/cluster-setup` made. Every
+    # team's work runs as one of its members, leased to that team alone.
+    tenant_group = models.CharField(max_length=32, default="computeshare-tenants")
+    # The SFTP server program the tenants' sessions run under sudo; verification checks it.
+    sftp_server = models.CharField(max_length=255, default="/usr/lib/openssh/sftp-server")
+    # Managed mode: the account idle tenants sit in (it runs nothing), read by verification.
+    tenant_idle_account = models.CharField(max_length=64, blank=True)
+    # Whether accounting records GPUs (`gres/gpu` in AccountingStorageTRES): without it a GPU
+    # job would meter zero, so GPU offers are refused.
+    tracks_gpus = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["name", "id"]
@@ -135,6 +147,7 @@ class Cluster(BaseModel):
                         "unreachable",
                         "host_key_mismatch",
                         "suspended",
+                        "misconfigured",
                     ]
                 ),
                 name="cluster_status_valid",
@@ -145,6 +158,10 @@ class Cluster(BaseModel):
             ),
             models.CheckConstraint(
                 condition=Q(ssh_port__gte=1, ssh_port__lte=65535), name="cluster_ssh_port_valid"
+            ),
+            models.CheckConstraint(
+                condition=~Q(tenant_group="") | Q(backend="local"),
+                name="cluster_slurm_names_tenant_group",
             ),
         ]
 
@@ -191,6 +208,9 @@ class ClusterVerification(BaseModel):
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     step = models.CharField(max_length=200, blank=True)
+    # Every check as it ran: [{"key", "title", "status" (passed, failed, warning, skipped),
+    # "detail"}], in order, for the page and the API.
+    steps = models.JSONField(default=list, blank=True)
     error_code = models.CharField(max_length=64, blank=True)
     detail = models.CharField(max_length=1000, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -264,6 +284,113 @@ class SlurmAccount(BaseModel):
             self.wanted_cpu_minutes,
             self.wanted_gpu_minutes,
         )
+
+
+class TenantAccount(BaseModel):
+    """One of a cluster's pool accounts: an unprivileged Unix user of the owner's tenant group
+    that the platform leases to one team at a time (DESIGN.md, tenants on a cluster).
+    Verification records them; a lease takes one; when the lease ends the account is scrubbed
+    before anyone else gets it, and one that cannot be scrubbed is quarantined."""
+
+    class Status(models.TextChoices):
+        AVAILABLE = "available", "Available"
+        LEASED = "leased", "Leased"
+        # Could not be scrubbed: out of the pool until its owners have looked at it.
+        QUARANTINED = "quarantined", "Quarantined"
+        # No longer in the tenant group at the last verification.
+        RETIRED = "retired", "Retired"
+
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        Status.AVAILABLE: {Status.LEASED, Status.RETIRED},
+        Status.LEASED: {Status.AVAILABLE, Status.QUARANTINED},
+        Status.QUARANTINED: {Status.AVAILABLE, Status.RETIRED},
+        Status.RETIRED: {Status.AVAILABLE},
+    }
+
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="tenant_accounts")
+    username = models.CharField(max_length=32)
+    home = models.CharField(max_length=255)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.AVAILABLE)
+    status_detail = models.CharField(max_length=1000, blank=True)
+    last_scrubbed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["cluster", "username"]
+        indexes = [models.Index(fields=["cluster", "status"], name="tenant_account_pool")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "username"], name="tenant_account_unique_username"
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["available", "leased", "quarantined", "retired"]),
+                name="tenant_account_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} on {self.cluster}"
+
+
+class TenantLease(BaseModel):
+    """A team's hold on one tenant account of one cluster: from its first open allocation
+    there until it has neither an open allocation nor an unfinished job there. Everything done
+    for the team on the cluster runs as the account meanwhile, and every Slurm run of that Unix
+    user in the lease is the team's. Ending it scrubs the account (`ending`); a scrub that
+    fails quarantines the account (`failed`) until its owners have looked."""
+
+    class Status(models.TextChoices):
+        ACTIVE = "active", "Active"
+        ENDING = "ending", "Being scrubbed"
+        ENDED = "ended", "Ended"
+        FAILED = "failed", "Scrub failed"
+
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        Status.ACTIVE: {Status.ENDING},
+        Status.ENDING: {Status.ENDED, Status.FAILED},
+        Status.FAILED: {Status.ENDING},
+        Status.ENDED: set(),
+    }
+    # The account is this lease's (no other team may have it) in these states.
+    HOLDING_STATES: ClassVar[tuple[str, ...]] = (Status.ACTIVE, Status.ENDING, Status.FAILED)
+
+    account = models.ForeignKey(TenantAccount, on_delete=models.PROTECT, related_name="leases")
+    cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="tenant_leases")
+    organization = models.ForeignKey(
+        Organization, on_delete=models.PROTECT, related_name="tenant_leases"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ACTIVE)
+    # Managed mode: the tenant's Slurm association with the team's account is in place.
+    prepared_at = models.DateTimeField(null=True, blank=True)
+    ending_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    scrub_detail = models.CharField(max_length=1000, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["cluster", "status"], name="tenant_lease_cluster_status")]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["account"],
+                condition=Q(status__in=["active", "ending", "failed"]),
+                name="tenant_lease_one_team_per_account",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "organization"],
+                condition=Q(status="active"),
+                name="tenant_lease_one_per_team_and_cluster",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["active", "ending", "ended", "failed"]),
+                name="tenant_lease_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.account.username} for {self.organization} ({self.status})"
+
+    @property
+    def username(self) -> str:
+        return self.account.username
 
 
 # --- The market ----------------------------------------------------------------------------------

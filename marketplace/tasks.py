@@ -63,3 +63,15 @@ def slurm_accounts_reconcile_task() -> int:
     for cluster_id in clusters:
         slurm_accounts_sync_task.delay(cluster_id)
     return len(clusters)
+
+
+@shared_task(bind=True, max_retries=20, time_limit=300, soft_time_limit=280)
+def tenant_lease_scrub_task(self, lease_id: int) -> str:  # type: ignore[no-untyped-def]
+    """Scrubs the account of an ending lease; a cluster that cannot be reached is tried again
+    (the account stays out of the pool meanwhile)."""
+    try:
+        return services.tenant_lease_scrub(lease_id=lease_id).status
+    except BridgeError as error:
+        if error.is_transient:
+            raise self.retry(exc=error, countdown=min(600, 10 * 2**self.request.retries)) from error
+        raise

@@ -6,8 +6,9 @@ from computeshare.errors import ApplicationError, Conflict, PaymentRequired
 class SbatchDirectiveNotAllowed(ApplicationError):
     code = "sbatch_directive_not_allowed"
     default_detail = (
-        "The script carries #SBATCH lines. Resources are set by the job's fields "
-        "(time_limit_minutes, cpus_per_task, ntasks, nodes, gpus, array); remove those lines."
+        "The script carries #SBATCH (or #PBS, #BSUB) lines. Resources are set by the job's "
+        "fields (time_limit_minutes, cpus_per_task, ntasks, nodes, gpus, array); remove those "
+        "lines."
     )
 
 
@@ -35,3 +36,11 @@ class OutputUnavailable(ApplicationError):
     status_code = 502
     code = "cluster_unreachable"
     default_detail = "The job's output could not be read from the cluster."
+
+
+class OutputNotKept(Conflict):
+    code = "output_not_kept"
+    default_detail = (
+        "This job was submitted on the cluster by one of the team's own jobs: its output went "
+        "where that job sent it, not to a folder the platform keeps."
+    )

@@ -12,9 +12,11 @@ from django.db.models import F, Q
 
 from billing.models import ZERO, money_field
 from computeshare.models import BaseModel
-from marketplace.models import Allocation, Cluster, Organization, units_field
+from marketplace.models import Allocation, Cluster, Organization, TenantLease, units_field
 
 MICRO_UNIT = Decimal("0.000001")
+# The platform's jobs are named "cs-<job uuid>" on the cluster.
+PLATFORM_NAME_PREFIX = "cs-"
 
 
 def money_of(units: Decimal, unit_price: Decimal) -> Decimal:
@@ -36,6 +38,21 @@ class JobState(models.TextChoices):
     NODE_FAIL = "node_fail", "Node failure"
     PREEMPTED = "preempted", "Preempted"
     UNDETERMINED = "undetermined", "Undetermined"
+
+
+class RunState(models.TextChoices):
+    """How one run of a task ended: a job's ends, and the two ends of a run that the job asked
+    for itself and that another run follows under the same id (both charged)."""
+
+    COMPLETED = "completed", "Completed"
+    FAILED = "failed", "Failed"
+    CANCELLED = "cancelled", "Cancelled"
+    TIMEOUT = "timeout", "Timed out"
+    OUT_OF_MEMORY = "out_of_memory", "Out of memory"
+    NODE_FAIL = "node_fail", "Node failure"
+    PREEMPTED = "preempted", "Preempted"
+    REQUEUED = "requeued", "Requeued by the job"
+    RESIZED = "resized", "Resized by the job"
 
 
 ENDED_STATES = frozenset(
@@ -109,15 +126,34 @@ class Progress(BaseModel):
 class Job(Progress):
     """One submission against an allocation. At submission it reserves
     `cores (or GPUs) x time limit x tasks` units of the allocation, the most it can use; as its
-    tasks end they are charged what they used and the rest of the reservation is released."""
+    tasks end they are charged what they used and the rest of the reservation is released.
+
+    A job the team's own jobs submitted on the cluster (`origin` tenant) is found by the poll
+    among its tenant's runs and recorded here too: it reserves what it can use when found, and
+    is charged like any other."""
+
+    class Origin(models.TextChoices):
+        PLATFORM = "platform", "Submitted through the platform"
+        TENANT = "tenant", "Submitted on the cluster by the team's jobs"
 
     allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="jobs")
     # Copied from the allocation: jobs are listed per organization and polled per cluster.
     organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="jobs")
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="jobs")
-    submitted_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    # The tenant account the job runs as (None on the local backend of the demo).
+    lease = models.ForeignKey(
+        TenantLease, on_delete=models.PROTECT, null=True, blank=True, related_name="jobs"
     )
+    origin = models.CharField(max_length=16, choices=Origin.choices, default=Origin.PLATFORM)
+    submitted_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="jobs",
+    )
+    # Where the job runs, as Slurm says: the allocation's partition for the platform's jobs.
+    partition_name = models.CharField(max_length=64, blank=True)
     name = models.CharField(max_length=200)
     script = models.TextField()
     time_limit_minutes = models.PositiveIntegerField()
@@ -138,6 +174,9 @@ class Job(Progress):
     submit_attempts = models.PositiveSmallIntegerField(default=0)
     submit_lease_until = models.DateTimeField(null=True, blank=True)
     cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    # Why the platform cancelled the job itself (its allocation's window closed, it used up its
+    # reservation): what its end says, rather than Slurm's last reason.
+    cancel_reason = models.CharField(max_length=200, blank=True)
     # When the poll last saw the job in the queue or in accounting: a job missing from both
     # for long becomes `undetermined`.
     last_seen_at = models.DateTimeField(null=True, blank=True)
@@ -170,8 +209,18 @@ class Job(Progress):
                 name="job_sizes_positive",
             ),
             models.CheckConstraint(
-                condition=Q(reserved_units__gt=0) & Q(units__gte=0, units__lte=F("reserved_units")),
+                condition=Q(reserved_units__gte=0)
+                & Q(units__gte=0, units__lte=F("reserved_units")),
                 name="job_units_within_reservation",
+            ),
+            models.CheckConstraint(
+                condition=Q(origin="tenant") | Q(submitted_by__isnull=False),
+                name="job_platform_jobs_have_a_submitter",
+            ),
+            models.UniqueConstraint(
+                fields=["cluster", "scheduler_job_id"],
+                condition=Q(origin="tenant"),
+                name="job_tenant_job_found_once",
             ),
         ]
 
@@ -180,8 +229,13 @@ class Job(Progress):
 
     @property
     def scheduler_name(self) -> str:
-        """The Slurm job name: carries the job's UUID, so the job can be found again by name."""
-        return f"cs-{self.uuid}"
+        """The Slurm job name of the platform's jobs: carries the job's UUID, so the job can be
+        found again by name."""
+        return f"{PLATFORM_NAME_PREFIX}{self.uuid}"
+
+    @property
+    def is_from_tenant(self) -> bool:
+        return self.origin == self.Origin.TENANT
 
     @property
     def directory(self) -> str:
@@ -206,6 +260,9 @@ class JobTask(Progress):
     array_task_id = models.PositiveIntegerField(null=True, blank=True)
     # Set once what the task did not use has gone back to the allocation.
     is_released = models.BooleanField(default=False)
+    # When the run the poll last saw running began: a later start means the job was requeued
+    # (or resized), and the runs before are settled while it goes on.
+    run_started_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["job", "array_task_id"]
@@ -242,7 +299,7 @@ class JobRun(BaseModel):
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="job_runs")
     raw_job_id = models.CharField(max_length=32)
     submit_time = models.DateTimeField()
-    state = models.CharField(max_length=16, choices=JobState.choices)
+    state = models.CharField(max_length=16, choices=RunState.choices)
     scheduler_state = models.CharField(max_length=64)
     exit_code = models.IntegerField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -269,7 +326,9 @@ class JobRun(BaseModel):
     class Meta:
         ordering = ["task", "submit_time"]
         constraints = [
-            _state_check("job_run_state_valid"),
+            models.CheckConstraint(
+                condition=Q(state__in=RunState.values), name="job_run_state_valid"
+            ),
             models.UniqueConstraint(
                 fields=["cluster", "raw_job_id", "submit_time"], name="job_run_charged_once"
             ),
@@ -309,6 +368,10 @@ class ClusterPoll(models.Model):
     last_error = models.CharField(max_length=500, blank=True)
     consecutive_failures = models.PositiveIntegerField(default=0)
     commands_last_poll = models.PositiveIntegerField(default=0)
+    # Until when the tenants' accounting was read for jobs the platform did not submit.
+    tenant_runs_read_until = models.DateTimeField(null=True, blank=True)
+    # What the last poll noticed without failing: states it does not know, runs of no lease.
+    last_notice = models.CharField(max_length=500, blank=True)
 
     def __str__(self) -> str:
         return f"poll of {self.cluster_id}"

@@ -43,14 +43,20 @@ def job_cancel_remote_task(self, job_id: int) -> bool:  # type: ignore[no-untype
 @shared_task(time_limit=3600, soft_time_limit=3500)
 def jobs_reconcile_task() -> int:
     """Nightly: charges any ended run in the clusters' accounting that no poll settled."""
-    from marketplace.models import Cluster
-
     posted = 0
-    for cluster_id in (
-        Cluster.objects.filter(jobs__isnull=False).distinct().values_list("pk", flat=True)
-    ):
+    for cluster_id in services.clusters_to_reconcile():
         try:
             posted += services.cluster_reconcile(cluster_id=cluster_id)
         except BridgeError:
             continue  # that cluster is reconciled the next night; the others go on
     return posted
+
+
+@shared_task(time_limit=120, soft_time_limit=100)
+def tenant_leases_end_task() -> int:
+    """Periodic: ends the leases of teams that have neither an open allocation nor an
+    unfinished job on the cluster; each account is scrubbed before another team gets it."""
+    return sum(
+        services.tenant_lease_end_if_idle(lease_id=lease_id)
+        for lease_id in services.tenant_leases_to_end()
+    )

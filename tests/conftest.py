@@ -104,6 +104,66 @@ def _require_slurm_answers(cluster: TestCluster) -> None:
         )
 
 
+@pytest.fixture
+def on_testcluster(testcluster: TestCluster) -> Iterator[Any]:
+    """Makes cluster rows for the real test cluster (`on_testcluster(pool="fixed", **fields)`,
+    see `tests.factories.cluster_on_testcluster`). Afterwards every job of the pools' tenants is
+    cancelled and gone from the queue: the cluster has 2 CPUs, and the next test's teams lease
+    the same accounts."""
+    from tests.factories import cluster_on_testcluster
+
+    def make(pool: str = "fixed", **fields: Any) -> Any:
+        return cluster_on_testcluster(testcluster, pool=pool, **fields)
+
+    yield make
+    tenants_jobs_cancel(testcluster)
+    tenants_back_in_the_idle_account(testcluster)
+
+
+def tenants_back_in_the_idle_account(testcluster: TestCluster) -> None:
+    """Takes every tenant of the managed pool out of the teams' Slurm accounts it was moved
+    into, as a scrub does at the end of a lease (a failed test may not have got that far)."""
+    from scheduler_bridge.slurm import accounts
+    from scheduler_bridge.slurm.ssh import SSHConnection
+
+    pool = testcluster.managed_pool
+    assert pool.idle_account is not None
+    with SSHConnection(testcluster.ssh_settings()) as connection:
+        for tenant in pool.tenants:
+            user = accounts.slurm_user_get(
+                connection, cluster_name=testcluster.cluster_name, user=tenant.user
+            )
+            for association in user.associations:
+                if accounts.is_team_account(association.account):
+                    accounts.tenant_leave(
+                        connection,
+                        cluster_name=testcluster.cluster_name,
+                        user=tenant.user,
+                        account=association.account,
+                        idle_account=pool.idle_account,
+                    )
+
+
+def tenants_jobs_cancel(testcluster: TestCluster, *, wait_seconds: int = 60) -> None:
+    """Cancels, as each tenant of every pool, all of its jobs, and waits until none is left."""
+    from scheduler_bridge.slurm.ssh import SSHConnection
+
+    users = [tenant.user for pool in testcluster.tenant_pools.values() for tenant in pool.tenants]
+    script = "\n".join(
+        [
+            *(f"sudo -n -u {user} scancel --user={user}" for user in users),
+            f"users={','.join(users)}",
+            f"for i in $(seq {wait_seconds * 2}); do",
+            '  [ -z "$(squeue --noheader --user="$users" --format=%i)" ] && exit 0',
+            "  sleep 0.5",
+            "done",
+            "exit 1",
+        ]
+    )
+    with SSHConnection(testcluster.ssh_settings()) as connection:
+        connection.run(script, timeout=wait_seconds + 30)
+
+
 # --- A real Celery worker ---------------------------------------------------------------------
 
 
@@ -146,6 +206,10 @@ def celery_worker(
         JOBS_SUBMIT_LEASE_SECONDS="20",
         JOBS_POLL_LEASE_SECONDS="20",
         JOBS_COMMAND_TIMEOUT_SECONDS="15",
+        # Jobs that the teams' jobs submit themselves, and the records that come after a run
+        # (a requeue's, a resize's), are looked for within seconds rather than a minute.
+        JOBS_TENANT_RUNS_READ_SECONDS="3",
+        JOBS_RUN_RECORD_GRACE_SECONDS="5",
         LOCAL_CLUSTER_ROOT=str(local_cluster_root(tmp_path_factory)),
     )
     app.control.purge()

@@ -1,3 +1,4 @@
+import uuid
 from datetime import timedelta
 from decimal import Decimal
 
@@ -8,7 +9,15 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
 from computeshare.models import User
-from marketplace.models import Allocation, Cluster, Membership, Offer, Organization, Partition
+from marketplace.models import (
+    Allocation,
+    Cluster,
+    Membership,
+    Offer,
+    Organization,
+    Partition,
+    TenantAccount,
+)
 
 PASSWORD = "correct horse battery staple"
 
@@ -81,6 +90,7 @@ def ssh_host_key_line() -> str:
 class ClusterFactory(factory.django.DjangoModelFactory):
     class Meta:
         model = Cluster
+        skip_postgeneration_save = True
 
     organization = factory.SubFactory(OrganizationFactory)
     name = factory.Sequence(lambda number: f"cluster-{number}")
@@ -94,6 +104,24 @@ class ClusterFactory(factory.django.DjangoModelFactory):
     slurm_account = "computeshare"
     slurm_cluster_name = "computeshare-test"
     verified_at = factory.LazyFunction(timezone.now)
+    tenant_group = "computeshare-fixed"
+    tracks_gpus = True
+
+    @factory.post_generation
+    def tenants(self, create: bool, extracted: object, **kwargs: object) -> None:
+        """The pool a verification would have recorded: `tenants=N` accounts (24 by default:
+        more teams than any test of the market makes), or `tenants=[(user, home), ...]` as a
+        real cluster has them."""
+        if not create or self.backend != Cluster.Backend.SLURM:
+            return
+        accounts = extracted if extracted is not None else 24
+        if isinstance(accounts, int):
+            accounts = [
+                (f"cs-tenant-{i:02d}", f"/home/cs-tenant-{i:02d}") for i in range(1, accounts + 1)
+            ]
+        TenantAccount.objects.bulk_create(
+            TenantAccount(cluster=self, username=user, home=home) for user, home in accounts
+        )
 
 
 class PartitionFactory(factory.django.DjangoModelFactory):
@@ -174,3 +202,33 @@ def allocation_bought(
         window_end=now + window_end,
     )
     return market.offer_buy(actor=admin, offer=offer, quantity=quantity)
+
+
+def cluster_on_testcluster(testcluster, *, pool: str = "fixed", **fields: object) -> Cluster:
+    """A cluster row for the real Slurm test cluster, `online` with its `debug` partition and the
+    named pool of tenant accounts (`fixed` or `managed`), as a verification would record them."""
+    tenant_pool = testcluster.tenant_pool(pool)
+    values: dict[str, object] = {
+        "name": f"test-{pool}-{uuid.uuid4().hex[:8]}",
+        "ssh_host": testcluster.host,
+        "ssh_port": testcluster.port,
+        "ssh_user": testcluster.user,
+        "ssh_private_key": testcluster.private_key,
+        "ssh_host_key": testcluster.host_key,
+        "slurm_cluster_name": testcluster.cluster_name,
+        "tenant_group": tenant_pool.group,
+        "sftp_server": testcluster.sftp_server,
+        "tracks_gpus": False,
+        "tenants": [(tenant.user, tenant.home) for tenant in tenant_pool.tenants],
+    }
+    if tenant_pool.mode == "managed":
+        values |= {
+            "account_mode": Cluster.AccountMode.MANAGED,
+            "slurm_account": "",
+            "tenant_idle_account": tenant_pool.idle_account,
+        }
+    else:
+        values |= {"account_mode": Cluster.AccountMode.FIXED, "slurm_account": tenant_pool.account}
+    cluster = ClusterFactory(**{**values, **fields})
+    PartitionFactory(cluster=cluster, name=testcluster.partition, cpus=2, nodes=1, gpus=0)
+    return cluster

@@ -14,9 +14,6 @@ from marketplace.services.clusters import (
     cluster_host_key_refused,
     cluster_reinstate,
     cluster_suspend,
-    cluster_verification_run,
-    cluster_verification_start,
-    cluster_verify,
     ssh_settings_for,
 )
 from marketplace.services.offers import (
@@ -38,10 +35,32 @@ from marketplace.services.slurm_accounts import (
     slurm_account_clusters_to_reconcile,
     slurm_account_plan,
     slurm_accounts_sync,
+    tenant_slurm_join,
+    tenant_slurm_leave,
+)
+from marketplace.services.tenants import (
+    TenantCapacity,
+    TenantSeats,
+    cluster_uses_tenants,
+    tenant_account_rescrub,
+    tenant_accounts_record,
+    tenant_capacity,
+    tenant_lease_end_start,
+    tenant_lease_scrub,
+    tenant_lease_take,
+    tenant_of,
+    tenant_seats_lock,
+)
+from marketplace.services.verification import (
+    cluster_verification_run,
+    cluster_verification_start,
+    cluster_verify,
 )
 
 __all__ = [
     "AuctionOutcome",
+    "TenantCapacity",
+    "TenantSeats",
     "allocation_close",
     "allocations_due",
     "auction_clear",
@@ -56,6 +75,7 @@ __all__ = [
     "cluster_host_key_refused",
     "cluster_reinstate",
     "cluster_suspend",
+    "cluster_uses_tenants",
     "cluster_verification_run",
     "cluster_verification_start",
     "cluster_verify",
@@ -69,5 +89,15 @@ __all__ = [
     "slurm_account_plan",
     "slurm_accounts_sync",
     "ssh_settings_for",
+    "tenant_account_rescrub",
+    "tenant_accounts_record",
+    "tenant_capacity",
+    "tenant_lease_end_start",
+    "tenant_lease_scrub",
+    "tenant_lease_take",
+    "tenant_of",
+    "tenant_seats_lock",
+    "tenant_slurm_join",
+    "tenant_slurm_leave",
     "token_regenerate",
 ]

@@ -14,6 +14,7 @@ from billing.models import Hold, ReferenceKind
 from marketplace.auction import SealedBid, uniform_price_clear
 from marketplace.models import Allocation, Bid, Offer
 from marketplace.services.offers import allocation_of, slurm_accounts_follow
+from marketplace.services.tenants import tenant_seats_lock
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,9 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
             "pk", "price", "quantity", "min_quantity", "created_at", "hold_id", "organization_id"
         )
     )
+    # A team that would need a tenant account the cluster does not have cannot win: the
+    # accounts this clearing may give out are locked now, with the teams that hold one already.
+    seats = tenant_seats_lock(cluster=offer.cluster, organization_ids={row[6] for row in rows})
     clearing = uniform_price_clear(
         offer.remaining,
         offer.reserve_price,
@@ -57,9 +61,12 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
                 min_quantity=minimum,
                 placed_at=placed_at,
                 sequence=pk,
+                buyer=organization_id,
             )
-            for pk, price, quantity, minimum, placed_at, _, _ in rows
+            for pk, price, quantity, minimum, placed_at, _, organization_id in rows
         ),
+        seats=None if seats is None else len(seats.free),
+        seated=frozenset() if seats is None else seats.held,
     )
     price = clearing.price
     winners = {row[0]: row for row in rows if row[0] in clearing.fills}
@@ -105,6 +112,9 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
         ],
         batch_size=1_000,
     )
+    if seats is not None:
+        for organization_id in dict.fromkeys(row[6] for row in winners.values()):
+            seats.lease_for(offer.cluster, organization_id)
     offer.status = Offer.Status.CLEARED
     offer.clearing_price = price
     offer.units_sold += clearing.units_sold
@@ -155,7 +165,11 @@ def allocation_close(*, allocation_id: int, now: datetime | None = None) -> bool
     hold to the team's available balance. Waits (returns False) while jobs still hold
     reservations on it: their settlement draws on the same hold. Idempotent."""
     now = now or timezone.now()
-    allocation = Allocation.objects.select_for_update().get(pk=allocation_id)
+    allocation = (
+        Allocation.objects.select_for_update(of=("self",))
+        .select_related("cluster")
+        .get(pk=allocation_id)
+    )
     if allocation.closed_at is not None or now < allocation.window_end:
         return False
     if allocation.reserved > 0:
@@ -163,6 +177,8 @@ def allocation_close(*, allocation_id: int, now: datetime | None = None) -> bool
     billing.hold_release(hold=allocation.hold, memo="Allocation window closed")
     allocation.closed_at = now
     allocation.save(update_fields=["closed_at", "updated_at"])
+    # On a managed cluster the team's limit there drops to what it used of this allocation.
+    slurm_accounts_follow(allocation.cluster, {allocation.organization_id})
     return True
 
 

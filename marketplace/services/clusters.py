@@ -6,31 +6,25 @@ of the database, talks to the cluster, then writes the result in one short trans
 
 import os
 import re
-from collections.abc import Callable
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from computeshare.errors import PermissionDenied, ValidationFailed
-from marketplace import errors
 from marketplace.models import (
     Cluster,
-    ClusterVerification,
     Membership,
     Organization,
     Partition,
 )
-from scheduler_bridge.slurm import accounts as slurm_accounts
+from scheduler_bridge.slurm.errors import HostKeyMismatch as BridgeHostKeyMismatch
 from scheduler_bridge.slurm.errors import (
-    AuthenticationRefused,
-    BridgeError,
     InvalidKey,
 )
-from scheduler_bridge.slurm.errors import HostKeyMismatch as BridgeHostKeyMismatch
-from scheduler_bridge.slurm.inventory import ClusterInventory, PartitionInfo, inventory_read
+from scheduler_bridge.slurm.inventory import ClusterInventory, PartitionInfo
 from scheduler_bridge.slurm.ssh import (
-    SSHConnection,
+    DEFAULT_SFTP_SERVER,
     SSHSettings,
     fingerprint,
     host_key_from_line,
@@ -42,6 +36,8 @@ _HOST = re.compile(
     r"^(?=.{1,253}$)([A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?\.?)+$|^[0-9a-fA-F:.]+$"
 )
 _UNIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
+_PROGRAM_PATH = re.compile(r"^/[A-Za-z0-9_./+-]{1,254}$")
+DEFAULT_TENANT_GROUP = "computeshare-tenants"
 _SLURM_ACCOUNT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
 VERIFY_TIMEOUT_SECONDS = 30.0
 
@@ -55,7 +51,7 @@ def _name(value: str, field: str = "name", limit: int = 120) -> str:
     return cleaned
 
 
-def _require_admin(actor: Membership) -> None:
+def require_admin(actor: Membership) -> None:
     if not actor.is_admin:
         raise PermissionDenied("Only an admin of the owning organization can do this.")
 
@@ -67,6 +63,8 @@ def _connection_fields(
     ssh_user: str,
     ssh_private_key: str,
     ssh_host_key: str,
+    tenant_group: str = DEFAULT_TENANT_GROUP,
+    sftp_server: str = DEFAULT_SFTP_SERVER,
 ) -> dict[str, Any]:
     """Checks the connection settings without connecting; returns the cleaned fields."""
     problems: dict[str, list[str]] = {}
@@ -92,9 +90,23 @@ def _connection_fields(
         host_key_line = f"{host_key.get_name()} {host_key.get_base64()}"
     except InvalidKey as error:
         problems["ssh_host_key"] = [f"A public key line, `type base64`: {error}"]
+    group = (tenant_group or "").strip()
+    if not _UNIX_USER.match(group):
+        problems["tenant_group"] = [
+            "The Unix group of the tenant accounts scripts/cluster-setup made "
+            "(lower-case letters, digits, - _ .)."
+        ]
+    program = (sftp_server or "").strip()
+    if not _PROGRAM_PATH.match(program):
+        problems["sftp_server"] = [
+            "The absolute path of the SFTP server program, as on the `Subsystem sftp` line of "
+            "the cluster's sshd_config."
+        ]
     if problems:
         raise ValidationFailed(fields=problems)
     return {
+        "tenant_group": group,
+        "sftp_server": program,
         "ssh_host": host,
         "ssh_port": ssh_port,
         "ssh_user": user,
@@ -132,10 +144,13 @@ def cluster_create(
     ssh_host_key: str,
     account_mode: str | None = None,
     slurm_account: str | None = None,
+    tenant_group: str = DEFAULT_TENANT_GROUP,
+    sftp_server: str = DEFAULT_SFTP_SERVER,
 ) -> Cluster:
     """Registers an owner's Slurm cluster, `unverified`. The host key is pinned now and every
-    later connection must present it; the private key is stored encrypted."""
-    _require_admin(actor)
+    later connection must present it; the private key is stored encrypted. `tenant_group` is
+    the Unix group of the pool of tenant accounts the owner made (scripts/cluster-setup)."""
+    require_admin(actor)
     fields = {
         "name": _name(name),
         **_connection_fields(
@@ -144,6 +159,8 @@ def cluster_create(
             ssh_user=ssh_user,
             ssh_private_key=ssh_private_key,
             ssh_host_key=ssh_host_key,
+            tenant_group=tenant_group,
+            sftp_server=sftp_server,
         ),
         **_account_fields(account_mode, slurm_account),
     }
@@ -163,13 +180,22 @@ def cluster_create(
 @transaction.atomic
 def cluster_connection_update(*, actor: Membership, cluster: Cluster, **changes: Any) -> Cluster:
     """Changes how the platform reaches a cluster (host, port, user, private key, pinned host
-    key): after a host key was rotated on purpose, for example. The cluster goes back to
-    `unverified` (its partitions stay, for the offers that point at them) until it is verified
-    with the new settings. A suspended cluster stays suspended."""
+    key, tenant group, SFTP server program): after a host key was rotated on purpose, for
+    example. The cluster goes back to `unverified` (its partitions stay, for the offers that
+    point at them) until it is verified with the new settings. A suspended cluster stays
+    suspended."""
     if actor.organization_id != cluster.organization_id:
         raise PermissionDenied("Only the cluster's owners can change it.")
-    _require_admin(actor)
-    allowed = {"ssh_host", "ssh_port", "ssh_user", "ssh_private_key", "ssh_host_key"}
+    require_admin(actor)
+    allowed = {
+        "ssh_host",
+        "ssh_port",
+        "ssh_user",
+        "ssh_private_key",
+        "ssh_host_key",
+        "tenant_group",
+        "sftp_server",
+    }
     if unknown := set(changes) - allowed:
         raise ValidationFailed(fields={name: ["Cannot be changed."] for name in sorted(unknown)})
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
@@ -205,10 +231,11 @@ def ssh_settings_for(cluster: Cluster, *, connect_timeout: float = 10.0) -> SSHS
         private_key=cluster.ssh_private_key,
         host_key=cluster.ssh_host_key,
         connect_timeout=connect_timeout,
+        sftp_server=cluster.sftp_server,
     )
 
 
-def _local_inventory() -> ClusterInventory:
+def local_inventory() -> ClusterInventory:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     partition = PartitionInfo(
         name="local",
@@ -222,65 +249,6 @@ def _local_inventory() -> ClusterInventory:
     return ClusterInventory(cluster_name="local", slurm_version="", partitions=(partition,))
 
 
-Progress = Callable[[str], None]
-
-
-class NotAnAccountManager(BridgeError):
-    """Managed mode on a cluster whose service user may not create Slurm accounts."""
-
-
-def cluster_verify(
-    *, actor: Membership | None, cluster: Cluster, progress: Progress | None = None
-) -> Cluster:
-    """Connects with the pinned host key, reads the partitions with `sinfo` and stores them,
-    making the cluster `online`. A different host key marks the cluster `host_key_mismatch`
-    (`errors.HostKeyMismatch`); any other failure marks it `unreachable`
-    (`errors.ClusterUnreachable`, with the reason). Either way no partition is written: the
-    stored inventory is always one that a successful verification read whole."""
-    if actor is not None:
-        _require_admin(actor)
-    if cluster.status == Cluster.Status.SUSPENDED:
-        raise errors.ClusterSuspended()
-    report = progress or (lambda step: None)
-    if cluster.backend == Cluster.Backend.LOCAL:
-        return _cluster_store_inventory(cluster, _local_inventory())
-    report(f"Connecting to {cluster.ssh_host}:{cluster.ssh_port} as {cluster.ssh_user}")
-    try:
-        with SSHConnection(ssh_settings_for(cluster)) as connection:
-            report("Reading partitions, CPUs, GPUs and time limits with sinfo")
-            inventory = inventory_read(connection, timeout=VERIFY_TIMEOUT_SECONDS)
-            if cluster.account_mode == Cluster.AccountMode.MANAGED:
-                report("Checking that the service user may manage Slurm accounts")
-                level = slurm_accounts.admin_level_get(
-                    connection, user=cluster.ssh_user, timeout=VERIFY_TIMEOUT_SECONDS
-                )
-                if level not in slurm_accounts.ACCOUNT_ADMIN_LEVELS:
-                    raise NotAnAccountManager(
-                        f"managed mode needs the service user {cluster.ssh_user} to be a Slurm "
-                        f"operator (its admin level is {level}): run `sacctmgr modify user "
-                        f"{cluster.ssh_user} set adminlevel=operator`, or use fixed mode"
-                    )
-    except BridgeHostKeyMismatch as error:
-        detail = cluster_host_key_refused(cluster=cluster, error=error)
-        raise errors.HostKeyMismatch(
-            detail,
-            extra={
-                "offered_fingerprint": error.offered_fingerprint,
-                "pinned_fingerprint": cluster.host_key_fingerprint,
-            },
-        ) from error
-    except (BridgeError, ValueError) as error:
-        reason = str(error) or type(error).__name__
-        if isinstance(error, AuthenticationRefused):
-            reason = f"the service user's key was refused: {reason}"
-        _cluster_mark(cluster, Cluster.Status.UNREACHABLE, reason)
-        raise errors.ClusterUnreachable(
-            f"The cluster could not be verified: {reason}", extra={"reason": reason}
-        ) from error
-    report(f"Found {len(inventory.partitions)} partitions; saving them")
-    return _cluster_store_inventory(cluster, inventory)
-
-
 @transaction.atomic
 def cluster_host_key_refused(*, cluster: Cluster, error: BridgeHostKeyMismatch) -> str:
     """Marks a cluster whose host offered another key than the pinned one (the connection was
@@ -290,11 +258,11 @@ def cluster_host_key_refused(*, cluster: Cluster, error: BridgeHostKeyMismatch) 
         f"The host offered a {error.offered_type} key {error.offered_fingerprint}; "
         f"the pinned key is {cluster.host_key_fingerprint}."
     )
-    _cluster_mark(cluster, Cluster.Status.HOST_KEY_MISMATCH, detail)
+    cluster_status_mark(cluster, Cluster.Status.HOST_KEY_MISMATCH, detail)
     return detail
 
 
-def _cluster_mark(cluster: Cluster, status: str, detail: str) -> None:
+def cluster_status_mark(cluster: Cluster, status: str, detail: str) -> None:
     Cluster.objects.filter(pk=cluster.pk).update(
         status=status, status_detail=detail[:500], updated_at=timezone.now()
     )
@@ -302,7 +270,7 @@ def _cluster_mark(cluster: Cluster, status: str, detail: str) -> None:
 
 
 @transaction.atomic
-def _cluster_store_inventory(cluster: Cluster, inventory: ClusterInventory) -> Cluster:
+def cluster_inventory_store(cluster: Cluster, inventory: ClusterInventory) -> Cluster:
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     existing = {partition.name: partition for partition in cluster.partitions.all()}
     seen = set()
@@ -337,7 +305,7 @@ def cluster_suspend(*, cluster: Cluster, reason: str) -> Cluster:
     """An operator takes a cluster off the market: no new offers, no bids or purchases on its
     open offers, and the owners cannot verify it back. Existing allocations keep their holds.
     `cluster_reinstate` lifts it."""
-    _cluster_mark(cluster, Cluster.Status.SUSPENDED, reason)
+    cluster_status_mark(cluster, Cluster.Status.SUSPENDED, reason)
     return cluster
 
 
@@ -345,78 +313,7 @@ def cluster_suspend(*, cluster: Cluster, reason: str) -> Cluster:
 def cluster_reinstate(*, cluster: Cluster) -> Cluster:
     """Lifts a suspension: the cluster is `unverified` until its owners verify it again."""
     if cluster.status == Cluster.Status.SUSPENDED:
-        _cluster_mark(cluster, Cluster.Status.UNVERIFIED, "Reinstated: verify the cluster again.")
+        cluster_status_mark(
+            cluster, Cluster.Status.UNVERIFIED, "Reinstated: verify the cluster again."
+        )
     return cluster
-
-
-# --- Verification from the web page, in a Celery task ------------------------------------------
-
-
-@transaction.atomic
-def cluster_verification_start(*, actor: Membership, cluster: Cluster) -> ClusterVerification:
-    """Records a verification request and runs it in a worker after the commit. One at a time
-    per cluster: a request while one runs returns the running one."""
-    from marketplace.tasks import cluster_verification_run_task
-
-    _require_admin(actor)
-    Cluster.objects.select_for_update().filter(pk=cluster.pk).first()
-    running = cluster.verifications.filter(
-        status=ClusterVerification.Status.RUNNING,
-        created_at__gte=timezone.now() - ClusterVerification.STALE_AFTER,
-    ).first()
-    if running is not None:
-        return running
-    verification = ClusterVerification.objects.create(
-        cluster=cluster, requested_by=actor.user, step="Waiting for a worker"
-    )
-    transaction.on_commit(lambda: cluster_verification_run_task.delay(verification.pk))
-    return verification
-
-
-def cluster_verification_run(*, verification_id: int) -> ClusterVerification | None:
-    verification = (
-        ClusterVerification.objects.select_related("cluster")
-        .filter(pk=verification_id, status=ClusterVerification.Status.RUNNING)
-        .first()
-    )
-    if verification is None:
-        return None
-
-    def progress(step: str) -> None:
-        ClusterVerification.objects.filter(pk=verification.pk).update(
-            step=step[:200], updated_at=timezone.now()
-        )
-
-    status, code, detail = ClusterVerification.Status.SUCCEEDED, "", ""
-    try:
-        cluster = cluster_verify(actor=None, cluster=verification.cluster, progress=progress)
-        count = cluster.partitions.filter(is_up=True).count()
-        detail = f"Online: {count} partition{'' if count == 1 else 's'}."
-    except (errors.HostKeyMismatch, errors.ClusterUnreachable, errors.ClusterSuspended) as error:
-        status, code, detail = ClusterVerification.Status.FAILED, error.code, error.detail
-    except BaseException:
-        # A bug or the task's time limit: the row must not stay `running`, or the page would
-        # wait on it. The error itself goes on to the worker's log.
-        _verification_finish(
-            verification,
-            ClusterVerification.Status.FAILED,
-            "internal_error",
-            "The verification stopped on an internal error; try again.",
-        )
-        raise
-    _verification_finish(verification, status, code, detail)
-    verification.refresh_from_db()
-    return verification
-
-
-def _verification_finish(
-    verification: ClusterVerification, status: str, code: str, detail: str
-) -> None:
-    ClusterVerification.objects.filter(pk=verification.pk).update(
-        status=status,
-        error_code=code,
-        detail=detail[:1000],
-        step="Done",
-        finished_at=timezone.now(),
-        updated_at=timezone.now(),
-    )

@@ -20,6 +20,7 @@ from computeshare.errors import PermissionDenied, ValidationFailed
 from marketplace import errors
 from marketplace.models import Allocation, Bid, Cluster, Membership, Offer, Organization, Resource
 from marketplace.services.slurm_accounts import slurm_account_plan
+from marketplace.services.tenants import tenant_lease_take
 
 
 def _require_admin(actor: Membership, what: str) -> None:
@@ -85,6 +86,9 @@ def offer_create(
         raise errors.ClusterNotOnline(
             extra={"cluster": str(cluster.uuid), "status": cluster.status}
         )
+    if resource == "gpu" and cluster.backend == Cluster.Backend.SLURM and not cluster.tracks_gpus:
+        # Slurm's accounting would record such jobs as using no GPU at all.
+        raise errors.GpuNotMetered(extra={"cluster": str(cluster.uuid)})
 
     problems: dict[str, list[str]] = {}
 
@@ -278,6 +282,9 @@ def offer_buy(*, actor: Membership, offer: Offer, quantity: Any) -> Allocation:
     if units > offer.remaining:
         raise errors.InsufficientQuantity(extra={"remaining": offer.remaining, "asked": units})
     _check_cap(offer, actor, units)
+    # The team's tenant account on the cluster, kept for as long as it has an allocation or a
+    # job there: 409 when every account is another team's (before any money is held).
+    tenant_lease_take(cluster=offer.cluster, organization_id=actor.organization_id)
     allocation_id = uuid.uuid4()
     hold = billing.hold_place(
         organization=actor.organization,

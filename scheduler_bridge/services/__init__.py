@@ -12,6 +12,7 @@ from scheduler_bridge.services.following import (
     job_state_refresh,
     job_task_settle,
 )
+from scheduler_bridge.services.leases import tenant_lease_end_if_idle, tenant_leases_to_end
 from scheduler_bridge.services.submission import (
     JobRequest,
     allocation_check_open,
@@ -49,4 +50,6 @@ __all__ = [
     "job_task_settle",
     "job_units",
     "jobs_mark_submitted",
+    "tenant_lease_end_if_idle",
+    "tenant_leases_to_end",
 ]

@@ -1,16 +1,23 @@
 """Following jobs on their cluster and settling what they used.
 
-One poll per cluster per cycle: one `squeue` for every job of the cluster, then `sacct` (in
-chunks) for the tasks that left the queue. A task is called ended only once accounting shows
-its last run ended; each run is charged once, from the allocation's commitment hold, in the
-same transaction that records it (key: cluster, raw job id, submit time)."""
+One poll per cluster per cycle: one `squeue` for every job of the cluster's leased tenants,
+then `sacct` (in chunks) for the tasks that left the queue. Metering follows the Unix user:
+a job of a tenant that the platform did not submit (one of the team's jobs ran `sbatch`) is
+recorded as the team's when the poll sees it, in the queue or, once a minute, in accounting.
+A task is called ended only once accounting shows its last run ended; each run is charged once,
+from the allocation's commitment hold, in the same transaction that records it (key: cluster,
+raw job id, submit time).
+
+The poll also holds the allocation's limits at the cluster: a running task that has used what
+it reserved (a job that requeued or grew itself, or one the team submitted itself) is
+cancelled, and so is every job still running when its allocation's window has closed."""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
@@ -21,9 +28,21 @@ from django.utils import timezone
 
 from billing import services as billing
 from billing.models import Hold, ReferenceKind
-from marketplace.models import Allocation, Cluster, Resource
+from marketplace.models import Allocation, Cluster, Resource, TenantLease
+from marketplace.services import tenant_of
 from scheduler_bridge.backends.arrays import InvalidArray, parse_index_ranges
-from scheduler_bridge.backends.types import OWNER_CAUSED_STATES, QueueEntry, RunRecord
+from scheduler_bridge.backends.types import (
+    CANCELLED,
+    COMPLETED,
+    OWNER_CAUSED_STATES,
+    REQUEUED,
+    RESIZED,
+    UNDETERMINED,
+    Backend,
+    QueueEntry,
+    RunRecord,
+    Tenant,
+)
 from scheduler_bridge.models import (
     ACTIVE_STATES,
     ENDED_STATES,
@@ -36,6 +55,13 @@ from scheduler_bridge.models import (
 )
 from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record
+from scheduler_bridge.services.tenant_jobs import (
+    LeaseWindow,
+    lease_of_run,
+    lease_windows,
+    tenant_jobs_record,
+)
+from scheduler_bridge.slurm.accounting import run_state
 from scheduler_bridge.slurm.errors import BridgeError
 
 logger = logging.getLogger(__name__)
@@ -46,6 +72,9 @@ SECONDS_PER_HOUR = Decimal(3600)
 CANCEL_REPEAT_AFTER = timedelta(seconds=30)
 # How stale `Job.last_seen_at` may be: it only starts the (long) undetermined grace period.
 LAST_SEEN_PRECISION = timedelta(seconds=60)
+# The tenants' accounting is read again from this long before the last read: slurmdbd may
+# record a run a little after it happened.
+TENANT_RUNS_OVERLAP = timedelta(minutes=5)
 # For an array, the job's state is that of its most advanced task; once all have ended, the
 # worst end wins (one failed task makes the sweep failed).
 _ARRAY_ACTIVE_ORDER = [
@@ -74,29 +103,52 @@ class PollReport:
     state_changes: int = 0
     runs_settled: int = 0
     tasks_ended: int = 0
+    tenant_jobs_found: int = 0
+    cancelled: int = 0
     error: str = ""
     backend_calls: list[str] = field(default_factory=list)
+    # What the poll noticed without failing: states it does not know, runs of no lease.
+    notices: list[str] = field(default_factory=list)
 
 
 def clusters_to_poll() -> list[int]:
-    """The clusters with jobs queued for them or on them."""
-    return list(
+    """The clusters with jobs queued for them or on them, and those where a team holds a
+    tenant account (its jobs may submit jobs of their own at any time)."""
+    with_jobs = set(
         Job.objects.filter(state__in=[JobState.QUEUED, *ACTIVE_STATES])
         .order_by()
         .values_list("cluster_id", flat=True)
         .distinct()
     )
+    with_leases = set(
+        TenantLease.objects.filter(
+            status__in=[TenantLease.Status.ACTIVE, TenantLease.Status.ENDING]
+        )
+        .order_by()
+        .values_list("cluster_id", flat=True)
+        .distinct()
+    )
+    return sorted(with_jobs | with_leases)
 
 
 def clusters_to_reconcile() -> list[int]:
-    """The clusters that ran jobs in the reconciliation's window."""
+    """The clusters that ran jobs, or lent tenant accounts, in the reconciliation's window."""
     since = timezone.now() - timedelta(days=settings.JOBS_RECONCILE_DAYS + 1)
-    return list(
+    with_jobs = set(
         Job.objects.filter(submitted_at__gte=since)
         .order_by()
         .values_list("cluster_id", flat=True)
         .distinct()
     )
+    with_leases = set(
+        TenantLease.objects.filter(
+            Q(status__in=TenantLease.HOLDING_STATES) | Q(ended_at__gte=since)
+        )
+        .order_by()
+        .values_list("cluster_id", flat=True)
+        .distinct()
+    )
+    return sorted(with_jobs | with_leases)
 
 
 def _lease_take(cluster_id: int, now: datetime) -> bool:
@@ -126,6 +178,7 @@ def cluster_poll(*, cluster_id: int) -> PollReport | None:
             "last_error": "",
             "consecutive_failures": 0,
             "commands_last_poll": len(report.backend_calls),
+            "last_notice": "; ".join(report.notices)[:500],
         }
     except BridgeError as error:
         backend_failed(cluster, error)
@@ -143,29 +196,55 @@ def cluster_poll(*, cluster_id: int) -> PollReport | None:
 
 def _follow(cluster: Cluster, report: PollReport) -> None:
     now = timezone.now()
+    windows = lease_windows(cluster)
+    users = sorted({window.user for window in windows})
+    backend: Backend | None = None
+    entries: list[QueueEntry] = []
+    if users:
+        backend = backend_for(cluster)
+        report.backend_calls.append("queue")
+        entries = backend.queue(users)
+        _tenant_jobs_find(cluster, backend, entries, windows, now, report)
+
     jobs = {
         job.pk: job
-        for job in Job.objects.filter(cluster=cluster, state__in=ACTIVE_STATES).only(
+        for job in Job.objects.filter(cluster=cluster, state__in=ACTIVE_STATES)
+        .select_related("lease__account", "allocation")
+        .only(
             "pk",
             "uuid",
             "state",
             "state_reason",
             "scheduler_job_id",
             "array",
+            "origin",
+            "gpus",
+            "ntasks",
+            "cpus_per_task",
             "submitted_at",
             "last_seen_at",
             "cancel_requested_at",
+            "lease__account__username",
+            "lease__account__home",
+            "allocation__window_end",
+            "allocation__resource",
         )
     }
     report.active_jobs = len(jobs)
     if not jobs:
         return
-    backend = backend_for(cluster)
-    report.backend_calls.append("queue")
-    entries = backend.queue()
+    if backend is None:
+        backend = backend_for(cluster)
+        if cluster.backend == Cluster.Backend.LOCAL:
+            report.backend_calls.append("queue")
+            entries = backend.queue([])
     exact: dict[tuple[str, int | None], QueueEntry] = {}
     pending_ranges: dict[str, list[tuple[set[int], QueueEntry]]] = defaultdict(list)
     for line in entries:
+        if line.state == UNDETERMINED:
+            report.notices.append(
+                f"{line.job_id} is in a state the poll does not know: {line.scheduler_state}"
+            )
         if line.pending_tasks:
             try:
                 indices = set(parse_index_ranges(line.pending_tasks))
@@ -177,11 +256,22 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
 
     tasks = list(
         JobTask.objects.filter(job_id__in=jobs, is_released=False).only(
-            "pk", "job_id", "array_task_id", "state", "state_reason", "started_at"
+            "pk",
+            "job_id",
+            "array_task_id",
+            "state",
+            "state_reason",
+            "started_at",
+            "run_started_at",
+            "scheduler_job_id",
+            "units",
+            "reserved_units",
         )
     )
     seen_jobs: set[int] = set()
     gone: list[JobTask] = []
+    rerun: list[JobTask] = []
+    to_cancel: dict[int, list[str]] = defaultdict(list)  # job pk -> ids, for the limits
     # A job with no task left to follow had its last task settled by a worker that died before
     # it refreshed the job: refresh it now, or it would stay active forever.
     touched_jobs: set[int] = set(jobs) - {task.job_id for task in tasks}
@@ -202,13 +292,23 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
             continue
         seen_jobs.add(job.pk)
         reason = entry.reason if entry.state == JobState.PENDING else ""
+        changes: dict[str, object] = {}
         if task.state != entry.state or task.state_reason != reason:
-            changes: dict[str, object] = {"state": entry.state, "state_reason": reason[:500]}
+            changes = {"state": entry.state, "state_reason": reason[:500]}
             if entry.state in (JobState.RUNNING, JobState.COMPLETING) and not task.started_at:
                 changes["started_at"] = now
-            JobTask.objects.filter(pk=task.pk).update(**changes, updated_at=now)
             touched_jobs.add(job.pk)
             report.state_changes += 1
+        if _is_new_run(task, entry):
+            # Requeued (back to pending after it ran, or running again since): the runs before
+            # are settled now, so that what the task has used counts against its reservation.
+            rerun.append(task)
+        if entry.start_time is not None and entry.start_time != task.run_started_at:
+            changes["run_started_at"] = entry.start_time
+        if changes:
+            JobTask.objects.filter(pk=task.pk).update(**changes, updated_at=now)
+        if _over_its_limits(job, task, entry, now) and not job.cancel_requested_at:
+            to_cancel[job.pk].append(task.scheduler_job_id or job.scheduler_job_id)
     if seen_jobs:
         # Only a grace period measured in minutes reads it: a row is rewritten at most once a
         # minute, not every cycle for every job in the queue.
@@ -216,14 +316,16 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
             last_seen_at=now
         )
 
-    if gone:
-        job_ids = sorted({jobs[task.job_id].scheduler_job_id for task in gone})
+    if gone or rerun:
         report.backend_calls.append("runs")
+        job_ids = sorted({jobs[task.job_id].scheduler_job_id for task in [*gone, *rerun]})
         runs_by_task: dict[tuple[str, int | None], list[RunRecord]] = defaultdict(list)
         for run in backend.runs(job_ids):
             runs_by_task[(run.array_job_id, run.array_task_id)].append(run)
+            if run.state == UNDETERMINED and run.scheduler_state and not run.is_ended:
+                report.notices.append(f"run {run.job_id}: {run.scheduler_state}")
         found_jobs: set[int] = set()
-        for task in gone:
+        for task in [*gone, *rerun]:
             job = jobs[task.job_id]
             runs = sorted(
                 runs_by_task.get((job.scheduler_job_id, task.array_task_id), []),
@@ -232,7 +334,7 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
             if not runs:
                 continue
             found_jobs.add(job.pk)
-            final = runs[-1] if runs[-1].is_ended else None
+            final = _final_run(runs[-1], now) if task in gone else None
             try:
                 settled = job_task_settle(task_id=task.pk, runs=runs, final=final)
             except Exception:
@@ -253,14 +355,166 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
     for job_id in touched_jobs:
         job_state_refresh(job_id=job_id)
 
-    repeat = [
-        job.scheduler_job_id
-        for job in jobs.values()
-        if job.cancel_requested_at and job.cancel_requested_at < now - CANCEL_REPEAT_AFTER
-    ]
-    if repeat:
+    for job in jobs.values():
+        if job.allocation.window_end <= now and not job.cancel_requested_at:
+            to_cancel[job.pk].append(job.scheduler_job_id)
+    if to_cancel:
+        _limits_enforce(backend, {pk: jobs[pk] for pk in to_cancel}, to_cancel, now, report)
+
+    repeat: dict[Tenant | None, list[str]] = defaultdict(list)
+    for job in jobs.values():
+        if job.cancel_requested_at and job.cancel_requested_at < now - CANCEL_REPEAT_AFTER:
+            repeat[_tenant(job)].append(job.scheduler_job_id)
+    for tenant, job_ids in repeat.items():
         report.backend_calls.append("cancel")
-        backend.cancel(repeat)
+        backend.cancel(tenant, job_ids)
+
+
+def _final_run(last: RunRecord, now: datetime) -> RunRecord | None:
+    """The run that ends a task gone from the queue: its last run, once that has ended as a
+    job ends. A last run the job requeued or resized is normally followed by another, which
+    accounting shows a moment later; when none has come within the grace (a helper
+    allocation whose resources went to the job it expanded: `RESIZING`, then nothing), the
+    task has ended there, `completed` after a resize and `cancelled` after a requeue."""
+    if last.state in ENDED_STATES:
+        return last
+    grace = timedelta(seconds=settings.JOBS_RUN_RECORD_GRACE_SECONDS)
+    if last.state in (REQUEUED, RESIZED) and last.end_time and now - last.end_time > grace:
+        return replace(last, state=COMPLETED if last.state == RESIZED else CANCELLED)
+    # An allocation that gave its resources to the job it expanded gets one more record, in
+    # an end state with nothing allocated, whose end Slurm never writes (its elapsed time
+    # keeps growing): it held nothing, so it ends there, having used nothing.
+    ended_as = run_state(last.scheduler_state)
+    if (
+        last.state == UNDETERMINED
+        and ended_as in ENDED_STATES
+        and last.end_time is None
+        and last.allocated_cpus == last.allocated_gpus == 0
+        and last.start_time is not None
+        and now - last.start_time > grace
+    ):
+        return replace(last, state=ended_as, end_time=last.start_time, elapsed_seconds=0)
+    return None
+
+
+def _tenant(job: Job) -> Tenant | None:
+    return tenant_of(job.lease) if job.lease is not None else None
+
+
+def _is_new_run(task: JobTask, entry: QueueEntry) -> bool:
+    """Whether the queue shows a run of the task after the one the poll saw running."""
+    if entry.state == JobState.PENDING and task.state in (JobState.RUNNING, JobState.COMPLETING):
+        return True
+    return (
+        entry.start_time is not None
+        and task.run_started_at is not None
+        and entry.start_time > task.run_started_at
+    )
+
+
+def _over_its_limits(job: Job, task: JobTask, entry: QueueEntry, now: datetime) -> bool:
+    """Whether a task in the queue must be cancelled to hold its allocation's limits: it has
+    nothing reserved (a job the team submitted itself when the allocation had nothing left),
+    or, running, it has used more than it reserved (its earlier runs, settled, and its current
+    one at its CPUs, or GPUs, so far). A platform job within its time limit never is: Slurm's
+    limit keeps one run within the reservation."""
+    if task.reserved_units <= 0:
+        return True
+    if entry.state != JobState.RUNNING or entry.start_time is None:
+        return False
+    if (
+        job.origin == Job.Origin.PLATFORM
+        and task.units == 0
+        and entry.cpus <= job.ntasks * job.cpus_per_task
+    ):
+        # Its first run at the size it asked for: Slurm ends it at its time limit, the
+        # bound its reservation was made from (and names the end `timeout`).
+        return False
+    rate = job.gpus if job.allocation.resource == Resource.GPU else max(entry.cpus, 1)
+    seconds = max((now - entry.start_time).total_seconds(), 0.0)
+    used: Decimal = task.units + Decimal(rate) * Decimal(seconds) / SECONDS_PER_HOUR
+    return bool(used > task.reserved_units)
+
+
+def _limits_enforce(
+    backend: Backend,
+    jobs: dict[int, Job],
+    ids: dict[int, list[str]],
+    now: datetime,
+    report: PollReport,
+) -> None:
+    """Cancels, as their tenants, the jobs (or array tasks) that went past their allocation's
+    limits, and records why on each job."""
+    by_tenant: dict[Tenant | None, list[str]] = defaultdict(list)
+    for pk, job_ids in ids.items():
+        job = jobs[pk]
+        by_tenant[_tenant(job)].extend(job_ids)
+        reason = (
+            "Cancelled: the allocation's window has closed."
+            if job.allocation.window_end <= now
+            else "Cancelled: it used up what it reserved of the allocation."
+        )
+        Job.objects.filter(pk=pk, cancel_requested_at__isnull=True).update(
+            cancel_requested_at=now, cancel_reason=reason, state_reason=reason, updated_at=now
+        )
+    for tenant, job_ids in by_tenant.items():
+        report.backend_calls.append("cancel")
+        backend.cancel(tenant, sorted(set(job_ids)))
+        report.cancelled += len(set(job_ids))
+
+
+def _tenant_jobs_find(
+    cluster: Cluster,
+    backend: Backend,
+    entries: list[QueueEntry],
+    windows: list[LeaseWindow],
+    now: datetime,
+    report: PollReport,
+) -> None:
+    """Records the tenants' jobs the platform did not submit: those in the queue now, and, once
+    per `JOBS_TENANT_RUNS_READ_SECONDS`, every run in the tenants' accounting since the last
+    read (a job can start and end between two polls)."""
+    in_queue = {entry.array_job_id for entry in entries}
+    known = dict(
+        Job.objects.filter(cluster=cluster, scheduler_job_id__in=list(in_queue)).values_list(
+            "scheduler_job_id", "origin"
+        )
+    )
+    known_tasks = set(
+        JobTask.objects.filter(
+            job__cluster=cluster,
+            job__origin=Job.Origin.TENANT,
+            job__scheduler_job_id__in=list(in_queue),
+        ).values_list("job__scheduler_job_id", "array_task_id")
+    )
+    unknown = {job_id for job_id in in_queue if job_id not in known}
+    # A task of an array the team submitted itself is split out of its pending range when it
+    # starts: it is recorded (with its reservation) then.
+    unknown |= {
+        entry.array_job_id
+        for entry in entries
+        if known.get(entry.array_job_id) == Job.Origin.TENANT
+        and entry.pending_tasks is None
+        and (entry.array_job_id, entry.array_task_id) not in known_tasks
+    }
+    records: list[RunRecord] = []
+    if unknown:
+        report.backend_calls.append("runs")
+        records += backend.runs(sorted(unknown))
+    poll = ClusterPoll.objects.get(cluster=cluster)
+    read_until = poll.tenant_runs_read_until
+    period = timedelta(seconds=settings.JOBS_TENANT_RUNS_READ_SECONDS)
+    if read_until is None or now - read_until >= period:
+        since = min(window.started_at for window in windows)
+        if read_until is not None:
+            since = max(since, read_until - TENANT_RUNS_OVERLAP)
+        report.backend_calls.append("runs_of_users")
+        records += backend.runs_of_users([window.user for window in windows], since, now)
+        ClusterPoll.objects.filter(pk=poll.pk).update(tenant_runs_read_until=now)
+    if not records:
+        return
+    found = tenant_jobs_record(cluster=cluster, records=records, windows=windows, now=now)
+    report.tenant_jobs_found += len(found)
 
 
 def _undetermined_mark(jobs: Iterable[Job], now: datetime) -> None:
@@ -414,7 +668,7 @@ def _settle(
         totals.add(usage)
     release = Decimal(0)
     ended = False
-    if final is not None and not task.is_released:
+    if final is not None and final.state in ENDED_STATES and not task.is_released:
         release = task.reserved_units - task.units
         task.is_released = True
         task.state = final.state
@@ -473,6 +727,8 @@ def job_state_refresh(*, job_id: int) -> Job:
     if state == JobState.QUEUED:
         return job
     reasons = [task.state_reason for task in tasks if task.state == state and task.state_reason]
+    if state == JobState.CANCELLED and job.cancel_reason:
+        reasons = [job.cancel_reason]
     started = [task.started_at for task in tasks if task.started_at]
     job.started_at = min(started) if started else None
     if state in ENDED_STATES:
@@ -494,41 +750,48 @@ def job_state_refresh(*, job_id: int) -> Job:
 
 def cluster_reconcile(*, cluster_id: int, days: int | None = None) -> int:
     """Compares the cluster's accounting for the last days with what was charged, and charges
-    (as new ledger entries, never edits) every ended run that no poll settled. Returns how
-    many runs it charged."""
+    (as new ledger entries, never edits) every ended run that no poll settled: every run of the
+    tenants leased in that time, whoever submitted it (a job the poll never saw is recorded
+    first). Returns how many runs it charged."""
     cluster = Cluster.objects.get(pk=cluster_id)
     now = timezone.now()
-    records = backend_for(cluster).runs_between(
-        now - timedelta(days=days or settings.JOBS_RECONCILE_DAYS), now
-    )
-    by_uuid: dict[str, list[RunRecord]] = defaultdict(list)
-    for record in records:
-        if record.is_ended and record.name.startswith("cs-"):
-            by_uuid[record.name.removeprefix("cs-")].append(record)
-    if not by_uuid:
+    since = now - timedelta(days=days or settings.JOBS_RECONCILE_DAYS)
+    backend = backend_for(cluster)
+    if cluster.backend == Cluster.Backend.LOCAL:
+        windows: list[LeaseWindow] = []
+        records = backend.runs_of_users([], since, now)
+    else:
+        windows = lease_windows(cluster, since=since)
+        if not windows:
+            return 0
+        records = backend.runs_of_users(sorted({window.user for window in windows}), since, now)
+        records = [record for record in records if lease_of_run(windows, record)]
+        tenant_jobs_record(cluster=cluster, records=records, windows=windows, now=now)
+    ended = [record for record in records if record.is_ended]
+    if not ended:
         return 0
     settled = {
-        (raw, submit.isoformat())
+        (raw, submit)
         for raw, submit in JobRun.objects.filter(
-            cluster=cluster, raw_job_id__in={r.raw_job_id for rs in by_uuid.values() for r in rs}
+            cluster=cluster, raw_job_id__in={record.raw_job_id for record in ended}
         ).values_list("raw_job_id", "submit_time")
     }
     tasks = {
-        (str(task.job.uuid), task.array_task_id): task
+        (task.job.scheduler_job_id, task.array_task_id): task
         for task in JobTask.objects.filter(
-            job__cluster=cluster, job__uuid__in=list(by_uuid)
+            job__cluster=cluster,
+            job__scheduler_job_id__in={record.array_job_id for record in ended},
         ).select_related("job")
     }
     posted = 0
-    for job_uuid, job_records in by_uuid.items():
-        for record in job_records:
-            task = tasks.get((job_uuid, record.array_task_id))
-            if task is None or (record.raw_job_id, record.submit_time.isoformat()) in settled:
-                continue
-            result = job_task_settle(
-                task_id=task.pk, runs=[record], final=None, source=JobRun.Source.RECONCILIATION
-            )
-            posted += result.runs_charged
+    for record in ended:
+        task = tasks.get((record.array_job_id, record.array_task_id))
+        if task is None or (record.raw_job_id, record.submit_time) in settled:
+            continue
+        result = job_task_settle(
+            task_id=task.pk, runs=[record], final=None, source=JobRun.Source.RECONCILIATION
+        )
+        posted += result.runs_charged
     if posted:
         logger.warning("reconciliation of cluster %s charged %s missed runs", cluster_id, posted)
     return posted

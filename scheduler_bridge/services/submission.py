@@ -20,10 +20,18 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
-from marketplace.models import Allocation, Cluster, Membership, Resource, SlurmAccount
+from marketplace.models import (
+    Allocation,
+    Cluster,
+    Membership,
+    Resource,
+    SlurmAccount,
+    TenantLease,
+)
+from marketplace.services import tenant_lease_take, tenant_of, tenant_slurm_join
 from scheduler_bridge import errors
 from scheduler_bridge.backends.arrays import InvalidArray, parse_array
-from scheduler_bridge.backends.types import JobSpec, environment_name_problem
+from scheduler_bridge.backends.types import Backend, JobSpec, Tenant, environment_name_problem
 from scheduler_bridge.models import ENDED_STATES, TRANSITIONS, Job, JobEvent, JobState, JobTask
 from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.slurm.errors import BridgeError
@@ -34,7 +42,9 @@ UNITS = Decimal("0.000001")
 MAX_SCRIPT_BYTES = 256 * 1024
 MAX_ENVIRONMENT_VARIABLES = 100
 MAX_ENVIRONMENT_VALUE_LENGTH = 4096
-_SBATCH_LINE = re.compile(r"^[ \t]*#[ \t]*SBATCH", re.IGNORECASE)
+# sbatch reads options from `#SBATCH` lines, and from `#PBS` and `#BSUB` lines unless told
+# not to (the bridge tells it, with --ignore-pbs): every resource is the platform's to set.
+_DIRECTIVE_LINE = re.compile(r"^[ \t]*#[ \t]*(SBATCH|PBS|BSUB)", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -71,7 +81,7 @@ def job_request_check(allocation: Allocation, request: JobRequest) -> list[int |
     directive_lines = [
         number
         for number, line in enumerate(script.splitlines(), start=1)
-        if _SBATCH_LINE.match(line)
+        if _DIRECTIVE_LINE.match(line)
     ]
     if directive_lines:
         raise errors.SbatchDirectiveNotAllowed(extra={"lines": directive_lines})
@@ -215,12 +225,19 @@ def job_submit(*, actor: Membership, allocation: Allocation, request: JobRequest
             f"the allocation has {unreserved.normalize():f} left unreserved.",
             extra={"requested_units": str(units), "unreserved_units": str(unreserved)},
         )
+    # The team's tenant on the cluster: leased with its first allocation there (or now, if that
+    # lease has ended meanwhile). 409 when every account is another team's.
+    lease = tenant_lease_take(
+        cluster=allocation.cluster, organization_id=allocation.organization_id
+    )
     allocation.reserved += units
     allocation.save(update_fields=["reserved", "updated_at"])
     job = Job.objects.create(
         allocation=allocation,
         organization_id=allocation.organization_id,
         cluster_id=allocation.cluster_id,
+        lease=lease,
+        partition_name=allocation.partition.name,
         submitted_by=actor.user,
         name=request.name.strip(),
         script=request.script,
@@ -250,6 +267,11 @@ def _submission_enqueue(cluster_id: int) -> None:
     cluster_jobs_submit_task.delay(cluster_id)
 
 
+def job_tenant(job: Job) -> Tenant | None:
+    """Who the job runs as on its cluster (None on the local backend)."""
+    return tenant_of(job.lease) if job.lease is not None else None
+
+
 def job_spec(job: Job) -> JobSpec:
     return JobSpec(
         name=job.scheduler_name,
@@ -264,6 +286,7 @@ def job_spec(job: Job) -> JobSpec:
         gpus=job.gpus,
         array=job.array or None,
         environment=dict(job.environment),
+        tenant=job_tenant(job),
     )
 
 
@@ -274,7 +297,8 @@ def _claim(cluster_id: int, limit: int, now: datetime) -> list[tuple[Job, bool]]
     with transaction.atomic():
         jobs = list(
             Job.objects.select_for_update(skip_locked=True, of=("self",))
-            .select_related("allocation__partition")  # the spec needs the partition's name
+            # The spec needs the partition's name and the tenant's name and home.
+            .select_related("allocation__partition", "lease__account")
             .filter(cluster_id=cluster_id, state=JobState.QUEUED)
             .filter(Q(submit_lease_until__isnull=True) | Q(submit_lease_until__lt=now))
             .order_by("created_at", "pk")[:limit]
@@ -323,27 +347,51 @@ def cluster_jobs_submit(*, cluster_id: int, limit: int | None = None) -> int:
 
 
 def _submit_claimed(cluster: Cluster, claimed: list[tuple[Job, bool]]) -> int:
+    """Submits a claimed batch, tenant by tenant: each team's jobs go to the cluster as its own
+    tenant, and one tenant's trouble (a Slurm association not ready, an unclear answer) leaves
+    only that tenant's jobs waiting."""
+    by_lease: dict[int | None, list[tuple[Job, bool]]] = {}
+    for job, retried in claimed:
+        by_lease.setdefault(job.lease_id, []).append((job, retried))
+    submitted = 0
+    backend: Backend | None = None
+    for lease_id, group in by_lease.items():
+        jobs = [job for job, _ in group]
+        try:
+            backend = backend or backend_for(cluster)
+            if lease_id is not None and jobs[0].lease is not None:
+                _lease_prepare(jobs[0].lease)
+            submitted += _submit_group(backend, job_tenant(jobs[0]), group)
+        except BridgeError as error:
+            backend_failed(cluster, error)
+            _submission_postponed(jobs, error)
+            logger.warning("submission to cluster %s failed: %s", cluster.pk, error)
+    return submitted
+
+
+def _lease_prepare(lease: TenantLease) -> None:
+    """On a managed cluster, the tenant's Slurm association with the team's account must be in
+    place before its first job (jobs it submits itself are charged to its default account)."""
+    if lease.prepared_at is None and lease.cluster.account_mode == Cluster.AccountMode.MANAGED:
+        tenant_slurm_join(lease_id=lease.pk)
+
+
+def _submit_group(backend: Backend, tenant: Tenant | None, claimed: list[tuple[Job, bool]]) -> int:
+    """One tenant's share of a batch. Raises the bridge's error when its outcome is unclear."""
     jobs = [job for job, _ in claimed]
-    try:
-        backend = backend_for(cluster)
-        maybe_submitted = [job.scheduler_name for job, retried in claimed if retried]
-        found = backend.find(maybe_submitted) if maybe_submitted else {}
-        cancelled_before = set(
-            Job.objects.filter(
-                pk__in=[job.pk for job in jobs], cancel_requested_at__isnull=False
-            ).values_list("pk", flat=True)
-        )
-        to_submit = [
-            job
-            for job in jobs
-            if job.scheduler_name not in found and job.pk not in cancelled_before
-        ]
-        results = backend.submit([job_spec(job) for job in to_submit]) if to_submit else []
-    except BridgeError as error:
-        backend_failed(cluster, error)
-        _submission_postponed(jobs, error)
-        logger.warning("submission to cluster %s failed: %s", cluster.pk, error)
-        return 0
+    users = [tenant.user] if tenant is not None else []
+    maybe_submitted = [job.scheduler_name for job, retried in claimed if retried]
+    # Looked up among this tenant's jobs only: another team's job may carry any name.
+    found = backend.find(maybe_submitted, users) if maybe_submitted else {}
+    cancelled_before = set(
+        Job.objects.filter(
+            pk__in=[job.pk for job in jobs], cancel_requested_at__isnull=False
+        ).values_list("pk", flat=True)
+    )
+    to_submit = [
+        job for job in jobs if job.scheduler_name not in found and job.pk not in cancelled_before
+    ]
+    results = backend.submit([job_spec(job) for job in to_submit]) if to_submit else []
 
     reached = {job.pk: found[job.scheduler_name] for job in jobs if job.scheduler_name in found}
     for job in jobs:
@@ -368,9 +416,9 @@ def _submit_claimed(cluster: Cluster, claimed: list[tuple[Job, bool]]) -> int:
     )
     if to_cancel:
         try:
-            backend.cancel(to_cancel)
+            backend.cancel(tenant, to_cancel)
         except BridgeError as error:  # the poll asks again after CANCEL_REPEAT_AFTER
-            logger.warning("cancel on cluster %s failed: %s", cluster.pk, error)
+            logger.warning("cancel as %s failed: %s", tenant, error)
     return submitted
 
 
@@ -515,15 +563,18 @@ def _cancel_enqueue(job_id: int) -> None:
 def job_cancel_remote(*, job_id: int) -> bool:
     """Asks the cluster to cancel a job whose cancellation was requested. Raises the bridge's
     error when the cluster cannot be reached (the task retries)."""
-    job = Job.objects.select_related("cluster").get(pk=job_id)
+    job = Job.objects.select_related("cluster", "lease__account").get(pk=job_id)
     if job.state in ENDED_STATES or not job.scheduler_job_id or job.cancel_requested_at is None:
         return False
-    backend_for(job.cluster).cancel([job.scheduler_job_id])
+    backend_for(job.cluster).cancel(job_tenant(job), [job.scheduler_job_id])
     return True
 
 
 def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | None) -> bytes:
-    """The tail of a job's stdout or stderr, read from the cluster. Empty before it runs."""
+    """The tail of a job's stdout or stderr, read from the cluster as the job's tenant. Empty
+    before it runs."""
+    if job.is_from_tenant:
+        raise errors.OutputNotKept()
     if job.state == JobState.QUEUED or not job.scheduler_job_id:
         return b""
     if job.is_array and array_task_id is None:
@@ -532,6 +583,7 @@ def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | N
         raise ValidationFailed(fields={"task": ["The job has no such task."]})
     try:
         return backend_for(job.cluster).output_tail(
+            job_tenant(job),
             job.directory,
             "stderr" if stream == "stderr" else "stdout",
             array_task_id,

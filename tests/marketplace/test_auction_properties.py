@@ -131,3 +131,54 @@ def test_more_supply_never_sells_fewer_units_to_bidders_without_minimums(auction
     assert larger.units_sold >= smaller.units_sold
     if smaller.price is not None:
         assert larger.price is not None and larger.price <= smaller.price
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    auction=auctions(),
+    buyers=st.lists(st.sampled_from("ABCDE"), min_size=12, max_size=12),
+    seats=st.integers(min_value=0, max_value=4),
+    seated=st.frozensets(st.sampled_from("ABCDE"), max_size=2),
+)
+def test_no_more_teams_win_than_the_cluster_has_tenant_accounts_for(auction, buyers, seats, seated):
+    """With `seats` free tenant accounts, at most that many teams outside `seated` (those that
+    hold one already) win; walking the bids in rank order, a bid goes without only when what
+    is left cannot reach its minimum or its team would need an account there is none of; the
+    price keeps DESIGN.md's rule, skipped bids counting as unserved."""
+    supply, reserve, bids = auction
+    bids = [
+        SealedBid(
+            key=each.key,
+            price=each.price,
+            quantity=each.quantity,
+            min_quantity=each.min_quantity,
+            placed_at=each.placed_at,
+            sequence=each.sequence,
+            buyer=buyers[index],
+        )
+        for index, each in enumerate(bids)
+    ]
+
+    result = uniform_price_clear(supply, reserve, bids, seats=seats, seated=seated)
+
+    check_invariants(supply, reserve, bids, result)
+    buyer_of = {each.key: each.buyer for each in bids}
+    new_winners = {buyer_of[key] for key in result.fills} - seated
+    assert len(new_winners) <= seats
+    left, newly_seated = supply, set()
+    for each in sorted(bids, key=rank_key):
+        can_take = min(each.quantity, left)
+        has_seat = each.buyer in seated or each.buyer in newly_seated
+        if each.key in result.fills:
+            assert result.fills[each.key] == can_take
+            left -= can_take
+            newly_seated |= set() if has_seat else {each.buyer}
+        else:
+            assert can_take < each.min_quantity or (not has_seat and len(newly_seated) >= seats), (
+                each
+            )
+    assert result.price == expected_price(reserve, bids, result)
+    # With a seat for everyone, the accounts change nothing.
+    assert uniform_price_clear(supply, reserve, bids, seats=5) == uniform_price_clear(
+        supply, reserve, bids
+    )

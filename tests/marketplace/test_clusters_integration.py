@@ -111,6 +111,16 @@ def verify(owner: Owner, cluster_id: str) -> Any:
     return client_for(owner.admin).post(f"/api/v1/clusters/{cluster_id}/verify/")
 
 
+def connect_failed(testcluster: Any, reason: str, port: int) -> dict[str, str]:
+    """The one step of a verification that could not connect."""
+    return {
+        "key": "connect",
+        "title": f"Connect to {testcluster.host}:{port} as {testcluster.user} with the pinned key",
+        "status": "failed",
+        "detail": reason,
+    }
+
+
 def partition_rows(cluster: Cluster) -> list[tuple[Any, ...]]:
     return list(
         Partition.objects.filter(cluster=cluster)
@@ -142,6 +152,24 @@ def test_verifying_with_the_pinned_host_key_stores_the_partitions_slurm_reports(
     body = response.json()
     assert parse_datetime(body.pop("verified_at")) == cluster.verified_at
     assert before <= cluster.verified_at <= after
+    steps = body.pop("verification")["steps"]
+    assert [(step["key"], step["status"]) for step in steps] == [
+        ("connect", "passed"),
+        ("partitions", "passed"),
+        ("queries", "passed"),
+        ("visibility", "passed"),
+        ("operator", "passed"),
+        ("limits", "passed"),
+        ("pool", "passed"),
+        ("sudo", "passed"),
+        ("homes", "passed"),
+        ("sftp", "passed"),
+        ("idle", "passed"),
+        ("sbatch", "passed"),
+        ("gpus", "passed"),
+        ("proctrack", "warning"),
+    ]
+    pool = testcluster.managed_pool
     assert body == {
         "id": cluster_id,
         "name": "Test cluster",
@@ -157,6 +185,11 @@ def test_verifying_with_the_pinned_host_key_stores_the_partitions_slurm_reports(
         "account_mode": "managed",
         "slurm_account": "",
         "status_detail": "",
+        "tenant_accounts": {"total": len(pool.tenants), "free": len(pool.tenants)},
+        "tenant_group": pool.group,
+        "sftp_server": testcluster.sftp_server,
+        "tenant_idle_account": pool.idle_account,
+        "tracks_gpus": False,
     }
     assert expected_partition == {
         "name": "debug",
@@ -203,11 +236,15 @@ def test_a_wrong_pinned_host_key_is_refused_and_marks_the_cluster(owner, testclu
     offered, pinned = fingerprint_of(testcluster.host_key), fingerprint_of(wrong_key)
     detail = f"The host offered a ssh-ed25519 key {offered}; the pinned key is {pinned}."
     assert response.status_code == 409
-    assert response.json() == {
+    body = response.json()
+    [step] = body["extra"].pop("steps")
+    assert body == {
         "detail": detail,
         "code": "host_key_mismatch",
         "extra": {"offered_fingerprint": offered, "pinned_fingerprint": pinned},
     }
+    assert (step["key"], step["status"]) == ("connect", "failed")
+    assert "which is not the pinned key" in step["detail"]
     cluster = Cluster.objects.get(uuid=cluster_id)
     assert (cluster.status, cluster.status_detail) == (Cluster.Status.HOST_KEY_MISMATCH, detail)
     # The pin is never replaced by what the host offered.
@@ -236,6 +273,17 @@ def test_an_online_cluster_whose_host_key_changes_is_marked_and_keeps_its_partit
     assert response.json()["extra"] == {
         "offered_fingerprint": fingerprint_of(testcluster.host_key),
         "pinned_fingerprint": fingerprint_of(wrong_key),
+        "steps": [
+            {
+                "key": "connect",
+                "title": f"Connect to {testcluster.host}:{testcluster.port} as "
+                f"{testcluster.user} with the pinned key",
+                "status": "failed",
+                "detail": f"{testcluster.host}:{testcluster.port} offered a ssh-ed25519 host "
+                f"key with fingerprint {fingerprint_of(testcluster.host_key)}, which is not "
+                "the pinned key",
+            }
+        ],
     }
     cluster.refresh_from_db()
     assert cluster.status == Cluster.Status.HOST_KEY_MISMATCH
@@ -260,7 +308,7 @@ def test_a_port_where_nothing_listens_is_unreachable_with_the_reason(owner, test
     assert response.json() == {
         "detail": f"The cluster could not be verified: {reason}",
         "code": "cluster_unreachable",
-        "extra": {"reason": reason},
+        "extra": {"reason": reason, "steps": [connect_failed(testcluster, reason, port)]},
     }
     cluster = Cluster.objects.get(uuid=cluster_id)
     assert (cluster.status, cluster.status_detail) == (Cluster.Status.UNREACHABLE, reason)
@@ -272,6 +320,7 @@ def test_a_private_key_the_cluster_refuses_is_unreachable_saying_the_key_was_ref
     owner, testcluster
 ):
     cluster_id = register(owner, testcluster, ssh_private_key=ssh_private_key_text())
+    port = testcluster.port
 
     response = verify(owner, cluster_id)
 
@@ -283,7 +332,7 @@ def test_a_private_key_the_cluster_refuses_is_unreachable_saying_the_key_was_ref
     assert response.json() == {
         "detail": f"The cluster could not be verified: {reason}",
         "code": "cluster_unreachable",
-        "extra": {"reason": reason},
+        "extra": {"reason": reason, "steps": [connect_failed(testcluster, reason, port)]},
     }
     cluster = Cluster.objects.get(uuid=cluster_id)
     assert (cluster.status, cluster.status_detail) == (Cluster.Status.UNREACHABLE, reason)
@@ -334,7 +383,10 @@ def test_a_verification_from_the_web_page_runs_in_the_worker_and_succeeds(
     assert verification.requested_by == owner.admin
     done = wait_for(lambda: finished(verification), timeout=WORKER_TIMEOUT)
     assert (done.status, done.step, done.error_code) == ("succeeded", "Done", "")
-    assert done.detail == "Online: 1 partition."
+    assert (
+        done.detail
+        == f"Online: 1 partition, {len(testcluster.managed_pool.tenants)} tenant accounts."
+    )
     assert done.finished_at is not None
     cluster.refresh_from_db()
     assert (cluster.status, cluster.slurm_cluster_name) == ("online", testcluster.cluster_name)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import threading
 import time
-import uuid
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -22,12 +21,11 @@ from scheduler_bridge import services
 from scheduler_bridge.models import Job, JobRun, JobState
 from scheduler_bridge.slurm.ssh import SSHConnection
 from scheduler_bridge.tasks import jobs_poll_task
-from tests.conftest import client_for, wait_for
+from tests.conftest import client_for, tenants_jobs_cancel, wait_for
 from tests.factories import (
-    ClusterFactory,
     MembershipFactory,
-    PartitionFactory,
     allocation_bought,
+    cluster_on_testcluster,
     funded_organization,
     ssh_host_key_line,
 )
@@ -90,17 +88,8 @@ def poller(celery_worker):
 
 
 def real_cluster(testcluster) -> Cluster:
-    cluster = ClusterFactory(
-        name=f"test-{uuid.uuid4().hex[:6]}",
-        ssh_host=testcluster.host,
-        ssh_port=testcluster.port,
-        ssh_user=testcluster.user,
-        ssh_private_key=testcluster.private_key,
-        ssh_host_key=testcluster.host_key,
-        slurm_account=testcluster.account,
-    )
-    PartitionFactory(cluster=cluster, name=testcluster.partition, cpus=2, nodes=1, gpus=0)
-    return cluster
+    """A cluster row of the real test cluster whose jobs run as the fixed pool's tenants."""
+    return cluster_on_testcluster(testcluster, pool="fixed")
 
 
 @pytest.fixture
@@ -151,16 +140,7 @@ def scenario(testcluster, celery_worker, poller):
     }
     yield Scenario(client, allocation, other_allocation, jobs, testcluster)
     # A failed test leaves its jobs on the shared cluster: they would hold its 2 CPUs.
-    on_cluster = [
-        scheduler_id
-        for scheduler_id in Job.objects.filter(cluster=cluster).values_list(
-            "scheduler_job_id", flat=True
-        )
-        if scheduler_id
-    ]
-    if on_cluster:
-        with SSHConnection(testcluster.ssh_settings()) as connection:
-            connection.run(["scancel", *on_cluster], check=False)
+    tenants_jobs_cancel(testcluster)
 
 
 def check_jobs_run_on_the_cluster_and_are_charged_once_for_what_they_used(scenario):
@@ -302,9 +282,10 @@ def check_refused_jobs_never_reach_the_cluster(scenario, testcluster):
         assert (answer.status_code, answer.json()["code"]) == (status, code)
 
     assert Job.objects.count() == before
+    users = ",".join(tenant.user for tenant in testcluster.fixed_pool.tenants)
     with SSHConnection(testcluster.ssh_settings()) as connection:
         names = connection.run(
-            ["squeue", "--noheader", f"--user={testcluster.user}", "--format=%j"]
+            ["squeue", "--noheader", f"--user={users}", "--format=%j"]
         ).stdout.split()
     ours = {f"cs-{job_id}" for job_id in scenario.jobs.values()}
     platform_names = {name for name in names if name.startswith("cs-")}

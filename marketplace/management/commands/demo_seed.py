@@ -95,7 +95,7 @@ class Command(BaseCommand):
         cluster = services.cluster_create_local(
             organization=owner.organization, name="aurora-local"
         )
-        cluster = services.cluster_verify(actor=owner, cluster=cluster)
+        cluster, _ = services.cluster_verify(actor=owner, cluster=cluster)
         partition = cluster.partitions.get().name
         now = timezone.now()
 

@@ -1,0 +1,331 @@
+"""Tenant accounts and their leases (DESIGN.md, tenants on a cluster).
+
+A cluster's owner gives the platform a pool of unprivileged Unix accounts. A team that buys time
+on the cluster leases one of them for as long as it has an open allocation or an unfinished job
+there; everything done for the team runs as that account, and no other team gets it until the
+lease has ended and the account has been scrubbed. A cluster therefore serves at most as many
+teams at once as it has accounts, and the market refuses what would need more.
+
+Leases are taken inside the market's own transactions (a purchase, a clearing), under row locks:
+no account is ever leased to two teams at once. Scrubbing talks to the cluster and so runs with
+no transaction open, between two short ones."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from computeshare.errors import PermissionDenied
+from marketplace import errors
+from marketplace.models import Cluster, Membership, Organization, TenantAccount, TenantLease
+from scheduler_bridge.backends.types import Tenant
+from scheduler_bridge.slurm.errors import BridgeError
+from scheduler_bridge.slurm.ssh import SSHConnection
+from scheduler_bridge.slurm.tenants import PoolAccount, tenant_scrub
+
+logger = logging.getLogger(__name__)
+
+# How long a scrub waits for the tenant's cancelled jobs to leave the queue.
+SCRUB_WAIT_SECONDS = 60
+
+
+def tenant_of(lease: TenantLease) -> Tenant:
+    """The library's view of a lease's account: who to act as, and where its home is."""
+    return Tenant(user=lease.account.username, home=lease.account.home)
+
+
+def cluster_uses_tenants(cluster: Cluster) -> bool:
+    """Whether the cluster's jobs run as leased tenant accounts: every Slurm cluster. The
+    demo's local backend keeps jobs apart with a sandbox instead."""
+    return cluster.backend == Cluster.Backend.SLURM
+
+
+# --- The pool --------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def tenant_accounts_record(*, cluster: Cluster, accounts: Sequence[PoolAccount]) -> None:
+    """Records the pool as a verification read it: new members become available, a member's
+    home is updated, and an account no longer in the group is retired (unless a team holds
+    it: its lease ends as usual and it is retired then, by the next verification)."""
+    found = {account.user: account for account in accounts}
+    now = timezone.now()
+    existing = {
+        account.username: account
+        for account in TenantAccount.objects.select_for_update().filter(cluster=cluster)
+    }
+    for user, info in found.items():
+        account = existing.get(user)
+        if account is None:
+            TenantAccount.objects.create(cluster=cluster, username=user, home=info.home)
+            continue
+        changes: dict[str, object] = {}
+        if account.home != info.home:
+            changes["home"] = info.home
+        if account.status == TenantAccount.Status.RETIRED:
+            changes["status"] = TenantAccount.Status.AVAILABLE
+            changes["status_detail"] = ""
+        if changes:
+            TenantAccount.objects.filter(pk=account.pk).update(**changes, updated_at=now)
+    TenantAccount.objects.filter(cluster=cluster, status=TenantAccount.Status.AVAILABLE).exclude(
+        username__in=found
+    ).update(
+        status=TenantAccount.Status.RETIRED,
+        status_detail="No longer a member of the tenant group.",
+        updated_at=now,
+    )
+
+
+@dataclass(frozen=True)
+class TenantCapacity:
+    """How many teams a cluster can serve at once, and how many more it can take now."""
+
+    accounts: int  # in the pool (not retired)
+    free: int  # available to a new team now
+    quarantined: int
+
+
+def tenant_capacity(cluster: Cluster) -> TenantCapacity:
+    counts = {
+        status: 0
+        for status in (
+            TenantAccount.Status.AVAILABLE,
+            TenantAccount.Status.LEASED,
+            TenantAccount.Status.QUARANTINED,
+        )
+    }
+    for status in TenantAccount.objects.filter(cluster=cluster).values_list("status", flat=True):
+        if status in counts:
+            counts[status] += 1
+    return TenantCapacity(
+        accounts=sum(counts.values()),
+        free=counts[TenantAccount.Status.AVAILABLE],
+        quarantined=counts[TenantAccount.Status.QUARANTINED],
+    )
+
+
+# --- Taking leases ------------------------------------------------------------------------------
+
+
+def tenant_lease_take(*, cluster: Cluster, organization_id: int) -> TenantLease | None:
+    """The team's active lease on the cluster, or a new one on a free account, in the caller's
+    transaction (a purchase): the account is the team's from the commit on. None on a cluster
+    without tenants. Raises `TenantAccountsExhausted` (409) when every account is taken.
+
+    Purchases of one team are serialized here, on the team's row (locked after the offer's or
+    the allocation's, before any account): the second finds the lease the first made, rather
+    than every free account locked by its own team's other purchases."""
+    if not cluster_uses_tenants(cluster):
+        return None
+    Organization.objects.select_for_update().filter(pk=organization_id).first()
+    lease = _active_lease(cluster, organization_id)
+    if lease is not None:
+        return lease
+    [account] = _free_accounts_lock(cluster, 1) or [None]
+    if account is None:
+        capacity = tenant_capacity(cluster)
+        raise errors.TenantAccountsExhausted(
+            extra={"tenant_accounts": capacity.accounts, "free": capacity.free}
+        )
+    try:
+        with transaction.atomic():
+            return _lease_create(account, organization_id)
+    except IntegrityError:
+        lease = _active_lease(cluster, organization_id)
+        if lease is None:
+            raise
+        return lease
+
+
+@dataclass
+class TenantSeats:
+    """What a clearing may give out: the teams that hold a lease on the cluster already, and
+    the free accounts this transaction has locked for teams that do not."""
+
+    held: frozenset[int]
+    free: list[TenantAccount]
+
+    def lease_for(self, cluster: Cluster, organization_id: int) -> TenantLease | None:
+        """The lease of a winner: its own, or a new one on the next locked free account. A
+        purchase of the same team that committed its lease meanwhile wins the unique index;
+        the clearing then uses that lease, and the account it locked stays free."""
+        if organization_id in self.held:
+            return _active_lease(cluster, organization_id)
+        account = self.free.pop(0)
+        try:
+            with transaction.atomic():
+                return _lease_create(account, organization_id)
+        except IntegrityError:
+            lease = _active_lease(cluster, organization_id)
+            if lease is None:
+                raise
+            account.status = TenantAccount.Status.AVAILABLE  # as the savepoint left its row
+            self.free.insert(0, account)
+            return lease
+
+
+def tenant_seats_lock(*, cluster: Cluster, organization_ids: Iterable[int]) -> TenantSeats | None:
+    """For a clearing, in its transaction: which bidding teams hold a lease on the cluster, and
+    up to one free account locked for each team that does not. Concurrent clearings on one
+    cluster lock different accounts (SKIP LOCKED), so no account is promised twice. None on a
+    cluster without tenants (every bid may win)."""
+    if not cluster_uses_tenants(cluster):
+        return None
+    teams = set(organization_ids)
+    held = frozenset(
+        TenantLease.objects.filter(
+            cluster=cluster, organization_id__in=teams, status=TenantLease.Status.ACTIVE
+        ).values_list("organization_id", flat=True)
+    )
+    return TenantSeats(held=held, free=_free_accounts_lock(cluster, len(teams - held)))
+
+
+def _active_lease(cluster: Cluster, organization_id: int) -> TenantLease | None:
+    return (
+        TenantLease.objects.select_related("account")
+        .filter(cluster=cluster, organization_id=organization_id, status=TenantLease.Status.ACTIVE)
+        .first()
+    )
+
+
+def _free_accounts_lock(cluster: Cluster, count: int) -> list[TenantAccount]:
+    """Up to `count` available accounts, locked for this transaction; the one scrubbed longest
+    ago first, so that accounts are used in turn."""
+    if count <= 0:
+        return []
+    return list(
+        TenantAccount.objects.select_for_update(skip_locked=True)
+        .filter(cluster=cluster, status=TenantAccount.Status.AVAILABLE)
+        .order_by(F("last_scrubbed_at").asc(nulls_first=True), "username")[:count]
+    )
+
+
+def _lease_create(account: TenantAccount, organization_id: int) -> TenantLease:
+    _account_move(account, TenantAccount.Status.LEASED, "")
+    return TenantLease.objects.create(
+        account=account, cluster_id=account.cluster_id, organization_id=organization_id
+    )
+
+
+def _account_move(account: TenantAccount, status: str, detail: str) -> None:
+    if status != account.status and status not in TenantAccount.TRANSITIONS[account.status]:
+        raise ValueError(f"a tenant account cannot go from {account.status} to {status}")
+    account.status = status
+    account.status_detail = detail[:1000]
+    account.save(update_fields=["status", "status_detail", "updated_at"])
+
+
+def _lease_move(lease: TenantLease, status: str) -> None:
+    if status != lease.status and status not in TenantLease.TRANSITIONS[lease.status]:
+        raise ValueError(f"a lease cannot go from {lease.status} to {status}")
+    lease.status = status
+
+
+# --- Ending leases ------------------------------------------------------------------------------
+
+
+@transaction.atomic
+def tenant_lease_end_start(*, lease_id: int) -> bool:
+    """Marks an active lease `ending` (the caller has checked that the team has neither an open
+    allocation nor an unfinished job on the cluster); the scrub follows after the commit.
+    Idempotent: False when the lease was not active."""
+    from marketplace.tasks import tenant_lease_scrub_task
+
+    lease = TenantLease.objects.select_for_update().get(pk=lease_id)
+    if lease.status != TenantLease.Status.ACTIVE:
+        return False
+    _lease_move(lease, TenantLease.Status.ENDING)
+    lease.ending_at = timezone.now()
+    lease.save(update_fields=["status", "ending_at", "updated_at"])
+    transaction.on_commit(lambda: tenant_lease_scrub_task.delay(lease_id))
+    return True
+
+
+def tenant_lease_scrub(*, lease_id: int) -> TenantLease:
+    """Scrubs the account of an ending (or failed) lease: cancels the tenant's jobs and waits
+    until the queue has none, ends its processes, removes its files, checks that nothing is
+    left, and, on a managed cluster, takes it out of the team's Slurm account. Then the lease
+    has `ended` and the account is available to the next team; if anything is left, the lease
+    has `failed` and the account is quarantined with the reason, for its owners to see.
+
+    A cluster that cannot be reached leaves the lease `ending` (the error is raised; the task
+    retries): the account is not given to anyone meanwhile."""
+    from marketplace.services.clusters import ssh_settings_for
+    from marketplace.services.slurm_accounts import tenant_slurm_leave
+
+    lease = TenantLease.objects.select_related("account", "cluster").get(pk=lease_id)
+    if lease.status not in (TenantLease.Status.ENDING, TenantLease.Status.FAILED):
+        return lease
+    account = lease.account
+    with SSHConnection(ssh_settings_for(lease.cluster)) as connection:
+        try:
+            report = tenant_scrub(connection, account.username, wait_seconds=SCRUB_WAIT_SECONDS)
+        except BridgeError as error:
+            if error.is_transient:
+                raise
+            return _scrub_finish(lease_id, clean=False, detail=f"The scrub failed: {error}")
+    if not report.is_clean:
+        return _scrub_finish(
+            lease_id, clean=False, detail=f"Left after the scrub: {report.describe()}."
+        )
+    try:
+        tenant_slurm_leave(lease_id=lease_id)
+    except BridgeError as error:
+        if error.is_transient:
+            raise
+        return _scrub_finish(
+            lease_id, clean=False, detail=f"Could not leave the team's Slurm account: {error}"
+        )
+    return _scrub_finish(lease_id, clean=True, detail="")
+
+
+@transaction.atomic
+def _scrub_finish(lease_id: int, *, clean: bool, detail: str) -> TenantLease:
+    lease = TenantLease.objects.select_for_update().select_related("account").get(pk=lease_id)
+    account = TenantAccount.objects.select_for_update().get(pk=lease.account_id)
+    now = timezone.now()
+    if clean:
+        _lease_move(lease, TenantLease.Status.ENDED)
+        lease.ended_at = now
+        account.last_scrubbed_at = now
+        account.save(update_fields=["last_scrubbed_at", "updated_at"])
+        _account_move(account, TenantAccount.Status.AVAILABLE, "")
+    else:
+        _lease_move(lease, TenantLease.Status.FAILED)
+        _account_move(account, TenantAccount.Status.QUARANTINED, detail)
+        logger.warning("tenant %s quarantined: %s", account, detail)
+    lease.scrub_detail = detail[:1000]
+    lease.save(update_fields=["status", "ended_at", "scrub_detail", "updated_at"])
+    return lease
+
+
+@transaction.atomic
+def tenant_account_rescrub(*, actor: Membership, account: TenantAccount) -> TenantAccount:
+    """The owners, having looked at a quarantined account (and perhaps cleaned it by hand),
+    ask for another scrub; it returns the account to the pool if it passes."""
+    from marketplace.tasks import tenant_lease_scrub_task
+
+    if actor.organization_id != account.cluster.organization_id or not actor.is_admin:
+        raise PermissionDenied("Only an admin of the cluster's owners can do this.")
+    account = TenantAccount.objects.select_for_update().get(pk=account.pk)
+    if account.status != TenantAccount.Status.QUARANTINED:
+        raise errors.TenantAccountNotQuarantined(extra={"status": account.status})
+    lease = (
+        TenantLease.objects.select_for_update()
+        .filter(account=account, status=TenantLease.Status.FAILED)
+        .first()
+    )
+    if lease is None:
+        # Quarantined without a lease (by hand in the admin): nothing of a team is on it.
+        _account_move(account, TenantAccount.Status.AVAILABLE, "")
+        return account
+    _lease_move(lease, TenantLease.Status.ENDING)
+    lease.save(update_fields=["status", "updated_at"])
+    lease_id = lease.pk
+    transaction.on_commit(lambda: tenant_lease_scrub_task.delay(lease_id))
+    return account

@@ -1,0 +1,302 @@
+"""Jobs that a team's own jobs submitted on the cluster (`sbatch` from inside a job).
+
+Metering follows the Unix user, not a job name: every Slurm run of a leased tenant during its
+lease is the team's. The poll finds the tenant's jobs that the platform did not submit (in the
+queue, and in accounting once a minute for those too short to be seen queued) and records each
+as a job of the team (`origin` tenant), on the team's allocation of that cluster. Such a job
+reserves what it can use when it is found, as any job does at submission: its CPUs (or GPUs)
+times its time limit, or until the allocation's window ends when it has none, as far as the
+allocation has units left; the poll cancels it when it has used that up. It is then settled and
+charged like any other job, and listed with its Slurm id as a job the platform did not submit."""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from decimal import ROUND_CEILING, Decimal
+
+from django.db import IntegrityError, transaction
+from django.db.models import Q
+
+from marketplace.models import Allocation, Cluster, Resource, TenantLease
+from scheduler_bridge.backends.types import RunRecord
+from scheduler_bridge.models import (
+    MICRO_UNIT,
+    PLATFORM_NAME_PREFIX,
+    Job,
+    JobEvent,
+    JobState,
+    JobTask,
+)
+
+logger = logging.getLogger(__name__)
+
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_PLATFORM_NAME = re.compile(re.escape(PLATFORM_NAME_PREFIX) + f"({_UUID})")
+MINUTES_PER_HOUR = Decimal(60)
+
+
+@dataclass(frozen=True)
+class LeaseWindow:
+    """Which team a tenant's run belongs to: the lease of that user whose time covers it."""
+
+    lease_id: int
+    organization_id: int
+    user: str
+    started_at: datetime
+    ended_at: datetime | None
+
+
+def lease_windows(cluster: Cluster, since: datetime | None = None) -> list[LeaseWindow]:
+    """The cluster's leases that hold an account now, and, with `since`, those that ended after
+    it: whose runs the poll and the reconciliation attribute."""
+    leases = TenantLease.objects.filter(cluster=cluster).select_related("account")
+    condition = Q(status__in=TenantLease.HOLDING_STATES)
+    if since is not None:
+        condition |= Q(ended_at__gte=since)
+    return [
+        LeaseWindow(
+            lease_id=lease.pk,
+            organization_id=lease.organization_id,
+            user=lease.account.username,
+            started_at=lease.created_at,
+            ended_at=lease.ended_at,
+        )
+        for lease in leases.filter(condition).order_by("created_at")
+    ]
+
+
+def lease_of_run(windows: Iterable[LeaseWindow], record: RunRecord) -> LeaseWindow | None:
+    """The lease a run belongs to: of its user, begun by its submit time and not ended then.
+    Slurm's times are whole seconds, so a lease counts from the start of the second it began
+    in (a job its team's first job submits at once is submitted in that second); of two leases
+    that could hold a run, the later one does, since an account is leased again only after the
+    scrub has emptied its queue."""
+    for window in sorted(windows, key=lambda window: window.started_at, reverse=True):
+        if window.user != record.user:
+            continue
+        if record.submit_time < window.started_at.replace(microsecond=0):
+            continue
+        if window.ended_at is None or record.submit_time <= window.ended_at:
+            return window
+    return None
+
+
+def tenant_jobs_record(
+    *, cluster: Cluster, records: Sequence[RunRecord], windows: Sequence[LeaseWindow], now: datetime
+) -> list[int]:
+    """Records the jobs of `records` that the platform does not know yet (grouped by the id
+    the job is cancelled by: its array's, or a heterogeneous job's leader's), each on its
+    team's allocation, and adds array tasks seen for the first time to jobs recorded before.
+    Returns the ids of the jobs that have tasks to follow. Runs of no lease are left out (and
+    logged): they are nobody's on this platform."""
+    by_job: dict[str, list[RunRecord]] = defaultdict(list)
+    for record in records:
+        # Recorded once accounting has the job's own record (its name, its time limit): the
+        # next poll finds it again.
+        if record.has_own_record:
+            by_job[record.array_job_id].append(record)
+    if not by_job:
+        return []
+    known = {
+        job.scheduler_job_id: job
+        for job in Job.objects.filter(cluster=cluster, scheduler_job_id__in=list(by_job))
+    }
+    platform_names = _platform_jobs_named(cluster, records)
+    recorded: list[int] = []
+    for scheduler_job_id, job_records in by_job.items():
+        first = job_records[0]
+        job = known.get(scheduler_job_id)
+        if job is not None:
+            if job.is_from_tenant and _tasks_add(job, job_records, now):
+                recorded.append(job.pk)
+            continue
+        window = lease_of_run(windows, first)
+        if window is None:
+            logger.warning(
+                "cluster %s: job %s of %s belongs to no lease", cluster.pk, first.job_id, first.user
+            )
+            continue
+        platform_user = platform_names.get(first.name)
+        if platform_user == first.user:
+            # The platform's own job, submitted a moment ago by another worker that has not
+            # recorded its id yet: it is followed as soon as it has.
+            continue
+        job_id = _job_create(cluster, window, scheduler_job_id, job_records, now)
+        if job_id is not None:
+            recorded.append(job_id)
+    return recorded
+
+
+def _platform_jobs_named(cluster: Cluster, records: Iterable[RunRecord]) -> dict[str, str]:
+    """Name -> tenant user of the platform's jobs on this cluster whose names appear in
+    `records`: a team's job may take any name, even another job's, so a name counts as the
+    platform's only together with the user that job runs as."""
+    uuids = {
+        match.group(1): record.name
+        for record in records
+        if (match := _PLATFORM_NAME.fullmatch(record.name))
+    }
+    if not uuids:
+        return {}
+    return {
+        f"{PLATFORM_NAME_PREFIX}{job_uuid}": user
+        for job_uuid, user in Job.objects.filter(
+            cluster=cluster, uuid__in=list(uuids), origin=Job.Origin.PLATFORM
+        ).values_list("uuid", "lease__account__username")
+        if user
+    }
+
+
+def _job_create(
+    cluster: Cluster,
+    window: LeaseWindow,
+    scheduler_job_id: str,
+    records: list[RunRecord],
+    now: datetime,
+) -> int | None:
+    first = min(records, key=lambda record: record.submit_time)
+    try:
+        with transaction.atomic():
+            allocation = _allocation_for(cluster, window.organization_id, first, now)
+            if allocation is None:
+                logger.warning(
+                    "cluster %s: job %s of %s has no allocation of its team to draw on",
+                    cluster.pk,
+                    scheduler_job_id,
+                    first.user,
+                )
+                return None
+            is_array = any(record.array_task_id is not None for record in records)
+            minutes = _time_limit_minutes(first, allocation, now)
+            job = Job.objects.create(
+                allocation=allocation,
+                organization_id=window.organization_id,
+                cluster=cluster,
+                lease_id=window.lease_id,
+                origin=Job.Origin.TENANT,
+                name=(first.name or f"Slurm job {scheduler_job_id}")[:200],
+                script="",
+                time_limit_minutes=minutes,
+                cpus_per_task=max(first.requested_cpus, first.allocated_cpus, 1),
+                gpus=max(first.requested_gpus, first.allocated_gpus),
+                array="array" if is_array else "",
+                task_count=1,  # counted again as its tasks are added, just below
+                partition_name=first.partition[:64],
+                reserved_units=Decimal(0),
+                state=JobState.SUBMITTED,
+                state_reason="",
+                scheduler_job_id=scheduler_job_id,
+                submitted_at=first.submit_time,
+                last_seen_at=now,
+            )
+            JobEvent.objects.create(
+                job=job,
+                state=JobState.SUBMITTED,
+                reason=f"Submitted on the cluster by one of the team's jobs (Slurm job "
+                f"{scheduler_job_id}, as {first.user}).",
+                at=first.submit_time,
+            )
+            _tasks_add(job, records, now, allocation=allocation)
+            return job.pk
+    except IntegrityError:
+        # Recorded a moment ago by another worker: one job is recorded once per cluster.
+        if Job.objects.filter(cluster=cluster, scheduler_job_id=scheduler_job_id).exists():
+            return None
+        raise
+
+
+def _allocation_for(
+    cluster: Cluster, organization_id: int, record: RunRecord, now: datetime
+) -> Allocation | None:
+    """The team's allocation a job it submitted itself draws on: an active one on the job's
+    partition, else any active one on the cluster, else its latest one (closed or not yet
+    open: the job then reserves nothing and is cancelled), locked."""
+    allocations = list(
+        Allocation.objects.select_for_update(of=("self",))
+        .select_related("partition")
+        .filter(cluster=cluster, organization_id=organization_id)
+        .order_by("-window_end", "-pk")
+    )
+    active = [
+        allocation
+        for allocation in allocations
+        if allocation.status_at(now) == Allocation.Status.ACTIVE
+    ]
+    for allocation in active:
+        if allocation.partition.name == record.partition:
+            return allocation
+    if active:
+        return max(active, key=lambda allocation: allocation.remaining)
+    return allocations[0] if allocations else None
+
+
+def _time_limit_minutes(record: RunRecord, allocation: Allocation, now: datetime) -> int:
+    """The job's time limit, or, without one, the minutes left in the allocation's window."""
+    if record.time_limit_minutes:
+        return record.time_limit_minutes
+    left = int((allocation.window_end - now).total_seconds() // 60)
+    return max(left, 1)
+
+
+def _tasks_add(
+    job: Job, records: Iterable[RunRecord], now: datetime, *, allocation: Allocation | None = None
+) -> bool:
+    """Adds the tasks of `records` that the job does not have yet, each reserving what it can
+    use as far as the allocation has units left; a task that gets nothing is to be cancelled.
+    Returns whether any was added."""
+    existing = set(job.tasks.values_list("array_task_id", flat=True))
+    new = sorted(
+        {record.array_task_id for record in records} - existing,
+        key=lambda index: -1 if index is None else index,
+    )
+    if not new:
+        return False
+    with transaction.atomic():
+        if allocation is None:
+            allocation = Allocation.objects.select_for_update().get(pk=job.allocation_id)
+        job = Job.objects.select_for_update().get(pk=job.pk)
+        per_task = _units_per_task(job, allocation)
+        tasks = []
+        reserved = Decimal(0)
+        starved = False
+        for index in new:
+            units = min(per_task, allocation.remaining - reserved)
+            units = max(units, Decimal(0)) if allocation.closed_at is None else Decimal(0)
+            starved |= units < per_task
+            reserved += units
+            tasks.append(
+                JobTask(
+                    job=job,
+                    array_task_id=index,
+                    reserved_units=units,
+                    state=JobState.SUBMITTED,
+                    scheduler_job_id=(
+                        job.scheduler_job_id if index is None else f"{job.scheduler_job_id}_{index}"
+                    ),
+                )
+            )
+        JobTask.objects.bulk_create(tasks)
+        allocation.reserved += reserved
+        allocation.save(update_fields=["reserved", "updated_at"])
+        job.reserved_units += reserved
+        job.task_count = len(existing) + len(tasks)
+        fields = ["reserved_units", "task_count", "updated_at"]
+        if starved and job.cancel_requested_at is None:
+            # Nothing (or not enough) left to run on: the poll cancels what has no reservation
+            # and what uses its reservation up.
+            job.state_reason = "The allocation had too few units left for this job."
+            fields.append("state_reason")
+        job.save(update_fields=fields)
+    return True
+
+
+def _units_per_task(job: Job, allocation: Allocation) -> Decimal:
+    rate = job.gpus if allocation.resource == Resource.GPU else job.cpus_per_task
+    return (Decimal(rate * job.time_limit_minutes) / MINUTES_PER_HOUR).quantize(
+        MICRO_UNIT, rounding=ROUND_CEILING
+    )

@@ -43,6 +43,16 @@ urlpatterns += [
         market.ClusterVerifyApi.as_view(),
         name="api-cluster-verify",
     ),
+    path(
+        "clusters/<uuid:cluster_id>/tenant-accounts/",
+        market.TenantAccountListApi.as_view(),
+        name="api-cluster-tenant-accounts",
+    ),
+    path(
+        "clusters/<uuid:cluster_id>/tenant-accounts/<str:username>/scrub/",
+        market.TenantAccountScrubApi.as_view(),
+        name="api-cluster-tenant-account-scrub",
+    ),
     path("offers/", market.OfferListCreateApi.as_view(), name="api-offers"),
     path("offers/price-history/", market.PriceHistoryApi.as_view(), name="api-price-history"),
     path("offers/<uuid:offer_id>/", market.OfferDetailApi.as_view(), name="api-offer"),

@@ -206,6 +206,29 @@ class ClusterRegisterForm(StyledFormMixin, forms.Form):
         required=False,
         help_text="Every job runs under this account in fixed mode; leave empty when managed.",
     )
+    tenant_group = forms.CharField(
+        label="Tenant group",
+        max_length=32,
+        required=False,
+        initial=Cluster._meta.get_field("tenant_group").default,
+        help_text="The Unix group of tenant accounts that <code>scripts/cluster-setup</code> "
+        "made: each team works as one of them.",
+    )
+    sftp_server = forms.CharField(
+        label="SFTP server",
+        max_length=255,
+        required=False,
+        initial=Cluster._meta.get_field("sftp_server").default,
+        help_text="The program as on the <code>Subsystem sftp</code> line of the login node's "
+        "<code>sshd_config</code>.",
+    )
+
+    # Left empty, they are the prefilled defaults, as in the API; the service checks them.
+    def clean_tenant_group(self) -> str:
+        return str(self.cleaned_data["tenant_group"] or self.fields["tenant_group"].initial)
+
+    def clean_sftp_server(self) -> str:
+        return str(self.cleaned_data["sftp_server"] or self.fields["sftp_server"].initial)
 
 
 class OfferCreateForm(StyledFormMixin, forms.Form):

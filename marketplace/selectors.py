@@ -4,7 +4,8 @@ import uuid
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db.models import F, Prefetch, Q, QuerySet
+from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
@@ -18,6 +19,8 @@ from marketplace.models import (
     Offer,
     Organization,
     Partition,
+    TenantAccount,
+    TenantLease,
 )
 
 
@@ -95,12 +98,47 @@ def membership_in(user: User, organization_id: int) -> Membership | None:
 
 # --- Clusters ------------------------------------------------------------------------------------
 
+# The tenant accounts that count towards how many teams a cluster serves at once (retired ones
+# have left the pool), and those a new team could lease now: as `services.tenant_capacity`.
+_POOL_STATUSES = (
+    TenantAccount.Status.AVAILABLE,
+    TenantAccount.Status.LEASED,
+    TenantAccount.Status.QUARANTINED,
+)
+
+
+def _tenant_account_count(cluster: OuterRef, statuses: tuple[str, ...]) -> Coalesce:
+    """How many of the cluster's tenant accounts have one of `statuses`, as a subquery: a list
+    reads its counts in its own query, on the (cluster, status) index, whatever its length."""
+    counted = (
+        TenantAccount.objects.filter(cluster=cluster, status__in=statuses)
+        .order_by()
+        .values("cluster")
+        .annotate(count=Count("pk"))
+        .values("count")
+    )
+    return Coalesce(Subquery(counted), 0)
+
+
+def tenant_account_counts(cluster: str = "pk") -> dict[str, Coalesce]:
+    """Annotations `tenant_accounts_total` and `tenant_accounts_free` of the cluster that the
+    field `cluster` of the annotated rows names (`pk` for clusters, `cluster` for offers)."""
+    return {
+        "tenant_accounts_total": _tenant_account_count(OuterRef(cluster), _POOL_STATUSES),
+        "tenant_accounts_free": _tenant_account_count(
+            OuterRef(cluster), (TenantAccount.Status.AVAILABLE,)
+        ),
+    }
+
 
 def cluster_list() -> QuerySet[Cluster]:
-    """Every cluster: their public fields are visible to anyone signed in."""
+    """Every cluster: their public fields are visible to anyone signed in, with how many teams
+    each serves at once and how many more it can take now (`tenant_accounts_total`,
+    `tenant_accounts_free`)."""
     return (
         Cluster.objects.select_related("organization")
         .prefetch_related(Prefetch("partitions", queryset=Partition.objects.order_by("name")))
+        .annotate(**tenant_account_counts())
         .order_by("name", "id")
     )
 
@@ -119,6 +157,48 @@ def cluster_list_for_organization(organization: Organization) -> QuerySet[Cluste
 
 def cluster_verification_latest(cluster: Cluster) -> ClusterVerification | None:
     return cluster.verifications.order_by("-created_at", "-id").first()
+
+
+# --- Tenant accounts: their cluster's owners see them -------------------------------------------
+
+
+def tenant_account_list(cluster: Cluster) -> QuerySet[TenantAccount]:
+    """The cluster's pool accounts by user name, each with `leased_to`: the name of the
+    organization whose lease holds it (active, being scrubbed, or whose scrub failed and
+    quarantined it), None when no team holds it, and that lease's `lease_status`. For the
+    cluster's owners only: the caller checks that."""
+    holding = TenantLease.objects.filter(
+        account=OuterRef("pk"), status__in=TenantLease.HOLDING_STATES
+    )
+    return (
+        TenantAccount.objects.filter(cluster=cluster)
+        .annotate(
+            leased_to=Subquery(holding.values("organization__name")[:1]),
+            lease_status=Subquery(holding.values("status")[:1]),
+        )
+        .order_by("username", "id")
+    )
+
+
+def tenant_account_get(cluster: Cluster, username: str) -> TenantAccount:
+    try:
+        return tenant_account_list(cluster).select_related("cluster").get(username=username)
+    except TenantAccount.DoesNotExist as error:
+        raise NotFound("No such tenant account on this cluster.") from error
+
+
+def tenant_lease_organization_ids(cluster: Cluster, organization_ids: set[int]) -> set[int]:
+    """Which of these organizations hold an active lease on the cluster (keep their account for
+    another purchase there)."""
+    if not organization_ids:
+        return set()
+    return set(
+        TenantLease.objects.filter(
+            cluster=cluster,
+            organization_id__in=organization_ids,
+            status=TenantLease.Status.ACTIVE,
+        ).values_list("organization_id", flat=True)
+    )
 
 
 # --- Offers ------------------------------------------------------------------------------------
@@ -154,14 +234,24 @@ OFFER_LISTING_FIELDS = (
 )
 
 
+# With each offer, its cluster's tenant accounts: how many teams it serves at once and how many
+# more it can take now (and its backend: the demo's local one has none). Counted in the
+# listing's own query, by subqueries on their index.
+OFFER_TENANT_FIELDS = ("cluster__backend", "tenant_accounts_total", "tenant_accounts_free")
+
+
 def offer_rows(offers: QuerySet[Offer]) -> QuerySet[Offer, dict[str, Any]]:
-    """The offers (already filtered and ordered) as rows of `OFFER_LISTING_FIELDS`."""
-    return offers.values(*OFFER_LISTING_FIELDS)
+    """The offers (already filtered and ordered) as rows of `OFFER_LISTING_FIELDS` and
+    `OFFER_TENANT_FIELDS`."""
+    return offers.annotate(**tenant_account_counts("cluster")).values(
+        *OFFER_LISTING_FIELDS, *OFFER_TENANT_FIELDS
+    )
 
 
 def offer_get(offer_uuid: Any) -> Offer:
+    """One offer, with its cluster's `tenant_accounts_total` and `tenant_accounts_free`."""
     try:
-        return offer_list().get(uuid=offer_uuid)
+        return offer_list().annotate(**tenant_account_counts("cluster")).get(uuid=offer_uuid)
     except (Offer.DoesNotExist, ValueError, ValidationError) as error:
         raise NotFound("No such offer.") from error
 

@@ -11,8 +11,8 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
-from marketplace.models import Allocation, Bid, Cluster, Offer, Resource
-from marketplace.selectors import OFFER_LISTING_FIELDS
+from marketplace.models import Allocation, Bid, Cluster, Offer, Resource, TenantAccount
+from marketplace.selectors import OFFER_LISTING_FIELDS, OFFER_TENANT_FIELDS
 
 
 def units_text(value: Decimal | int | None) -> str | None:
@@ -92,6 +92,30 @@ class PartitionSerializer(serializers.Serializer):
     is_up = serializers.BooleanField()
 
 
+class TenantAccountsSerializer(serializers.Serializer):
+    """A cluster's pool of tenant accounts as buyers need it: each team on the cluster works as
+    one account of its own."""
+
+    total = serializers.IntegerField(
+        help_text="How many teams the cluster can serve at once: its tenant accounts, those "
+        "quarantined included, the retired ones not."
+    )
+    free = serializers.IntegerField(
+        help_text="How many more teams it can take now: accounts no team holds. A purchase or "
+        "a winning bid by a team without an account there is refused (409 "
+        "`tenant_accounts_exhausted`) while this is 0."
+    )
+
+
+def tenant_accounts_of(backend: str, counts: Mapping[str, Any]) -> dict[str, int] | None:
+    """`{"total", "free"}` from the annotations `selectors.tenant_account_counts` makes; None
+    on a cluster whose jobs do not run as tenant accounts (`services.cluster_uses_tenants`:
+    the demo's local backend), which serves any number of teams."""
+    if backend != Cluster.Backend.SLURM:
+        return None
+    return {"total": counts["tenant_accounts_total"], "free": counts["tenant_accounts_free"]}
+
+
 class ClusterSerializer(serializers.Serializer):
     """Public fields for everyone signed in; the connection fields only for the owners (members
     of the cluster's organization). The private key is never returned."""
@@ -103,6 +127,10 @@ class ClusterSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=Cluster.Status.choices)
     partitions = PartitionSerializer(many=True)
     verified_at = serializers.DateTimeField(allow_null=True)
+    tenant_accounts = serializers.SerializerMethodField(
+        help_text="How many teams the cluster serves at once and how many more it can take "
+        "now; null on the demo's local backend, where jobs do not run as tenant accounts."
+    )
     ssh_host = serializers.CharField(required=False, help_text="Owners only.")
     ssh_port = serializers.IntegerField(required=False, help_text="Owners only.")
     ssh_user = serializers.CharField(required=False, help_text="Owners only.")
@@ -113,6 +141,24 @@ class ClusterSerializer(serializers.Serializer):
     )
     slurm_account = serializers.CharField(required=False, help_text="Owners only.")
     status_detail = serializers.CharField(required=False, help_text="Owners only.")
+    tenant_group = serializers.CharField(
+        required=False,
+        help_text="Owners only. The Unix group of the tenant accounts (scripts/cluster-setup).",
+    )
+    sftp_server = serializers.CharField(
+        required=False,
+        help_text="Owners only. The SFTP server program the tenants' sessions run.",
+    )
+    tenant_idle_account = serializers.CharField(
+        required=False,
+        help_text="Owners only. Managed mode: the Slurm account idle tenants sit in, as the "
+        "last verification read it.",
+    )
+    tracks_gpus = serializers.BooleanField(
+        required=False,
+        help_text="Owners only. Whether accounting records GPUs (gres/gpu in "
+        "AccountingStorageTRES), as the last verification read it; GPU offers need it.",
+    )
 
     OWNER_FIELDS = (
         "ssh_host",
@@ -123,7 +169,16 @@ class ClusterSerializer(serializers.Serializer):
         "account_mode",
         "slurm_account",
         "status_detail",
+        "tenant_group",
+        "sftp_server",
+        "tenant_idle_account",
+        "tracks_gpus",
     )
+
+    @extend_schema_field(TenantAccountsSerializer(allow_null=True))
+    def get_tenant_accounts(self, cluster: Cluster) -> dict[str, int] | None:
+        # Read from `selectors.cluster_list`'s annotations, as every endpoint loads clusters.
+        return tenant_accounts_of(cluster.backend, vars(cluster))
 
     def to_representation(self, instance: Cluster) -> dict[str, Any]:
         data = super().to_representation(instance)
@@ -146,6 +201,41 @@ class ClusterCreateSerializer(serializers.Serializer):
     ssh_host_key = serializers.CharField(max_length=2_000)
     account_mode = serializers.ChoiceField(choices=Cluster.AccountMode.choices, required=False)
     slurm_account = serializers.CharField(max_length=64, required=False, allow_blank=True)
+    tenant_group = serializers.CharField(
+        max_length=32,
+        required=False,
+        help_text="The Unix group of the tenant accounts scripts/cluster-setup made; "
+        "`computeshare-tenants` when not given.",
+    )
+    sftp_server = serializers.CharField(
+        max_length=255,
+        required=False,
+        help_text="The SFTP server program, as on the `Subsystem sftp` line of the cluster's "
+        "sshd_config; `/usr/lib/openssh/sftp-server` when not given.",
+    )
+
+
+class VerificationStepSerializer(serializers.Serializer):
+    key = serializers.CharField(
+        help_text="Which check: connect, partitions, queries, visibility, operator and limits "
+        "(managed mode), pool, sudo, homes, sftp, idle (managed mode), sbatch, gpus, proctrack."
+    )
+    title = serializers.CharField(help_text="The check in words, with the names it concerns.")
+    status = serializers.ChoiceField(choices=["passed", "failed", "warning", "running"])
+    detail = serializers.CharField(
+        help_text="Why it failed or warns, in words an owner can act on; what it found "
+        "otherwise (may be empty)."
+    )
+
+
+class VerificationSerializer(serializers.Serializer):
+    steps = VerificationStepSerializer(many=True)
+
+
+class ClusterVerifiedSerializer(ClusterSerializer):
+    """The cluster after a verification, with every check it ran."""
+
+    verification = VerificationSerializer()
 
 
 class ClusterConnectionSerializer(serializers.Serializer):
@@ -158,6 +248,25 @@ class ClusterConnectionSerializer(serializers.Serializer):
         write_only=True, max_length=20_000, trim_whitespace=False, required=False
     )
     ssh_host_key = serializers.CharField(max_length=2_000, required=False)
+    tenant_group = serializers.CharField(max_length=32, required=False)
+    sftp_server = serializers.CharField(max_length=255, required=False)
+
+
+class TenantAccountSerializer(serializers.Serializer):
+    """One account of a cluster's pool, as its owners see it."""
+
+    username = serializers.CharField()
+    status = serializers.ChoiceField(choices=TenantAccount.Status.choices)
+    status_detail = serializers.CharField(
+        help_text="Why a quarantined account is out of the pool (what the scrub left), or why "
+        "one was retired."
+    )
+    leased_to = serializers.CharField(
+        allow_null=True,
+        help_text="The organization whose lease holds the account (also while it is scrubbed, "
+        "and when its scrub failed); null when no team holds it.",
+    )
+    last_scrubbed_at = serializers.DateTimeField(allow_null=True)
 
 
 # --- Offers --------------------------------------------------------------------------------------
@@ -187,6 +296,11 @@ class OfferSerializer(serializers.Serializer):
     units_bid = serializers.CharField()
     currency = serializers.CharField()
     created_at = serializers.DateTimeField()
+    tenant_accounts = TenantAccountsSerializer(
+        allow_null=True,
+        help_text="Of the offer's cluster; null on the demo's local backend, where jobs do not "
+        "run as tenant accounts.",
+    )
 
     def to_representation(self, offer: Offer | Mapping[str, Any]) -> dict[str, Any]:
         row = offer if isinstance(offer, Mapping) else _listing_row(offer)
@@ -211,13 +325,15 @@ class OfferSerializer(serializers.Serializer):
             "units_bid": str(row["units_bid"]),
             "currency": settings.PLATFORM_CURRENCY,
             "created_at": time_text(row["created_at"]),
+            "tenant_accounts": tenant_accounts_of(row["cluster__backend"], row),
         }
 
 
 def _listing_row(offer: Offer) -> dict[str, Any]:
     """An offer object as the row `selectors.offer_rows` would read."""
     row = {}
-    for path in OFFER_LISTING_FIELDS:
+    # The tenant counts are annotated by `selectors.offer_get`, as every endpoint loads offers.
+    for path in (*OFFER_LISTING_FIELDS, *OFFER_TENANT_FIELDS):
         value: Any = offer
         for name in path.split("__"):
             value = getattr(value, name)

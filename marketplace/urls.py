@@ -78,4 +78,9 @@ urlpatterns += [
         views_market.ClusterVerificationView.as_view(),
         name="cluster-verification",
     ),
+    path(
+        "clusters/<uuid:cluster_id>/tenant-accounts/<str:username>/scrub/",
+        views_market.TenantAccountScrubView.as_view(),
+        name="tenant-account-scrub",
+    ),
 ]

@@ -90,6 +90,11 @@ def refusal_text(error: ApplicationError) -> str:
             )
         if error.code == "insufficient_quantity":
             return f"Only {extra['remaining']} units are left for sale."
+        if error.code == "tenant_accounts_exhausted":
+            return (
+                f"{error.detail} This cluster serves up to {extra['tenant_accounts']} teams at "
+                f"once and {extra['free']} accounts are free now: try again when one frees."
+            )
         if error.code == "max_per_buyer_exceeded":
             return (
                 f"{error.detail} The cap is {extra['max_per_buyer']} units; your organization "
@@ -208,6 +213,7 @@ def offer_page(
         "offer": offer,
         "cluster": offer.cluster,
         "partition": offer.partition,
+        **offer_tenants(user, offer),
         "accepts_orders": accepts_orders,
         "is_owner": owner is not None,
         "can_cancel": is_owner_admin
@@ -232,6 +238,24 @@ def offer_page(
         "currency": settings.PLATFORM_CURRENCY,
     }
     return render(request, "marketplace/market/offer_detail.html", context, status=status)
+
+
+def offer_tenants(user: User, offer: Offer) -> dict[str, Any]:
+    """How many teams the offer's cluster serves at once and how many more it can take now
+    (`selectors.offer_get` counts them), and whether the viewer's organizations would be
+    refused a purchase or a win there: none of them holds an account of the cluster and none
+    is free. None of this on a cluster whose jobs do not run as tenant accounts."""
+    if not services.cluster_uses_tenants(offer.cluster):
+        return {"tenants": None, "tenants_exhausted": False}
+    free = offer.tenant_accounts_free  # type: ignore[attr-defined]
+    tenants = {"total": offer.tenant_accounts_total, "free": free}  # type: ignore[attr-defined]
+    exhausted = False
+    if free == 0:
+        viewers = selectors.organization_ids_of(user) - {offer.cluster.organization_id}
+        exhausted = bool(viewers) and not selectors.tenant_lease_organization_ids(
+            offer.cluster, viewers
+        )
+    return {"tenants": tenants, "tenants_exhausted": exhausted}
 
 
 def offer_url(offer: Offer) -> str:
@@ -406,15 +430,36 @@ class OrganizationAllocationsView(LoginRequiredMixin, View):
 # --- An owner's clusters -----------------------------------------------------------------------
 
 
-def cluster_card(
-    request: HttpRequest, cluster: Cluster, membership: Membership, status: int = 200
-) -> HttpResponse:
-    """One cluster's card, also the fragment the page polls while a verification runs."""
-    context = {
+def cluster_card_context(cluster: Cluster) -> dict[str, Any]:
+    """What one cluster's card shows besides the cluster: its latest verification, with its
+    steps, and its pool of tenant accounts, the quarantined ones also apart (the card names
+    them on top of the table, for the owners to see)."""
+    accounts = list(selectors.tenant_account_list(cluster))
+    return {
         "cluster": cluster,
         "verification": selectors.cluster_verification_latest(cluster),
-        "membership": membership,
+        "tenant_accounts": accounts,
+        "quarantined": [
+            account for account in accounts if account.status == account.Status.QUARANTINED
+        ],
+        # A scrub the owners asked for runs in a worker: the card follows it until it ends.
+        "is_scrubbing": any(
+            account.lease_status == "ending"  # type: ignore[attr-defined]
+            for account in accounts
+        ),
     }
+
+
+def cluster_card(
+    request: HttpRequest,
+    cluster: Cluster,
+    membership: Membership,
+    status: int = 200,
+    notice: tuple[str, str] | None = None,
+) -> HttpResponse:
+    """One cluster's card, also the fragment the page polls while a verification or a scrub
+    runs. `notice` is (level, sentence) for what the owner just did."""
+    context = {**cluster_card_context(cluster), "membership": membership, "notice": notice}
     return render(request, "marketplace/market/_cluster.html", context, status=status)
 
 
@@ -432,9 +477,7 @@ class OrganizationClustersView(LoginRequiredMixin, View):
         context = {
             "membership": membership,
             "organization": membership.organization,
-            "clusters": [
-                (cluster, selectors.cluster_verification_latest(cluster)) for cluster in clusters
-            ],
+            "clusters": [cluster_card_context(cluster) for cluster in clusters],
             "form": form or ClusterRegisterForm(),
         }
         return render(request, self.template_name, context, status=status)
@@ -494,6 +537,39 @@ class ClusterVerificationView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, cluster_id: str) -> HttpResponse:
         cluster = selectors.cluster_get(cluster_id)
         return cluster_card(request, cluster, owner_membership(request, cluster))
+
+
+class TenantAccountScrubView(LoginRequiredMixin, View):
+    """An admin of the owners asks for a quarantined tenant account to be scrubbed again. From
+    the page (htmx) it answers with the cluster's card, which follows the scrub; without
+    JavaScript it goes back to the clusters page."""
+
+    def post(self, request: HttpRequest, cluster_id: str, username: str) -> HttpResponse:
+        cluster = selectors.cluster_get(cluster_id)
+        membership = owner_membership(request, cluster)
+        account = selectors.tenant_account_get(cluster, username)
+        try:
+            account = services.tenant_account_rescrub(actor=membership, account=account)
+        except Conflict as error:
+            notice = ("danger", f"{username}: {error.detail}")
+        else:
+            if account.status == account.Status.AVAILABLE:
+                sentence = f"{username} is back in the pool: no team's lease was on it."
+            else:
+                sentence = (
+                    f"{username} is being scrubbed again; it returns to the pool if nothing "
+                    "is left, and stays quarantined with the reason otherwise."
+                )
+            notice = ("success", sentence)
+        if getattr(request, "htmx", False):
+            return cluster_card(request, cluster, membership, notice=notice)
+        level, sentence = notice
+        messages.add_message(
+            request, messages.ERROR if level == "danger" else messages.SUCCESS, sentence
+        )
+        return HttpResponseRedirect(
+            reverse("organization-clusters", args=[cluster.organization.uuid])
+        )
 
 
 # --- An owner's offers -------------------------------------------------------------------------

@@ -27,7 +27,7 @@ from marketplace import selectors as market_selectors
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace.api.money import RANGE_PARAMETERS, time_range
 from marketplace.models import Allocation
-from scheduler_bridge import selectors, services
+from scheduler_bridge import errors, selectors, services
 from scheduler_bridge.models import JobState
 from scheduler_bridge.serializers import (
     USAGE_CSV_COLUMNS,
@@ -181,11 +181,21 @@ class JobOutputApi(APIView):
             400: ErrorSerializer,
             401: ErrorSerializer,
             404: ErrorSerializer,
+            409: ErrorSerializer,
             502: ErrorSerializer,
         },
+        description="The tail of the job's stdout or stderr, read from the cluster (empty "
+        "before the job runs). 409 `output_not_kept` for a job of `origin` `tenant`: one of "
+        "the team's jobs submitted it on the cluster, and its output went where that job sent "
+        "it, not to a folder the platform keeps. 502 `cluster_unreachable` when the cluster "
+        "cannot be read.",
     )
     def get(self, request: Request, job_id: str) -> HttpResponse:
         job = selectors.job_get_for_user(request.user, job_id)
+        if job.is_from_tenant:
+            # The service refuses such a job whatever is asked; said before the query is read,
+            # in the house order (state, 409, before input, 400).
+            raise errors.OutputNotKept()
         query = validated(JobOutputQuerySerializer, request.query_params)
         text = services.job_output(
             job=job,
@@ -207,7 +217,10 @@ class UsageApi(APIView):
             OpenApiParameter("format", str, enum=["json", "csv"], required=False),
         ],
         responses={200: paginated(UsageRowSerializer), **LIST_ERRORS},
-        description="Usage per job: units, cost and times. `format=csv` downloads every row.",
+        description="Usage per job: units, cost and times. Jobs that the team's own jobs "
+        "submitted on the cluster are listed too, as `origin` `tenant` with their Slurm id "
+        "(`scheduler_job_id`): they are charged to the team's allocation like any other. "
+        "`format=csv` downloads every row, with the same columns.",
     )
     def get(self, request: Request, organization_id: str) -> Any:
         membership = market_selectors.membership_get_for_user(request.user, organization_id)

@@ -12,7 +12,7 @@ from django.db.models import Prefetch, Q, QuerySet
 from computeshare.errors import NotFound
 from computeshare.models import User
 from marketplace.models import Membership, Organization
-from scheduler_bridge.models import Job, JobEvent, JobState, JobTask
+from scheduler_bridge.models import Job, JobEvent, JobRun, JobState, JobTask
 
 
 def job_list_for_user(user: User) -> QuerySet[Job]:
@@ -61,11 +61,23 @@ def job_get_for_user(user: User, job_uuid: Any) -> Job:
         raise NotFound("No such job.") from error
 
 
+def job_run_list(job: Job) -> QuerySet[JobRun]:
+    """The job's runs as accounting recorded them and as they were charged, task by task: more
+    than one per task when the job requeued or resized itself (every run is charged). The job
+    was fetched through `job_get_for_user`: the caller may see it."""
+    return (
+        JobRun.objects.filter(task__job=job)
+        .select_related("task")
+        .order_by("task__array_task_id", "submit_time", "id")
+    )
+
+
 def job_usage_list(
     organization: Organization, *, since: datetime | None = None, until: datetime | None = None
 ) -> QuerySet[Job]:
     """The organization's jobs that ran, for its usage report: ended in the range (or still
-    running), oldest first."""
+    running), oldest first; those the team's own jobs submitted on the cluster among them, with
+    their `origin` and Slurm id."""
     jobs = (
         Job.objects.filter(organization=organization)
         .exclude(state__in=[JobState.QUEUED])
@@ -80,6 +92,9 @@ def job_usage_list(
             "started_at",
             "ended_at",
             "created_at",
+            "origin",
+            "scheduler_job_id",
+            "partition_name",
             "cluster__name",
             "allocation__partition__name",
         )

@@ -77,16 +77,31 @@ class JobEventSerializer(serializers.Serializer):
     at = serializers.DateTimeField()
 
 
+def partition_of(job: Job) -> str:
+    """Where the job runs, as Slurm says; the allocation's partition for a job recorded before
+    jobs kept it (the platform submits its jobs there)."""
+    return job.partition_name or job.allocation.partition.name
+
+
+ORIGIN_HELP = (
+    "`platform`: submitted through the platform. `tenant`: submitted on the cluster by one of "
+    "the team's own jobs (sbatch from inside a job), found by the platform under the team's "
+    "tenant account and charged to the team's allocation like any other job; its Slurm id is "
+    "`scheduler_job_id`."
+)
+
+
 class JobSerializer(serializers.Serializer):
     """A job as listed; the detail adds its tasks and history."""
 
     id = serializers.UUIDField(source="uuid")
     name = serializers.CharField()
+    origin = serializers.ChoiceField(choices=Job.Origin.choices, help_text=ORIGIN_HELP)
     allocation = serializers.UUIDField(source="allocation.uuid")
     organization = serializers.UUIDField(source="organization.uuid")
     cluster = serializers.UUIDField(source="cluster.uuid")
     cluster_name = serializers.CharField(source="cluster.name")
-    partition = serializers.CharField(source="allocation.partition.name")
+    partition = serializers.SerializerMethodField(help_text="The partition the job runs in.")
     state = serializers.ChoiceField(choices=JobState.choices)
     state_reason = serializers.CharField()
     scheduler_job_id = serializers.CharField()
@@ -115,6 +130,9 @@ class JobSerializer(serializers.Serializer):
         data["array"] = job.array or None
         return data
 
+    def get_partition(self, job: Job) -> str:
+        return partition_of(job)
+
     def get_cancel_requested(self, job: Job) -> bool:
         return job.cancel_requested_at is not None
 
@@ -134,7 +152,16 @@ class JobDetailSerializer(JobSerializer):
     tasks = serializers.SerializerMethodField(help_text="Per array task; empty for a plain job.")
     history = JobEventSerializer(source="events", many=True)
     environment = serializers.DictField(child=serializers.CharField())
-    script = serializers.CharField()
+    script = serializers.CharField(
+        allow_null=True,
+        help_text="Null for a job of `origin` `tenant`: the platform never had its script.",
+    )
+
+    def to_representation(self, job: Job) -> dict[str, Any]:
+        data = super().to_representation(job)
+        if job.is_from_tenant:
+            data["script"] = None
+        return data
 
     @extend_schema_field(JobTaskSerializer(many=True))
     def get_tasks(self, job: Job) -> list[dict[str, Any]]:
@@ -167,14 +194,20 @@ class UsageRowSerializer(serializers.Serializer):
     job = serializers.UUIDField(source="uuid")
     name = serializers.CharField()
     cluster = serializers.CharField(source="cluster.name")
-    partition = serializers.CharField(source="allocation.partition.name")
+    partition = serializers.SerializerMethodField()
     state = serializers.ChoiceField(choices=JobState.choices)
     units = Units()
     cost = Money()
     started_at = serializers.DateTimeField(allow_null=True)
     ended_at = serializers.DateTimeField(allow_null=True)
+    origin = serializers.ChoiceField(choices=Job.Origin.choices, help_text=ORIGIN_HELP)
+    scheduler_job_id = serializers.CharField(help_text="The job's id on the cluster (Slurm's).")
+
+    def get_partition(self, job: Job) -> str:
+        return partition_of(job)
 
 
+# The columns of the first version first, so that a script reading them by position still can.
 USAGE_CSV_COLUMNS = [
     "job",
     "name",
@@ -185,6 +218,8 @@ USAGE_CSV_COLUMNS = [
     "cost",
     "started_at",
     "ended_at",
+    "origin",
+    "scheduler_job_id",
 ]
 
 
@@ -193,10 +228,12 @@ def usage_csv_row(job: Job) -> list[str]:
         str(job.uuid),
         job.name,
         job.cluster.name,
-        job.allocation.partition.name,
+        partition_of(job),
         job.state,
         units_text(job.units) or "0",
         f"{job.cost:.6f}",
         job.started_at.isoformat() if job.started_at else "",
         job.ended_at.isoformat() if job.ended_at else "",
+        job.origin,
+        job.scheduler_job_id,
     ]

@@ -268,10 +268,14 @@ class JobRowsView(LoginRequiredMixin, View):
 
 
 def job_context(job: Job) -> dict[str, Any]:
+    runs = list(selectors.job_run_list(job))
     return {
         "job": job,
         "tasks": list(job.tasks.all()) if job.is_array else [],
         "events": list(job.events.all()),
+        # Shown when a task ran more than once (the job requeued or resized itself): each run
+        # is charged, and the page says which.
+        "runs": runs if len({run.task_id for run in runs}) < len(runs) else [],
         "currency": settings.PLATFORM_CURRENCY,
     }
 
@@ -309,6 +313,10 @@ class JobOutputView(LoginRequiredMixin, View):
             output = services.job_output(
                 job=job, stream=stream, tail_bytes=OUTPUT_TAIL_BYTES, array_task_id=task_id
             )
+        except errors.OutputNotKept:
+            # A job the team's jobs submitted themselves: the sentence the job's page shows in
+            # place of the output, which polls nothing.
+            return render(request, "jobs/_output_not_kept.html", {"job": job})
         except errors.OutputUnavailable:
             problem = (
                 "The cluster cannot be reached just now, so the output cannot be read. "

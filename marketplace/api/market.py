@@ -31,11 +31,13 @@ from marketplace.serializers_market import (
     ClusterConnectionSerializer,
     ClusterCreateSerializer,
     ClusterSerializer,
+    ClusterVerifiedSerializer,
     OfferCreateSerializer,
     OfferSerializer,
     PriceHistoryFilterSerializer,
     PriceHistorySerializer,
     PurchaseSerializer,
+    TenantAccountSerializer,
 )
 
 ORDER_ERRORS = {**ERRORS, 402: ErrorSerializer}
@@ -83,6 +85,11 @@ class ClusterListCreateApi(APIView):
         operation_id="clusters_list",
         responses={200: paginated(ClusterSerializer), **LIST_ERRORS},
         parameters=PAGE_PARAMETERS,
+        description=(
+            "Every cluster with its partitions and `tenant_accounts`: how many teams it serves "
+            "at once (`total`) and how many more it can take now (`free`). The owners also see "
+            "their connection and pool settings."
+        ),
     )
     def get(self, request: Request) -> Response:
         context = {"owner_of": selectors.organization_ids_of(request.user)}
@@ -95,6 +102,11 @@ class ClusterListCreateApi(APIView):
         request=ClusterCreateSerializer,
         responses={201: ClusterSerializer, **ERRORS},
         parameters=[IDEMPOTENCY_KEY],
+        description=(
+            "Registers a cluster, `unverified`, with its host key pinned. `tenant_group` names "
+            "the Unix group of the tenant accounts scripts/cluster-setup made on it (each team "
+            "works as one of them); `sftp_server` the SFTP server program of its sshd_config."
+        ),
     )
     def post(self, request: Request) -> Response:
         def create() -> Response:
@@ -120,8 +132,9 @@ class ClusterDetailApi(APIView):
         request=ClusterConnectionSerializer,
         responses={200: ClusterSerializer, **ERRORS},
         description=(
-            "The owners change the connection settings (for example a rotated host key); the "
-            "cluster is `unverified` until verified again."
+            "The owners change the connection settings (for example a rotated host key) or the "
+            "pool's (`tenant_group`, `sftp_server`); the cluster is `unverified` until verified "
+            "again."
         ),
     )
     def patch(self, request: Request, cluster_id: str) -> Response:
@@ -142,18 +155,87 @@ class ClusterVerifyApi(APIView):
     @extend_schema(
         operation_id="clusters_verify",
         request=None,
-        responses={200: ClusterSerializer, **ERRORS, 502: ErrorSerializer},
+        responses={200: ClusterVerifiedSerializer, **ERRORS, 502: ErrorSerializer},
         description=(
-            "Connects with the pinned host key and reads the partitions with sinfo. 409 "
-            "`host_key_mismatch` when the host offers another key; 502 `cluster_unreachable` "
-            "with the reason when it cannot be reached or refuses the service user."
+            "Checks every capability the platform will use, as the steps of "
+            "`verification.steps`, in order: `connect` (with the pinned host key), `partitions` "
+            "(sinfo), `queries` (squeue and sacct), `visibility` (the service user sees every "
+            "tenant's jobs), in managed mode `operator` and `limits` (GrpTRESMins on QOS that "
+            "never decay), `pool` (the members of `tenant_group`), `sudo` (to each tenant "
+            "without a password and to nobody else), `homes` (only their owner reads them), "
+            "`sftp` (as a tenant), in managed mode `idle` (idle tenants sit in an account that "
+            "runs nothing), `sbatch` (a `--test-only` submission as a tenant), `gpus` "
+            "(accounting records GPUs) and `proctrack` (Slurm ends every process of a job). "
+            "Each step is `passed`, `failed` or `warning` (the cluster is usable; `detail` says "
+            "what is at risk), with its `detail`. When all pass, the partitions and the pool are "
+            "stored and the cluster is `online` (200). "
+            "Failures, each with `extra.steps` as far as they ran: 409 `host_key_mismatch` "
+            "(`extra.offered_fingerprint`, `extra.pinned_fingerprint`); 409 "
+            "`cluster_misconfigured` when the cluster answered but a check failed "
+            "(`extra.failed_step` is its key; the cluster is `misconfigured`); 502 "
+            "`cluster_unreachable` with `extra.reason`; 409 `cluster_suspended`."
         ),
     )
     def post(self, request: Request, cluster_id: str) -> Response:
         cluster = selectors.cluster_get(cluster_id)
         actor = _owner_membership(request, cluster)
-        services.cluster_verify(actor=actor, cluster=cluster)
-        return _cluster_response(request, selectors.cluster_get(cluster_id))
+        _, steps = services.cluster_verify(actor=actor, cluster=cluster)
+        cluster = selectors.cluster_get(cluster_id)
+        cluster.verification = {"steps": steps}  # type: ignore[attr-defined]
+        context = {"owner_of": selectors.organization_ids_of(request.user)}
+        return Response(ClusterVerifiedSerializer(cluster, context=context).data)
+
+
+# --- Tenant accounts: the cluster's owners --------------------------------------------------------
+
+
+class TenantAccountListApi(APIView):
+    @extend_schema(
+        operation_id="clusters_tenant_accounts_list",
+        responses={200: paginated(TenantAccountSerializer), **LIST_ERRORS, 403: ErrorSerializer},
+        parameters=PAGE_PARAMETERS,
+        description=(
+            "The cluster's pool of tenant accounts, by user name, for its owners (members of "
+            "its organization; 403 for anyone else): each account's `status` (`available`, "
+            "`leased`, `quarantined` when a scrub left something behind, with the reason in "
+            "`status_detail`, `retired` when it left the tenant group), the organization whose "
+            "lease holds it, and when it was last scrubbed."
+        ),
+    )
+    def get(self, request: Request, cluster_id: str) -> Response:
+        cluster = selectors.cluster_get(cluster_id)
+        _owner_membership(request, cluster)
+        return paginated_response(
+            request, self, selectors.tenant_account_list(cluster), TenantAccountSerializer
+        )
+
+
+class TenantAccountScrubApi(APIView):
+    @extend_schema(
+        operation_id="clusters_tenant_accounts_scrub",
+        request=None,
+        responses={202: TenantAccountSerializer, **ERRORS},
+        description=(
+            "An admin of the cluster's owners, having looked at a quarantined account (and "
+            "perhaps cleaned it by hand), asks for another scrub: a worker cancels the "
+            "tenant's jobs, ends its processes and removes its files, and returns the account "
+            "to the pool if nothing is left (it stays quarantined, with the new reason, "
+            "otherwise). 202 with the account as it is now; 409 "
+            "`tenant_account_not_quarantined` for an account that is not quarantined; 404 for "
+            "a user name not in the cluster's pool."
+        ),
+    )
+    def post(self, request: Request, cluster_id: str, username: str) -> Response:
+        cluster = selectors.cluster_get(cluster_id)
+        actor = _owner_membership(request, cluster)
+        account = selectors.tenant_account_get(cluster, username)
+        if not actor.is_admin:
+            raise PermissionDenied("Only an admin of the cluster's owners can do this.")
+        services.tenant_account_rescrub(actor=actor, account=account)
+        return Response(
+            TenantAccountSerializer(selectors.tenant_account_get(cluster, username)).data,
+            status=status.HTTP_202_ACCEPTED,
+        )
 
 
 # --- Offers --------------------------------------------------------------------------------------
@@ -187,6 +269,10 @@ class OfferListCreateApi(APIView):
         operation_id="offers_list",
         responses={200: paginated(OfferSerializer), **LIST_ERRORS},
         parameters=[*PAGE_PARAMETERS, *OFFER_FILTERS],
+        description=(
+            "Offers with their public aggregate demand and, in `tenant_accounts`, how many "
+            "teams the offer's cluster serves at once and how many more it can take now."
+        ),
     )
     def get(self, request: Request) -> Response:
         filters = OfferFilter(request.query_params, queryset=selectors.offer_list())
@@ -204,6 +290,12 @@ class OfferListCreateApi(APIView):
         request=OfferCreateSerializer,
         responses={201: OfferSerializer, **ERRORS},
         parameters=[IDEMPOTENCY_KEY],
+        description=(
+            "The owners list capacity of an online cluster's partition. 409 "
+            "`cluster_not_online`; 409 `gpu_not_metered` for a GPU offer on a cluster whose "
+            "accounting does not record GPUs (gres/gpu is not in AccountingStorageTRES: its "
+            "GPU-hours could not be metered)."
+        ),
     )
     def post(self, request: Request) -> Response:
         def create() -> Response:
@@ -231,6 +323,11 @@ class OfferDetailApi(APIView):
     @extend_schema(
         operation_id="offers_retrieve",
         responses={200: OfferSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
+        description=(
+            "One offer. `tenant_accounts.free` is 0 when every tenant account of its cluster is "
+            "another team's: a team without an account there is then refused a purchase or a "
+            "win until one frees."
+        ),
     )
     def get(self, request: Request, offer_id: str) -> Response:
         return Response(OfferSerializer(selectors.offer_get(offer_id)).data)
@@ -255,6 +352,14 @@ class OfferBuyApi(APIView):
         request=PurchaseSerializer,
         responses={201: AllocationSerializer, **ORDER_ERRORS},
         parameters=[IDEMPOTENCY_KEY],
+        description=(
+            "Buys units at the buy-now price: 201 an allocation, its price held on the wallet. "
+            "The organization leases one of the cluster's tenant accounts for as long as it "
+            "has an allocation or a job there. 409 `offer_not_open`, `insufficient_quantity`, "
+            "`max_per_buyer_exceeded`; 409 `tenant_accounts_exhausted` when every tenant "
+            "account of the cluster is leased to other teams (`extra.tenant_accounts`, "
+            "`extra.free`); 402 `insufficient_funds`, `budget_exceeded`."
+        ),
     )
     def post(self, request: Request, offer_id: str) -> Response:
         offer = selectors.offer_get(offer_id)
@@ -279,6 +384,13 @@ class OfferBidCreateApi(APIView):
         request=BidCreateSerializer,
         responses={201: BidSerializer, **ORDER_ERRORS},
         parameters=[IDEMPOTENCY_KEY],
+        description=(
+            "Places a sealed bid, its price x units held on the wallet until the auction "
+            "clears. A bid of an organization that holds no tenant account on the cluster can "
+            "win only if an account is free when the auction clears (it loses otherwise, and "
+            "its hold is released). 400 when `price` is below the reserve; 402 "
+            "`insufficient_funds`, `budget_exceeded`; 409 `offer_not_open`."
+        ),
     )
     def post(self, request: Request, offer_id: str) -> Response:
         offer = selectors.offer_get(offer_id)

@@ -53,6 +53,7 @@ PUBLIC_CLUSTER_FIELDS = {
     "status",
     "partitions",
     "verified_at",
+    "tenant_accounts",
 }
 OWNER_CLUSTER_FIELDS = {
     "ssh_host",
@@ -63,6 +64,10 @@ OWNER_CLUSTER_FIELDS = {
     "account_mode",
     "slurm_account",
     "status_detail",
+    "tenant_group",
+    "sftp_server",
+    "tenant_idle_account",
+    "tracks_gpus",
 }
 
 
@@ -284,6 +289,12 @@ def test_cluster_create_registers_it_unverified_with_the_host_key_pinned(market,
         "account_mode": "managed",
         "slurm_account": "",
         "status_detail": "",
+        # No accounts until a verification has read the pool of the group.
+        "tenant_accounts": {"total": 0, "free": 0},
+        "tenant_group": "computeshare-tenants",
+        "sftp_server": "/usr/lib/openssh/sftp-server",
+        "tenant_idle_account": "",
+        "tracks_gpus": False,
     }
     assert cluster.organization == market.owner
     assert cluster.ssh_private_key == keys.private
@@ -378,6 +389,7 @@ def test_owners_see_connection_fields_and_nobody_else_does(market):
             }
         ],
         "verified_at": iso(market.cluster.verified_at),
+        "tenant_accounts": {"total": 24, "free": 24},
     }
     assert [set(row) for row in listed_for_team] == [PUBLIC_CLUSTER_FIELDS]
     for text in ("127.0.0.1", "computeshare", host_key.split()[1]):
@@ -535,11 +547,17 @@ def test_verify_reads_the_partitions_of_the_real_cluster(market, testcluster):
             "ssh_private_key": testcluster.private_key,
             "ssh_host_key": testcluster.host_key,
             "account_mode": "fixed",
-            "slurm_account": testcluster.account,
+            "slurm_account": testcluster.fixed_pool.account,
+            "tenant_group": testcluster.fixed_pool.group,
+            "sftp_server": testcluster.sftp_server,
         },
         format="json",
     )
     assert created.status_code == 201, created.content
+    assert (created.json()["tenant_group"], created.json()["sftp_server"]) == (
+        testcluster.fixed_pool.group,
+        testcluster.sftp_server,
+    )
 
     answer = client.post(f"{API}/clusters/{created.json()['id']}/verify/")
 
@@ -560,7 +578,91 @@ def test_verify_reads_the_partitions_of_the_real_cluster(market, testcluster):
             "is_up": True,
         }
     ]
+    pool = testcluster.fixed_pool
+    assert body["tenant_accounts"] == {"total": len(pool.tenants), "free": len(pool.tenants)}
+    assert body["tracks_gpus"] == cluster.tracks_gpus
+    steps = {step["key"]: step for step in body["verification"]["steps"]}
+    # Fixed mode: no Slurm operator, QOS or idle account is needed.
+    assert list(steps) == [
+        "connect",
+        "partitions",
+        "queries",
+        "visibility",
+        "pool",
+        "sudo",
+        "homes",
+        "sftp",
+        "sbatch",
+        "gpus",
+        "proctrack",
+    ]
+    assert {key for key, step in steps.items() if step["status"] != "passed"} == {"proctrack"}
+    assert steps["pool"]["detail"] == f"{len(pool.tenants)} accounts: " + ", ".join(
+        tenant.user for tenant in pool.tenants
+    )
+    assert steps["sftp"]["title"] == f"SFTP as a tenant ({pool.tenants[0].user})"
+    # The test cluster has no GPUs: nothing to meter yet, which passes with a word of advice.
+    assert steps["gpus"]["detail"] == (
+        ""
+        if cluster.tracks_gpus
+        else "No GPUs here; add gres/gpu to AccountingStorageTRES before adding any."
+    )
+    # Its nodes track processes with proctrack/linuxproc: usable, with the risk said.
+    assert steps["proctrack"]["status"] == "warning"
+    assert steps["proctrack"]["detail"].startswith("ProctrackType is proctrack/")
+    assert set(cluster.tenant_accounts.values_list("username", flat=True)) == {
+        tenant.user for tenant in pool.tenants
+    }
     assert_no_secret(answer.content, testcluster.private_key)
+
+
+def test_a_verification_that_fails_a_check_is_409_with_the_steps(market, testcluster):
+    """The real cluster, registered with a tenant group it does not have: it answers, so the
+    checks run up to the pool, which fails; the cluster is `misconfigured` and no pool is
+    recorded."""
+    client = client_for(market.owner_admin)
+    created = client.post(
+        f"{API}/clusters/",
+        {
+            "organization": str(market.owner.uuid),
+            "name": "testcluster",
+            "ssh_host": testcluster.host,
+            "ssh_port": testcluster.port,
+            "ssh_user": testcluster.user,
+            "ssh_private_key": testcluster.private_key,
+            "ssh_host_key": testcluster.host_key,
+            "account_mode": "fixed",
+            "slurm_account": testcluster.fixed_pool.account,
+            "tenant_group": "no-such-group",
+        },
+        format="json",
+    )
+    assert created.status_code == 201, created.content
+
+    answer = client.post(f"{API}/clusters/{created.json()['id']}/verify/")
+
+    body = assert_refused(answer, 409, "cluster_misconfigured")
+    assert body["extra"]["failed_step"] == "pool"
+    steps = body["extra"]["steps"]
+    assert [(step["key"], step["status"]) for step in steps] == [
+        ("connect", "passed"),
+        ("partitions", "passed"),
+        ("queries", "passed"),
+        ("visibility", "passed"),
+        ("pool", "failed"),
+    ]
+    assert steps[-1]["detail"] == (
+        "no group no-such-group on the login node: run scripts/cluster-setup there."
+    )
+    cluster = Cluster.objects.get(uuid=created.json()["id"])
+    assert cluster.status == Cluster.Status.MISCONFIGURED
+    assert not cluster.tenant_accounts.exists()
+    assert not cluster.partitions.exists()
+    shown = client.get(f"{API}/clusters/{cluster.uuid}/").json()
+    assert (shown["status"], shown["tenant_accounts"]) == (
+        "misconfigured",
+        {"total": 0, "free": 0},
+    )
 
 
 # --- Offers: create --------------------------------------------------------------------------
@@ -612,6 +714,7 @@ def test_offer_create_lists_the_capacity(market):
         "units_bid": "0",
         "currency": "USD",
         "created_at": iso(offer.created_at),
+        "tenant_accounts": {"total": 24, "free": 24},
     }
     assert (offer.partition, offer.created_by) == (market.partition, market.owner_admin)
 
@@ -766,6 +869,7 @@ def test_offer_detail_shows_the_aggregate_demand_and_never_a_bid(market):
         "units_bid": "65",
         "currency": "USD",
         "created_at": iso(offer.created_at),
+        "tenant_accounts": {"total": 24, "free": 24},
     }
     for secret in ("2.345678", "1.987654", "Quantum Lab", str(market.team.uuid)):
         assert secret not in answer.content.decode()

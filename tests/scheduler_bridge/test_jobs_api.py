@@ -1,14 +1,17 @@
 """The job endpoints without a cluster: what is accepted, what is refused (and that a refusal
 changes nothing), who sees what, and cancelling a job that never reached the cluster."""
 
+import csv
+import io
+from datetime import timedelta
 from decimal import Decimal
 
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from marketplace.models import Allocation, Membership
-from scheduler_bridge.models import Job, JobEvent, JobState, JobTask
+from marketplace.models import Allocation, Membership, TenantLease
+from scheduler_bridge.models import Job, JobEvent, JobRun, JobState, JobTask
 from tests.conftest import client_for
 from tests.factories import PartitionFactory, allocation_bought
 
@@ -321,7 +324,9 @@ def test_the_usage_report_lists_each_job_that_ran_with_its_cost_as_json_and_csv(
     assert csv_answer.status_code == 200
     assert csv_answer["Content-Type"] == "text/csv; charset=utf-8"
     lines = csv_answer.content.decode().splitlines()
-    assert lines[0] == "job,name,cluster,partition,state,units,cost,started_at,ended_at"
+    assert lines[0] == (
+        "job,name,cluster,partition,state,units,cost,started_at,ended_at,origin,scheduler_job_id"
+    )
     assert lines[1].startswith(f"{first.uuid},first,{allocation.cluster.name},debug,completed,0.5,")
     assert lines[2].startswith(f'{second.uuid},"second, with a comma",')
     assert len(lines) == 3
@@ -329,3 +334,203 @@ def test_the_usage_report_lists_each_job_that_ran_with_its_cost_as_json_and_csv(
         f"/api/v1/organizations/{team.organization.uuid}/usage/"
     )
     assert outsider.status_code == 404
+
+
+# --- Where a job comes from, and where it runs ------------------------------------------------
+
+
+def run_record(
+    scheduler_job_id: str,
+    *,
+    lease: TenantLease,
+    name: str,
+    partition: str,
+    submitted,
+    elapsed: int,
+    state: str = "completed",
+    scheduler_state: str = "COMPLETED",
+    requeued_after: int = 0,
+):
+    """One run of a job as Slurm's accounting records it: submitted `requeued_after` seconds
+    after `submitted` (a run after a requeue), by the lease's tenant."""
+    from scheduler_bridge.backends.types import RunRecord
+
+    start = submitted + timedelta(seconds=requeued_after)
+    return RunRecord(
+        job_id=scheduler_job_id,
+        raw_job_id=scheduler_job_id,
+        array_job_id=scheduler_job_id,
+        array_task_id=None,
+        name=name,
+        state=state,
+        scheduler_state=scheduler_state,
+        exit_code=0,
+        submit_time=start,
+        start_time=start,
+        end_time=start + timedelta(seconds=elapsed),
+        elapsed_seconds=elapsed,
+        allocated_cpus=1,
+        allocated_gpus=0,
+        cpu_seconds=elapsed / 2,
+        time_limit_minutes=60,
+        user=lease.account.username,
+        partition=partition,
+    )
+
+
+def tenant_job_ran(
+    allocation: Allocation,
+    scheduler_job_id: str = "9001",
+    *,
+    name: str = "inner-step",
+    elapsed: int = 1800,
+    requeued: bool = False,
+) -> Job:
+    """A job that one of the team's jobs submitted on the cluster (sbatch as the team's
+    tenant), recorded as the poll records one it finds under the team's lease
+    (`services.tenant_jobs`: reserving 1 core x its 60-minute limit), then settled as
+    accounting reported it; `requeued`: it requeued itself once, and both runs are charged."""
+    from django.db.models import F
+
+    from scheduler_bridge import services
+
+    lease = TenantLease.objects.select_related("account").get(
+        organization=allocation.organization,
+        cluster=allocation.cluster,
+        status=TenantLease.Status.ACTIVE,
+    )
+    submitted = lease.created_at + timedelta(seconds=1)
+    job = Job.objects.create(
+        allocation=allocation,
+        organization=allocation.organization,
+        cluster=allocation.cluster,
+        lease=lease,
+        origin=Job.Origin.TENANT,
+        name=name,
+        script="",
+        time_limit_minutes=60,
+        partition_name=allocation.partition.name,
+        reserved_units=Decimal(1),
+        state=JobState.SUBMITTED,
+        scheduler_job_id=scheduler_job_id,
+        submitted_at=submitted,
+    )
+    JobEvent.objects.create(job=job, state=JobState.SUBMITTED, at=submitted)
+    task = JobTask.objects.create(
+        job=job,
+        reserved_units=Decimal(1),
+        state=JobState.SUBMITTED,
+        scheduler_job_id=scheduler_job_id,
+    )
+    Allocation.objects.filter(pk=allocation.pk).update(reserved=F("reserved") + 1)
+    common = {
+        "lease": lease,
+        "name": name,
+        "partition": allocation.partition.name,
+        "submitted": submitted,
+    }
+    runs = [run_record(scheduler_job_id, elapsed=elapsed, **common)]
+    if requeued:
+        runs = [
+            run_record(
+                scheduler_job_id,
+                elapsed=600,
+                state="requeued",
+                scheduler_state="REQUEUED",
+                **common,
+            ),
+            run_record(scheduler_job_id, elapsed=elapsed, requeued_after=900, **common),
+        ]
+    services.job_task_settle(task_id=task.pk, runs=runs, final=runs[-1])
+    return services.job_state_refresh(job_id=job.pk)
+
+
+def test_a_platform_job_says_where_it_comes_from_and_where_it_runs(team, allocation):
+    client = client_for(team.member)
+    created = client.post("/api/v1/jobs/", _body(allocation), format="json").json()
+
+    detail = client.get(f"/api/v1/jobs/{created['id']}/").json()
+    listed = client.get("/api/v1/jobs/").json()["results"]
+
+    for job in (created, detail, listed[0]):
+        assert (job["origin"], job["partition"]) == ("platform", "debug")
+    assert detail["script"] == SCRIPT
+
+
+def test_a_job_submitted_by_one_of_the_teams_jobs_is_listed_as_such(team, allocation):
+    job = tenant_job_ran(allocation, "9001", name="inner-step", elapsed=1800)
+    client = client_for(team.member)
+
+    detail = client.get(f"/api/v1/jobs/{job.uuid}/").json()
+    listed = client.get("/api/v1/jobs/").json()["results"]
+
+    assert (
+        detail["origin"],
+        detail["name"],
+        detail["partition"],
+        detail["scheduler_job_id"],
+        detail["state"],
+    ) == ("tenant", "inner-step", "debug", "9001", "completed")
+    # The platform never had its script: there is none to show.
+    assert detail["script"] is None
+    assert detail["usage"]["units"] == "0.5"  # 1 core x 30 min
+    assert detail["cost"] == "1.000000"  # x 2.00
+    assert [(row["id"], row["origin"], row["partition"]) for row in listed] == [
+        (str(job.uuid), "tenant", "debug")
+    ]
+
+
+def test_the_output_of_a_job_submitted_on_the_cluster_is_not_kept(team, allocation):
+    job = tenant_job_ran(allocation)
+    client = client_for(team.member)
+
+    answer = client.get(f"/api/v1/jobs/{job.uuid}/output/")
+    # The state is said before the query is read (house order: 409 before 400).
+    with_a_bad_query = client.get(f"/api/v1/jobs/{job.uuid}/output/?tail_bytes=-1")
+
+    assert answer.status_code == 409
+    assert answer.json()["code"] == "output_not_kept"
+    assert answer.json()["detail"].startswith("This job was submitted on the cluster by one of")
+    assert with_a_bad_query.status_code == 409
+    assert client_for(team.outsider).get(f"/api/v1/jobs/{job.uuid}/output/").status_code == 404
+
+
+def test_the_usage_report_lists_the_runs_the_platform_did_not_submit_with_their_slurm_id(
+    team, allocation
+):
+    mine = _ran(allocation, team.member, "submitted", elapsed=900)
+    theirs = tenant_job_ran(allocation, "9001", name="inner-step", elapsed=1800)
+    path = f"/api/v1/organizations/{team.organization.uuid}/usage/"
+
+    rows = client_for(team.member).get(path).json()["results"]
+    table = list(
+        csv.DictReader(io.StringIO(client_for(team.member).get(f"{path}?format=csv").text))
+    )
+
+    assert [
+        (row["job"], row["name"], row["origin"], row["scheduler_job_id"], row["units"])
+        for row in rows
+    ] == [
+        (str(mine.uuid), "submitted", "platform", mine.scheduler_job_id, "0.25"),
+        (str(theirs.uuid), "inner-step", "tenant", "9001", "0.5"),
+    ]
+    assert [
+        (row["job"], row["partition"], row["origin"], row["scheduler_job_id"], row["cost"])
+        for row in table
+    ] == [
+        (str(mine.uuid), "debug", "platform", mine.scheduler_job_id, "0.500000"),
+        (str(theirs.uuid), "debug", "tenant", "9001", "1.000000"),
+    ]
+
+
+def test_a_job_that_requeued_itself_is_charged_for_every_run(team, allocation):
+    job = tenant_job_ran(allocation, "9002", elapsed=1800, requeued=True)
+
+    answer = client_for(team.member).get(f"/api/v1/jobs/{job.uuid}/").json()
+
+    runs = JobRun.objects.filter(task__job=job).order_by("submit_time")
+    assert [(run.state, run.units) for run in runs] == [
+        ("requeued", Decimal("0.166667")),
+        ("completed", Decimal("0.5")),
+    ]
+    assert answer["usage"]["units"] == "0.666667"

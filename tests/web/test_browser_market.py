@@ -243,6 +243,9 @@ def test_the_verify_button_shows_the_verification_live_until_the_cluster_is_onli
     form.get_by_label("Private key of the SSH user").fill(testcluster.private_key)
     form.get_by_label("Host key of the login node").fill(testcluster.host_key)
     form.get_by_label("Slurm accounts").select_option("managed")
+    # The pool settings come prefilled with what scripts/cluster-setup makes by default.
+    expect(form.get_by_label("SFTP server")).to_have_value("/usr/lib/openssh/sftp-server")
+    form.get_by_label("Tenant group").fill(testcluster.managed_pool.group)
     form.get_by_role("button", name="Register cluster").click()
     expect(page.get_by_role("alert")).to_contain_text("Aurora is registered with host key SHA256:")
     cluster = Cluster.objects.get(name="Aurora")
@@ -259,7 +262,16 @@ def test_the_verify_button_shows_the_verification_live_until_the_cluster_is_onli
     expect(progress).to_contain_text("Verifying:")
     expect(card.get_by_role("button", name="Verify Aurora")).to_be_disabled()
     expect(progress).to_have_attribute("data-verification-status", "succeeded", timeout=30_000)
-    expect(progress).to_contain_text("Online: 1 partition.")
+    tenants = [tenant.user for tenant in testcluster.managed_pool.tenants]
+    expect(progress).to_contain_text(f"Online: 1 partition, {len(tenants)} tenant accounts.")
+    # Each check with its outcome; this test cluster tracks processes without cgroups.
+    steps = card.locator("[data-field=verification-steps] li")
+    expect(steps.first).to_have_attribute("data-step", "connect")
+    expect(card.locator("[data-step=sudo]")).to_have_attribute("data-status", "passed")
+    expect(card.locator("[data-step=proctrack]")).to_have_attribute("data-status", "warning")
+    expect(card.locator("[data-step=pool]")).to_contain_text(", ".join(tenants))
+    expect(card.locator("[data-field=tenant-accounts] tbody tr")).to_have_count(len(tenants))
+    expect(card.locator(f"[data-account={tenants[0]}]")).to_contain_text("Available")
     expect(card.locator("[data-field=status]")).to_have_text("Online")
     expect(card.locator(f"[data-partition={testcluster.partition}]")).to_contain_text("up")
     expect(card.get_by_role("button", name="Verify Aurora")).to_be_enabled()
@@ -275,4 +287,6 @@ def test_the_verify_button_shows_the_verification_live_until_the_cluster_is_onli
         "",
     )
     assert cluster.partitions.filter(is_up=True).count() == 1
-    assert verification.detail == "Online: 1 partition."
+    assert verification.detail == (
+        f"Online: 1 partition, {len(testcluster.managed_pool.tenants)} tenant accounts."
+    )

@@ -16,7 +16,7 @@ from django.utils import timezone
 from marketplace.models import Allocation, Membership, Resource
 from scheduler_bridge import services
 from scheduler_bridge.forms import SAMPLE_SCRIPT
-from scheduler_bridge.models import Job, JobEvent, JobState, JobTask
+from scheduler_bridge.models import Job, JobEvent, JobRun, JobState, JobTask
 from tests.factories import (
     MembershipFactory,
     OrganizationFactory,
@@ -24,6 +24,7 @@ from tests.factories import (
     allocation_bought,
     funded_organization,
 )
+from tests.scheduler_bridge.test_jobs_api import tenant_job_ran
 from tests.web.test_market_pages import body_rows, cell_texts, messages_of
 from tests.web.test_money_pages import Node, field_block, html
 
@@ -398,7 +399,7 @@ def test_sbatch_lines_are_refused_beside_the_script_with_their_line_numbers(
     assert response.status_code == 400
     widget, errors = field_block(html(response), "script")
     assert len(errors) == 1
-    assert errors[0].startswith("The script carries #SBATCH lines.")
+    assert errors[0].startswith("The script carries #SBATCH (or #PBS, #BSUB) lines.")
     assert errors[0].endswith("Lines: 2, 4.")
     assert widget.text() == " ".join(script.split())  # what was typed is kept
     nothing_reserved(allocation)
@@ -671,3 +672,89 @@ def test_the_allocations_page_links_the_jobs_and_the_form_of_each_active_allocat
     assert page.by_id("organization-jobs").attrs["href"] == (
         f"{reverse('job-list')}?organization={team.organization.uuid}"
     )
+
+
+# --- Jobs the team's own jobs submitted on the cluster, and jobs that ran again ----------------
+
+
+def test_a_job_submitted_by_one_of_the_teams_jobs_shows_where_it_came_from(
+    client, team, allocation
+):
+    job = tenant_job_ran(allocation, "9001", name="inner-step")
+    client.force_login(team.member)
+
+    page = html(client.get(reverse("job-detail", args=[job.uuid])))
+
+    assert page.by_id("job-from-tenant").text() == (
+        "Submitted on the cluster by one of your jobs (Slurm job 9001). The platform never had "
+        "its script; it found the job under your team's account on the cluster and charges it "
+        "to this allocation like any other."
+    )
+    assert page.by_id("job-script") is None
+    assert page.by_id("job-facts").find(data_field="submitted-by").text() == (
+        "one of your jobs, on the cluster"
+    )
+    # No output panel to load: a sentence says why.
+    output = page.by_id("job-output")
+    assert "hx-get" not in output.attrs
+    assert output.attrs["data-field"] == "output-not-kept"
+    assert output.text().startswith("The platform keeps no output of this job")
+    status = page.by_id("job-status")
+    assert status.find(data_field="scheduler-job-id").text() == "9001"
+    assert status.find(data_field="cost").text() == "1.00 USD"
+
+
+def test_the_output_fragment_of_such_a_job_says_it_is_not_kept_and_polls_nothing(
+    client, team, allocation
+):
+    job = tenant_job_ran(allocation)
+    client.force_login(team.member)
+
+    response = client.get(reverse("job-output", args=[job.uuid]), {"stream": "stderr"})
+
+    assert response.status_code == 200
+    fragment = html(response).by_id("job-output")
+    assert "hx-trigger" not in fragment.attrs
+    assert fragment.attrs["data-field"] == "output-not-kept"
+    assert "slurm-9001.out" in fragment.text()
+
+
+def test_the_list_marks_the_jobs_the_teams_jobs_submitted(client, team, allocation):
+    mine = finish(submit(allocation, team.member, name="driver"))
+    theirs = tenant_job_ran(allocation, "9001", name="inner-step")
+    client.force_login(team.member)
+
+    rows = {
+        row.attrs["data-job"]: row
+        for row in body_rows(html(client.get(reverse("job-list"))), "jobs")
+    }
+
+    badge = rows[str(theirs.uuid)].find(data_field="origin")
+    assert badge.text() == "from a job"
+    assert badge.attrs["title"] == "Submitted on the cluster by one of your jobs (Slurm job 9001)"
+    assert rows[str(mine.uuid)].find(data_field="origin") is None
+    assert cell_texts(rows[str(theirs.uuid)])[2] == f"{allocation.cluster.name}/debug"
+
+
+def test_a_job_that_requeued_itself_lists_each_charged_run(client, team, allocation):
+    job = tenant_job_ran(allocation, "9002", elapsed=1800, requeued=True)
+    plain = finish(submit(allocation, team.member))
+    client.force_login(team.member)
+
+    page = html(client.get(reverse("job-detail", args=[job.uuid])))
+
+    first, second = JobRun.objects.filter(task__job=job).order_by("submit_time")
+    assert [cell_texts(row) for row in body_rows(page, "job-runs")] == [
+        [
+            "9002",
+            "Requeued by the job",
+            f"{first.started_at:%Y-%m-%d %H:%M:%S}",
+            "10m 00s",
+            "0.166667",
+            "0.33",
+        ],
+        ["9002", "Completed", f"{second.started_at:%Y-%m-%d %H:%M:%S}", "30m 00s", "0.5", "1.00"],
+    ]
+    requeued = body_rows(page, "job-runs")[0].find(data_field="state")
+    assert "text-bg-warning" in requeued.classes
+    assert html(client.get(reverse("job-detail", args=[plain.uuid]))).by_id("job-runs") is None

@@ -32,6 +32,8 @@ from marketplace.models import (
     Offer,
     Organization,
     Partition,
+    TenantAccount,
+    TenantLease,
 )
 from tests.conftest import OrganizationWithPeople, client_for
 from tests.factories import (
@@ -40,6 +42,8 @@ from tests.factories import (
     OfferFactory,
     OrganizationFactory,
     PartitionFactory,
+    allocation_bought,
+    funded_organization,
     ssh_key_pair,
 )
 from tests.web.test_money_pages import Node, field_block, html
@@ -404,6 +408,7 @@ def test_the_offer_page_shows_hardware_window_prices_and_only_aggregate_demand(
         "Reserve price": "1.00 USD per unit",
         "Buy-now price": "3.00 USD per unit",
         "Auction closes (UTC)": f"{offer.auction_closes_at:%Y-%m-%d %H:%M}",
+        "Teams at once": "This cluster serves up to 24 teams at once; 24 accounts are free now.",
         "Demand": "1 bid for 40 units",
     }
     # Another team's bid is never shown: neither its price nor its organization.
@@ -1523,3 +1528,402 @@ def test_unit_prices_show_cents_or_every_significant_digit(stored, shown):
     from marketplace.templatetags.market import price
 
     assert price(Decimal(stored)) == shown
+
+
+# --- The pool of tenant accounts ------------------------------------------------------------
+
+
+def test_the_registration_form_prefills_the_pool_settings(client, owner):
+    client.force_login(owner.admin)
+
+    page = html(client.get(clusters_url(owner.organization)))
+
+    group, _ = field_block(page, "tenant_group")
+    sftp, _ = field_block(page, "sftp_server")
+    assert group.attrs["value"] == "computeshare-tenants"
+    assert sftp.attrs["value"] == "/usr/lib/openssh/sftp-server"
+    assert group.parent.find(css_class="form-text").text() == (
+        "The Unix group of tenant accounts that scripts/cluster-setup made: each team works as "
+        "one of them."
+    )
+    assert sftp.parent.find(css_class="form-text").text() == (
+        # (The page's text joins the parts of a sentence around <code> with spaces.)
+        "The program as on the Subsystem sftp line of the login node's sshd_config ."
+    )
+
+
+def test_an_admin_registers_a_cluster_with_its_pool_settings(client, owner):
+    client.force_login(owner.admin)
+
+    response = client.post(
+        clusters_url(owner.organization),
+        register_data(tenant_group="hpc-tenants", sftp_server="/usr/libexec/openssh/sftp-server"),
+    )
+    defaults = client.post(
+        clusters_url(owner.organization),
+        register_data(name="Defaults", tenant_group="", sftp_server=""),
+    )
+
+    assert (response.status_code, defaults.status_code) == (302, 302)
+    cluster = Cluster.objects.get(name="Tiny HPC")
+    assert (cluster.tenant_group, cluster.sftp_server) == (
+        "hpc-tenants",
+        "/usr/libexec/openssh/sftp-server",
+    )
+    assert Cluster.objects.filter(
+        name="Defaults",
+        tenant_group="computeshare-tenants",
+        sftp_server="/usr/lib/openssh/sftp-server",
+    ).exists()
+    card = html(client.get(clusters_url(owner.organization))).by_id(f"cluster-{cluster.uuid}")
+    assert card.find(data_field="tenant-group").text() == "hpc-tenants"
+    assert card.find(data_field="sftp-server").text() == "/usr/libexec/openssh/sftp-server"
+    assert card.find(data_field="tenant-summary").text() == (
+        "Each team works as one account of its own: this cluster serves up to 0 teams at once; "
+        "0 accounts are free now."
+    )
+    assert [cell_texts(row) for row in card.find(data_field="tenant-accounts").find_all("tr")][
+        1:
+    ] == [
+        [
+            "No tenant accounts read yet: verifying the cluster reads the members of the group "
+            "hpc-tenants ."
+        ]
+    ]
+
+
+@pytest.mark.parametrize(
+    ("changes", "field"),
+    [({"tenant_group": "Bad Group"}, "tenant_group"), ({"sftp_server": "sftp"}, "sftp_server")],
+)
+def test_a_refused_pool_setting_is_shown_beside_its_field(client, owner, changes, field):
+    client.force_login(owner.admin)
+
+    response = client.post(clusters_url(owner.organization), register_data(**changes))
+
+    assert response.status_code == 400
+    widget, errors = field_block(html(response), field)
+    assert len(errors) == 1 and "is-invalid" in widget.classes
+    assert Cluster.objects.count() == 1
+
+
+STEPS = [
+    {"key": "connect", "title": "Connect to 127.0.0.1:9 as computeshare", "status": "passed",
+     "detail": ""},
+    {"key": "pool", "title": "Tenant accounts of the group computeshare-tenants",
+     "status": "passed", "detail": "2 accounts: cs-tenant-01, cs-tenant-02"},
+    {"key": "gpus", "title": "Accounting records GPUs", "status": "warning",
+     "detail": "gres/gpu is not in AccountingStorageTRES."},
+    {"key": "sudo", "title": "sudo to each tenant without a password, and to nobody else",
+     "status": "failed", "detail": "computeshare cannot act as cs-tenant-02 (password asked)."},
+]  # fmt: skip
+
+
+def step_rows(card: Node) -> list[tuple[str, str, str, str]]:
+    return [
+        (
+            item.attrs["data-step"],
+            item.attrs["data-status"],
+            item.find(role="img").attrs["aria-label"],
+            item.text(),
+        )
+        for item in card.find(data_field="verification-steps").find_all("li")
+    ]
+
+
+def test_the_card_shows_each_check_of_a_failed_verification_with_its_outcome(client, owner):
+    cluster = unverified_cluster(owner)
+    ClusterVerification.objects.create(
+        cluster=cluster,
+        status=ClusterVerification.Status.FAILED,
+        steps=STEPS,
+        error_code="cluster_misconfigured",
+        detail="The cluster answered, but a check failed. sudo: cannot act as cs-tenant-02.",
+        finished_at=timezone.now(),
+    )
+    Cluster.objects.filter(pk=cluster.pk).update(status=Cluster.Status.MISCONFIGURED)
+    client.force_login(owner.member)
+
+    card = html(client.get(reverse("cluster-verification", args=[cluster.uuid]))).by_id(
+        f"cluster-{cluster.uuid}"
+    )
+
+    status = card.find(data_field="status")
+    assert (status.text(), "text-bg-warning" in status.classes) == ("Misconfigured", True)
+    assert card.find(data_field="verification").text() == (
+        "Misconfigured: The cluster answered, but a check failed. sudo: cannot act as cs-tenant-02."
+    )
+    assert step_rows(card) == [
+        ("connect", "passed", "Passed", "Connect to 127.0.0.1:9 as computeshare"),
+        (
+            "pool",
+            "passed",
+            "Passed",
+            "Tenant accounts of the group computeshare-tenants 2 accounts: cs-tenant-01, "
+            "cs-tenant-02",
+        ),
+        (
+            "gpus",
+            "warning",
+            "Warning",
+            "Accounting records GPUs gres/gpu is not in AccountingStorageTRES.",
+        ),
+        (
+            "sudo",
+            "failed",
+            "Failed",
+            "sudo to each tenant without a password, and to nobody else computeshare cannot "
+            "act as cs-tenant-02 (password asked).",
+        ),
+    ]
+    assert "hx-trigger" not in card.attrs
+
+
+def test_the_polled_card_shows_the_checks_as_they_run(client, owner):
+    cluster = unverified_cluster(owner)
+    verification = services.cluster_verification_start(
+        actor=membership(owner.admin, owner.organization), cluster=cluster
+    )
+    running = [*STEPS[:2], {"key": "sudo", "title": "sudo to each tenant", "status": "running",
+                            "detail": ""}]  # fmt: skip
+    ClusterVerification.objects.filter(pk=verification.pk).update(
+        steps=running, step="sudo to each tenant"
+    )
+    client.force_login(owner.admin)
+
+    card = html(client.get(reverse("cluster-verification", args=[cluster.uuid]))).by_id(
+        f"cluster-{cluster.uuid}"
+    )
+
+    assert card.attrs["hx-trigger"] == "every 1s"
+    assert card.find(data_field="verification").text() == "Verifying: sudo to each tenant"
+    assert [row[:3] for row in step_rows(card)] == [
+        ("connect", "passed", "Passed"),
+        ("pool", "passed", "Passed"),
+        ("sudo", "running", "Running"),
+    ]
+    # A run whose worker vanished shows the step it stopped at as stopped, not running.
+    ClusterVerification.objects.filter(pk=verification.pk).update(
+        created_at=timezone.now() - datetime.timedelta(minutes=10)
+    )
+    stale = html(client.get(reverse("cluster-verification", args=[cluster.uuid]))).by_id(
+        f"cluster-{cluster.uuid}"
+    )
+    assert step_rows(stale)[-1][:3] == ("sudo", "stopped", "Stopped")
+    assert "hx-trigger" not in stale.attrs
+
+
+@dataclass
+class Pool:
+    cluster: Cluster
+    buyer: OrganizationWithPeople
+    quarantined: TenantAccount
+    lease: TenantLease
+
+
+REASON = "Left after the scrub: 1 process (sleep 600)."
+
+
+@pytest.fixture
+def pool(owner: Owner, buyer: OrganizationWithPeople) -> Pool:
+    """The owner's `hpc1` with three tenant accounts: cs-tenant-01 leased to the buyer (which
+    bought an allocation), cs-tenant-02 quarantined after the scrub of Rival Lab's lease
+    failed, cs-tenant-03 available."""
+    TenantAccount.objects.filter(cluster=owner.cluster, username__gt="cs-tenant-03").delete()
+    allocation_bought(buyer.organization, partition=owner.partition, quantity=5)
+    quarantined = TenantAccount.objects.get(cluster=owner.cluster, username="cs-tenant-02")
+    lease = TenantLease.objects.create(
+        account=quarantined,
+        cluster=owner.cluster,
+        organization=funded_organization("0", name="Rival Lab"),
+        status=TenantLease.Status.FAILED,
+        scrub_detail=REASON,
+    )
+    TenantAccount.objects.filter(pk=quarantined.pk).update(
+        status=TenantAccount.Status.QUARANTINED, status_detail=REASON
+    )
+    quarantined.refresh_from_db()
+    return Pool(owner.cluster, buyer, quarantined, lease)
+
+
+def tenant_rows(card: Node) -> list[list[str]]:
+    return [cell_texts(row) for row in card.find(data_field="tenant-accounts").find_all("tr")[1:]]
+
+
+def test_the_owners_see_the_tenant_accounts_and_the_quarantined_ones_plainly(client, owner, pool):
+    client.force_login(owner.member)
+    as_member = html(client.get(clusters_url(owner.organization)))
+    client.force_login(owner.admin)
+    as_admin = html(client.get(clusters_url(owner.organization)))
+
+    card = as_member.by_id(f"cluster-{owner.cluster.uuid}")
+    assert card.find(data_field="tenant-summary").text() == (
+        "Each team works as one account of its own: this cluster serves up to 3 teams at once; "
+        "1 account is free now."
+    )
+    assert card.find(data_field="quarantined").text() == (
+        "1 account quarantined: cs-tenant-02 . A scrub left something of a team behind, so no "
+        "other team gets it until you have looked and an admin of Owner Lab has asked for "
+        "another scrub. The reasons are below."
+    )
+    assert tenant_rows(card) == [
+        ["cs-tenant-01", "Leased", "Quantum Lab", "never"],
+        ["cs-tenant-02", f"Quarantined {REASON}", "Rival Lab", "never"],
+        ["cs-tenant-03", "Available", "—", "never"],
+    ]
+    row = card.find(data_account="cs-tenant-02")
+    assert "table-warning" in row.classes
+    assert row.find(data_field="account-reason").text() == REASON
+    # Only admins are offered the scrub, and only of the quarantined account.
+    assert card.find(data_field="tenant-accounts").find("form") is None
+    admin_card = as_admin.by_id(f"cluster-{owner.cluster.uuid}")
+    forms = admin_card.find(data_field="tenant-accounts").find_all("form")
+    url = reverse("tenant-account-scrub", args=[owner.cluster.uuid, "cs-tenant-02"])
+    assert [(form.attrs["action"], form.attrs["hx-post"]) for form in forms] == [(url, url)]
+    assert forms[0].find("input", name="csrfmiddlewaretoken") is not None
+    assert forms[0].find("button").text() == "Scrub again"
+    assert "asked for another scrub" in admin_card.find(data_field="quarantined").text()
+
+
+def test_scrub_again_from_the_page_answers_the_card_that_follows_the_scrub(
+    client, owner, pool, django_capture_on_commit_callbacks
+):
+    client.force_login(owner.admin)
+    url = reverse("tenant-account-scrub", args=[owner.cluster.uuid, "cs-tenant-02"])
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:
+        response = client.post(url, HTTP_HX_REQUEST="true")
+
+    assert response.status_code == 200
+    assert len(callbacks) == 1  # the scrub task
+    pool.lease.refresh_from_db()
+    assert pool.lease.status == TenantLease.Status.ENDING
+    card = html(response).by_id(f"cluster-{owner.cluster.uuid}")
+    assert card.find(data_field="tenant-notice").text() == (
+        "cs-tenant-02 is being scrubbed again; it returns to the pool if nothing is left, and "
+        "stays quarantined with the reason otherwise."
+    )
+    row = card.find(data_account="cs-tenant-02")
+    assert row.find(data_field="account-scrubbing").text() == "Being scrubbed again"
+    assert row.find("form") is None
+    # The card follows the scrub until it has ended.
+    assert card.attrs["hx-get"] == reverse("cluster-verification", args=[owner.cluster.uuid])
+    assert card.attrs["hx-trigger"] == "every 3s"
+
+
+def test_scrub_again_without_javascript_goes_back_to_the_clusters_page(client, owner, pool):
+    TenantLease.objects.filter(pk=pool.lease.pk).delete()  # quarantined by hand: no lease
+    client.force_login(owner.admin)
+
+    response = client.post(
+        reverse("tenant-account-scrub", args=[owner.cluster.uuid, "cs-tenant-02"])
+    )
+
+    assert response.status_code == 302
+    assert response["Location"] == clusters_url(owner.organization)
+    page = html(client.get(response["Location"]))
+    assert messages_of(page) == ["cs-tenant-02 is back in the pool: no team's lease was on it."]
+    card = page.by_id(f"cluster-{owner.cluster.uuid}")
+    assert card.find(data_field="quarantined") is None
+    assert tenant_rows(card)[1] == ["cs-tenant-02", "Available", "—", "never", ""]
+
+
+def test_scrubbing_an_account_that_is_not_quarantined_says_so(client, owner, pool):
+    client.force_login(owner.admin)
+
+    response = client.post(
+        reverse("tenant-account-scrub", args=[owner.cluster.uuid, "cs-tenant-01"]),
+        HTTP_HX_REQUEST="true",
+    )
+
+    assert response.status_code == 200
+    card = html(response).by_id(f"cluster-{owner.cluster.uuid}")
+    assert card.find(data_field="tenant-notice").text() == (
+        "cs-tenant-01: Only a quarantined tenant account can be scrubbed and returned to the pool."
+    )
+    assert "alert-danger" in card.find(data_field="tenant-notice").classes
+    assert TenantAccount.objects.get(username="cs-tenant-01", cluster=owner.cluster).status == (
+        "leased"
+    )
+
+
+def test_only_an_admin_of_the_owners_scrubs_and_others_do_not_see_the_pool(client, owner, pool):
+    url = reverse("tenant-account-scrub", args=[owner.cluster.uuid, "cs-tenant-02"])
+
+    client.force_login(owner.member)
+    as_member = client.post(url)
+    client.force_login(pool.buyer.admin)
+    as_buyer = client.post(url)
+    unknown = client.post(
+        reverse("tenant-account-scrub", args=[owner.cluster.uuid, "cs-tenant-99"])
+    )
+    client.logout()
+    anonymous = client.post(url)
+
+    assert (as_member.status_code, as_buyer.status_code, unknown.status_code) == (403, 404, 404)
+    assert anonymous.status_code == 302 and "/login/" in anonymous["Location"]
+    pool.lease.refresh_from_db()
+    assert pool.lease.status == TenantLease.Status.FAILED
+    assert TenantAccount.objects.get(pk=pool.quarantined.pk).status == "quarantined"
+
+
+def test_the_offer_page_warns_a_team_when_no_account_is_free_for_it(client, owner, pool, offer):
+    # The last free account goes to another team.
+    allocation_bought(funded_organization("0"), partition=owner.partition, quantity=5)
+    latecomer = MembershipFactory(
+        organization=funded_organization("1000", name="Late Lab"), role=Membership.Role.ADMIN
+    )
+    client.force_login(latecomer.user)
+
+    page = html(client.get(offer_url(offer)))
+
+    assert page.by_id("offer-tenants").text() == (
+        "This cluster serves up to 3 teams at once; 0 accounts are free now."
+    )
+    assert page.by_id("tenants-exhausted").text() == (
+        "Every tenant account of hpc1 is leased to another team, and none of your "
+        "organizations holds one there: each team works as an account of its own, so buying "
+        "now or winning this auction would be refused until one frees."
+    )
+    # The forms stay: an account may free before the order.
+    assert page.by_id("buy-form") is not None
+    # A team that holds an account there is not warned: it keeps its account.
+    client.force_login(pool.buyer.admin)
+    assert html(client.get(offer_url(offer))).by_id("tenants-exhausted") is None
+
+
+def test_a_purchase_refused_for_want_of_an_account_says_so_on_top_of_the_form(
+    client, owner, pool, offer
+):
+    allocation_bought(funded_organization("0"), partition=owner.partition, quantity=5)
+    latecomer = MembershipFactory(
+        organization=funded_organization("1000", name="Late Lab"), role=Membership.Role.ADMIN
+    )
+    client.force_login(latecomer.user)
+    before = money_rows()
+
+    response = client.post(
+        offer_url(offer, "offer-buy"),
+        {"buy-organization": str(latecomer.organization.uuid), "buy-quantity": "10"},
+    )
+
+    assert response.status_code == 409
+    form = html(response).by_id("buy-form")
+    assert form.find(css_class="alert-danger").text() == (
+        "Every tenant account of this cluster is leased to another team: the cluster serves at "
+        "most as many teams at once as its owner gave it accounts for. This cluster serves up "
+        "to 3 teams at once and 0 accounts are free now: try again when one frees."
+    )
+    assert money_rows() == before
+    assert not Allocation.objects.filter(organization=latecomer.organization).exists()
+
+
+def test_an_offer_on_the_local_backend_says_nothing_of_tenant_accounts(client, buyer):
+    cluster = ClusterFactory(name="demo", backend=Cluster.Backend.LOCAL, tenant_group="")
+    offer = OfferFactory(partition=PartitionFactory(cluster=cluster, name="local"))
+    client.force_login(buyer.admin)
+
+    page = html(client.get(offer_url(offer)))
+
+    assert page.by_id("offer-tenants") is None
+    assert page.by_id("tenants-exhausted") is None

@@ -12,6 +12,8 @@ from marketplace.models import (
     Organization,
     Partition,
     SlurmAccount,
+    TenantAccount,
+    TenantLease,
 )
 
 
@@ -140,3 +142,21 @@ class SlurmAccountAdmin(ReadOnlyAdmin):
         "last_error",
     )
     list_select_related = ("cluster", "organization")
+
+
+@admin.register(TenantAccount)
+class TenantAccountAdmin(ReadOnlyAdmin):
+    """A cluster's pool: which accounts are free, leased or quarantined (and why)."""
+
+    list_display = ("username", "cluster", "status", "last_scrubbed_at", "status_detail")
+    list_filter = ("status",)
+    search_fields = ("username", "cluster__name")
+    list_select_related = ("cluster",)
+
+
+@admin.register(TenantLease)
+class TenantLeaseAdmin(ReadOnlyAdmin):
+    list_display = ("account", "organization", "cluster", "status", "created_at", "ended_at")
+    list_filter = ("status",)
+    search_fields = ("account__username", "organization__name", "cluster__name")
+    list_select_related = ("account", "organization", "cluster")

@@ -92,6 +92,7 @@ class ClusterPollAdmin(ReadOnlyAdmin):
         "last_polled_at",
         "consecutive_failures",
         "last_error",
+        "last_notice",
         "lease_until",
     )
     list_select_related = ("cluster",)

@@ -84,6 +84,9 @@ def test_an_array_reserves_for_every_task(team, allocation):
         "#!/bin/bash\n#SBATCH --time=100000\necho hi\n",
         "#!/bin/bash\n  # SBATCH --account=other\n",
         "#!/bin/bash\n#sbatch --mem=1T\n",
+        # sbatch reads PBS and LSF directives too, unless told not to (it is: --ignore-pbs).
+        "#!/bin/bash\n#PBS -l walltime=99:00:00\n",
+        "#!/bin/bash\n #BSUB -W 9999\n",
     ],
 )
 def test_a_script_with_sbatch_directives_is_refused(team, allocation, script):

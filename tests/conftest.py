@@ -3,6 +3,7 @@ Redis, a Celery worker and the Slurm test cluster over SSH. A part that does not
 the tests that need it; nothing is skipped."""
 
 import os
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -222,6 +223,25 @@ def celery_worker(
     worker = CeleryWorker(process, mail_directory)
     yield worker
     process.stop()
+
+
+@pytest.fixture
+def poller(celery_worker: CeleryWorker) -> Iterator[None]:
+    """Sends the periodic poll to the Celery worker every second while the test runs, as beat
+    would (every few seconds in production)."""
+    from scheduler_bridge.tasks import jobs_poll_task
+
+    stop = threading.Event()
+
+    def send() -> None:
+        while not stop.wait(1.0):
+            jobs_poll_task.delay()
+
+    thread = threading.Thread(target=send, daemon=True)
+    thread.start()
+    yield
+    stop.set()
+    thread.join()
 
 
 def wait_for(condition: object, timeout: float = 30.0, interval: float = 0.2) -> object:

@@ -7,7 +7,6 @@ one of them."""
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass
 from decimal import Decimal
@@ -20,7 +19,6 @@ from marketplace.models import Cluster
 from scheduler_bridge import services
 from scheduler_bridge.models import Job, JobRun, JobState
 from scheduler_bridge.slurm.ssh import SSHConnection
-from scheduler_bridge.tasks import jobs_poll_task
 from tests.conftest import client_for, tenants_jobs_cancel, wait_for
 from tests.factories import (
     MembershipFactory,
@@ -69,22 +67,6 @@ def _sacct(testcluster, job_id: str) -> list[list[str]]:
             ]
         )
     return [line.split("|") for line in answer.stdout.splitlines() if line]
-
-
-@pytest.fixture
-def poller(celery_worker):
-    """Sends the periodic poll every second while the test runs, as beat would."""
-    stop = threading.Event()
-
-    def send() -> None:
-        while not stop.wait(1.0):
-            jobs_poll_task.delay()
-
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
-    yield
-    stop.set()
-    thread.join()
 
 
 def real_cluster(testcluster) -> Cluster:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import re
 import textwrap
-import threading
 from decimal import Decimal
 
 import pytest
@@ -22,7 +21,6 @@ import pytest
 from billing.models import Transaction
 from scheduler_bridge.models import Job, JobRun
 from scheduler_bridge.slurm.ssh import SSHConnection
-from scheduler_bridge.tasks import jobs_poll_task
 from tests.conftest import client_for, wait_for
 from tests.factories import MembershipFactory, allocation_bought, funded_organization
 
@@ -98,22 +96,6 @@ ATTACKER_SCRIPT = textwrap.dedent(
     echo "attacks done"
     """
 ).lstrip()
-
-
-@pytest.fixture
-def poller(celery_worker):
-    """Sends the periodic poll every second while the test runs, as beat would."""
-    stop = threading.Event()
-
-    def send() -> None:
-        while not stop.wait(1.0):
-            jobs_poll_task.delay()
-
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
-    yield
-    stop.set()
-    thread.join()
 
 
 def team_with_allocation(name, partition):

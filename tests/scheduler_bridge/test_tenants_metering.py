@@ -11,7 +11,6 @@ records (allocated CPUs x elapsed seconds), and every job ends with its reservat
 from __future__ import annotations
 
 import re
-import threading
 from decimal import Decimal
 
 import pytest
@@ -19,7 +18,6 @@ import pytest
 from billing.selectors import ledger_verify
 from scheduler_bridge.models import Job, JobRun
 from scheduler_bridge.slurm.ssh import SSHConnection
-from scheduler_bridge.tasks import jobs_poll_task
 from tests.conftest import client_for, wait_for
 from tests.factories import MembershipFactory, allocation_bought, funded_organization
 
@@ -60,21 +58,6 @@ scontrol update JobId=$me NumNodes=ALL >/dev/null
 scontrol show job $me | grep -o 'NumCPUs=[0-9]*'
 sleep 4
 """
-
-
-@pytest.fixture
-def poller(celery_worker):
-    stop = threading.Event()
-
-    def send() -> None:
-        while not stop.wait(1.0):
-            jobs_poll_task.delay()
-
-    thread = threading.Thread(target=send, daemon=True)
-    thread.start()
-    yield
-    stop.set()
-    thread.join()
 
 
 def sacct_runs(testcluster, job_id: str) -> list[tuple[str, Decimal]]:

@@ -219,11 +219,13 @@ class SlurmBackend:
         "Invalid job id specified" and exit 1; both are success."""
         if not job_ids:
             return
-        if tenant is None:
-            raise ValueError("jobs on a Slurm cluster are cancelled as their tenant")
+        # Without a tenant: a job submitted before jobs ran as tenants, the service user's own.
         arguments = scancel_arguments(valid_job_ids(job_ids))
         result = self.connection.run(
-            arguments, timeout=self.command_timeout, check=False, as_user=tenant.user
+            arguments,
+            timeout=self.command_timeout,
+            check=False,
+            as_user=tenant.user if tenant is not None else None,
         )
         if result.exit_status != 0 and not only_ended_jobs_refused(result.stderr):
             raise _command_error(result)
@@ -239,12 +241,14 @@ class SlurmBackend:
         problem = job_directory_problem(directory)
         if problem is not None:
             raise ValueError(problem)
-        if tenant is None:
-            raise ValueError("output on a Slurm cluster is read as its tenant")
         if tail_bytes <= 0:
             return b""
-        path = posixpath.join(tenant.home, directory, output_file_name(stream, array_task_id))
-        with self.connection.sftp(self.command_timeout, as_user=tenant.user) as sftp:
+        # Without a tenant: a job submitted before jobs ran as tenants, in the service user's
+        # home.
+        home = tenant.home if tenant is not None else self.connection.home
+        user = tenant.user if tenant is not None else None
+        path = posixpath.join(home, directory, output_file_name(stream, array_task_id))
+        with self.connection.sftp(self.command_timeout, as_user=user) as sftp:
             try:
                 with sftp.open(path, "rb") as handle:
                     size = handle.stat().st_size or 0

@@ -191,3 +191,30 @@ def test_names_environment_and_scripts_arrive_as_data_never_as_commands(
     output = backend.output_tail(tenant, spec.directory, "stdout", None, 4096).decode()
     assert output == f"{hostile}\nnext line\n$(touch {marker})\n"
     assert not marker.exists()
+
+
+def test_a_job_from_before_tenants_is_cancelled_as_the_service_user(backend, testcluster):
+    """A job submitted before jobs ran as tenants is the service user's own: cancelling it (a
+    job without a tenant) acts as the service user. (The service user runs nothing any more:
+    its job pends for ever in the idle account, which is all this needs.)"""
+    answer = backend.connection.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--account={testcluster.managed_pool.idle_account}",
+            f"--partition={testcluster.partition}",
+            "--time=1",
+            "--output=/dev/null",
+            "--wrap=true",
+        ]
+    )
+    job_id = answer.stdout.strip()
+
+    backend.cancel(None, [job_id])
+    [record] = wait_for_ended_runs(backend, [job_id], count=1)
+
+    assert (record.state, record.user, record.elapsed_seconds) == (
+        CANCELLED,
+        testcluster.user,
+        0,
+    )

@@ -15,43 +15,46 @@ from typing import Any
 from bench_jobs_cluster import TEST_CLUSTER, BenchJobs, Counts, Way, counting
 from bench_jobs_support import WorkerProcess
 
+from scheduler_bridge.backends.types import Tenant
+
 PRICE = Decimal("2.00")
 
 
 @dataclass
 class Scene:
-    """One cluster row on the real test cluster, and a team with an allocation on it."""
+    """One cluster row on the real test cluster whose pool is one tenant account of the fixed
+    pool, and a team with an allocation on it (which leased that account when it was bought)."""
 
     cluster: Any
     actor: Any
     allocation: Any
+    tenant: Tenant
 
 
-def scene(label: str) -> Scene:
-    from marketplace.models import Membership
-    from tests.factories import (
-        ClusterFactory,
-        PartitionFactory,
-        allocation_bought,
-        funded_organization,
-    )
+def scene(label: str, account: Tenant) -> Scene:
+    """A scene whose team's jobs run as `account`. Each scene gets an account of its own, which
+    no other scene and none of the bench's own jobs use meanwhile: a poll reads the queue and
+    accounting by Unix user, and would take another scene's jobs (or the blocker) for jobs the
+    team submitted itself."""
+    from marketplace.models import Membership, TenantLease
+    from marketplace.services.tenants import tenant_of
+    from tests.factories import allocation_bought, cluster_on_testcluster, funded_organization
 
-    cluster = ClusterFactory(
+    cluster = cluster_on_testcluster(
+        TEST_CLUSTER,
+        pool="fixed",
         name=f"bench-{label}-{uuid.uuid4().hex[:6]}",
-        ssh_host=TEST_CLUSTER.host,
-        ssh_port=TEST_CLUSTER.port,
-        ssh_user=TEST_CLUSTER.user,
-        ssh_private_key=TEST_CLUSTER.ssh_settings().private_key,
-        ssh_host_key=TEST_CLUSTER.host_key,
-        slurm_account=TEST_CLUSTER.account,
+        tenants=[(account.user, account.home)],
     )
-    partition = PartitionFactory(
-        cluster=cluster, name=TEST_CLUSTER.partition, cpus=2, nodes=1, gpus=0
-    )
+    partition = cluster.partitions.get()
     team = funded_organization("0", name=f"Bench team {label}")
     allocation = allocation_bought(team, partition=partition, quantity=100, price=PRICE)
     actor = Membership.objects.filter(organization=team).first()
-    return Scene(cluster, actor, allocation)
+    lease = TenantLease.objects.select_related("account").get(cluster=cluster, organization=team)
+    tenant = tenant_of(lease)
+    if tenant != account:
+        raise RuntimeError(f"the team leased {tenant}, not {account}")
+    return Scene(cluster, actor, allocation, tenant)
 
 
 def queue_jobs(
@@ -103,11 +106,11 @@ def service_submit(place: Scene, jobs: BenchJobs, count: int) -> tuple[Way, list
         begun = time.perf_counter()
         submitted = cluster_jobs_submit(cluster_id=place.cluster.pk)
         seconds = time.perf_counter() - begun
-    ids = jobs.add(scheduler_ids(place))
+    ids = jobs.add(scheduler_ids(place), place.tenant)
     way = Way(
-        f"bridge: cluster_jobs_submit, {count} queued rows (batches of "
-        f"{settings.JOBS_SUBMIT_BATCH_SIZE})",
-        submitted, seconds, len(counts.commands), counts.connections,
+        f"bridge: cluster_jobs_submit, {count} queued rows of one team",
+        submitted, seconds, len(counts.commands), counts.connections, counts.sftp_opened,
+        note=f"batches of {settings.JOBS_SUBMIT_BATCH_SIZE}",
     )  # fmt: skip
     return way, ids, accepting
 
@@ -141,7 +144,7 @@ def polls_with(place: Scene, jobs: BenchJobs, active: int) -> list[PollFigures]:
 
     queue_jobs(place, jobs, active - len(scheduler_ids(place)))
     cluster_jobs_submit(cluster_id=place.cluster.pk)
-    jobs.add(scheduler_ids(place))
+    jobs.add(scheduler_ids(place), place.tenant)
     return [counted_poll(place, "first"), counted_poll(place, "steady")]
 
 
@@ -257,7 +260,7 @@ def charge_latency(place: Scene, jobs: BenchJobs, interval: float) -> Latency:
                 raise RuntimeError("the worker did not submit the job within 60 s")
             time.sleep(0.1)
             scheduler_job_id = Job.objects.get(pk=job.pk).scheduler_job_id
-        jobs.add([scheduler_job_id])
+        jobs.add([scheduler_job_id], place.tenant)
         left_queue = 0.0
         charge = None
         while charge is None:

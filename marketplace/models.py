@@ -364,6 +364,9 @@ class TenantLease(BaseModel):
     ending_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     scrub_detail = models.CharField(max_length=1000, blank=True)
+    # A scrub holds the lease until then: two scrubs of one account at once would end each
+    # other's processes (a retried task, a second request of its owners).
+    scrubbing_until = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["-created_at", "-id"]

@@ -41,6 +41,7 @@ class Migration(migrations.Migration):
                 ('ending_at', models.DateTimeField(blank=True, null=True)),
                 ('ended_at', models.DateTimeField(blank=True, null=True)),
                 ('scrub_detail', models.CharField(blank=True, max_length=1000)),
+                ('scrubbing_until', models.DateTimeField(blank=True, null=True)),
             ],
             options={
                 'ordering': ['-created_at', '-id'],

@@ -15,9 +15,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from computeshare.errors import PermissionDenied
@@ -32,6 +33,9 @@ logger = logging.getLogger(__name__)
 
 # How long a scrub waits for the tenant's cancelled jobs to leave the queue.
 SCRUB_WAIT_SECONDS = 60
+# How long a scrub holds its lease: past the task's time limit, so that a worker that died
+# mid-scrub does not keep the account out of the pool for long.
+SCRUB_HOLD = timedelta(minutes=6)
 
 
 def tenant_of(lease: TenantLease) -> Tenant:
@@ -254,13 +258,35 @@ def tenant_lease_scrub(*, lease_id: int) -> TenantLease:
     has `failed` and the account is quarantined with the reason, for its owners to see.
 
     A cluster that cannot be reached leaves the lease `ending` (the error is raised; the task
-    retries): the account is not given to anyone meanwhile."""
-    from marketplace.services.clusters import ssh_settings_for
-    from marketplace.services.slurm_accounts import tenant_slurm_leave
+    retries): the account is not given to anyone meanwhile. One scrub at a time per lease: a
+    second call while one runs returns at once."""
 
     lease = TenantLease.objects.select_related("account", "cluster").get(pk=lease_id)
     if lease.status not in (TenantLease.Status.ENDING, TenantLease.Status.FAILED):
         return lease
+    if not _scrub_claim(lease_id):
+        return lease  # another worker is scrubbing the account right now
+    try:
+        return _scrub(lease)
+    finally:
+        TenantLease.objects.filter(pk=lease_id).update(scrubbing_until=None)
+
+
+def _scrub_claim(lease_id: int) -> bool:
+    """Takes the lease for one scrub, for longer than a scrub can take; False when another
+    scrub holds it."""
+    now = timezone.now()
+    return bool(
+        TenantLease.objects.filter(pk=lease_id)
+        .filter(Q(scrubbing_until__isnull=True) | Q(scrubbing_until__lt=now))
+        .update(scrubbing_until=now + SCRUB_HOLD)
+    )
+
+
+def _scrub(lease: TenantLease) -> TenantLease:
+    from marketplace.services.clusters import ssh_settings_for
+    from marketplace.services.slurm_accounts import tenant_slurm_leave
+
     account = lease.account
     with SSHConnection(ssh_settings_for(lease.cluster)) as connection:
         try:
@@ -268,20 +294,20 @@ def tenant_lease_scrub(*, lease_id: int) -> TenantLease:
         except BridgeError as error:
             if error.is_transient:
                 raise
-            return _scrub_finish(lease_id, clean=False, detail=f"The scrub failed: {error}")
+            return _scrub_finish(lease.pk, clean=False, detail=f"The scrub failed: {error}")
     if not report.is_clean:
         return _scrub_finish(
-            lease_id, clean=False, detail=f"Left after the scrub: {report.describe()}."
+            lease.pk, clean=False, detail=f"Left after the scrub: {report.describe()}."
         )
     try:
-        tenant_slurm_leave(lease_id=lease_id)
+        tenant_slurm_leave(lease_id=lease.pk)
     except BridgeError as error:
         if error.is_transient:
             raise
         return _scrub_finish(
-            lease_id, clean=False, detail=f"Could not leave the team's Slurm account: {error}"
+            lease.pk, clean=False, detail=f"Could not leave the team's Slurm account: {error}"
         )
-    return _scrub_finish(lease_id, clean=True, detail="")
+    return _scrub_finish(lease.pk, clean=True, detail="")
 
 
 @transaction.atomic

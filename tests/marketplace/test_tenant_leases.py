@@ -247,3 +247,23 @@ def test_the_pool_follows_the_tenant_group_without_touching_a_leased_account():
         ("cs-c", "/srv/home/cs-c", "available"),  # back in the group, with its new home
         ("cs-d", "/home/cs-d", "available"),  # new
     }
+
+
+def test_a_scrub_while_another_holds_the_lease_returns_without_touching_the_cluster():
+    """Two scrubs of one account at once would end each other's processes: the second (a
+    retried task, the owners' request) leaves it to the first. The factory's cluster answers
+    nothing, so a scrub that tried would raise."""
+    cluster = ClusterFactory(tenants=1, ssh_port=9)
+    allocation_bought(partition=PartitionFactory(cluster=cluster), quantity=1)
+    lease = TenantLease.objects.get(cluster=cluster)
+    held_until = timezone.now() + timedelta(minutes=5)
+    TenantLease.objects.filter(pk=lease.pk).update(status="ending", scrubbing_until=held_until)
+
+    returned = services.tenant_lease_scrub(lease_id=lease.pk)
+
+    lease.refresh_from_db()
+    assert (returned.status, lease.status, lease.scrubbing_until) == (
+        "ending",
+        "ending",
+        held_until,
+    )

@@ -133,9 +133,11 @@ def tenant_jobs_record(
 
 
 def _platform_jobs_named(cluster: Cluster, records: Iterable[RunRecord]) -> dict[str, str]:
-    """Name -> tenant user of the platform's jobs on this cluster whose names appear in
-    `records`: a team's job may take any name, even another job's, so a name counts as the
-    platform's only together with the user that job runs as."""
+    """Name -> tenant user of the platform's jobs on this cluster that are being submitted
+    now (still `queued`: sbatch may have answered, the id is not recorded yet) and whose names
+    appear in `records`. A team's job may take any name, even one of its own team's jobs', so a
+    name counts as the platform's only together with the user that job runs as, and only while
+    that job is in flight: a job named after one that is on the cluster is another job."""
     uuids = {
         match.group(1): record.name
         for record in records
@@ -146,7 +148,10 @@ def _platform_jobs_named(cluster: Cluster, records: Iterable[RunRecord]) -> dict
     return {
         f"{PLATFORM_NAME_PREFIX}{job_uuid}": user
         for job_uuid, user in Job.objects.filter(
-            cluster=cluster, uuid__in=list(uuids), origin=Job.Origin.PLATFORM
+            cluster=cluster,
+            uuid__in=list(uuids),
+            origin=Job.Origin.PLATFORM,
+            state=JobState.QUEUED,
         ).values_list("uuid", "lease__account__username")
         if user
     }

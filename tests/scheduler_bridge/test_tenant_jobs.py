@@ -18,7 +18,7 @@ from scheduler_bridge.services.tenant_jobs import (
     lease_windows,
     tenant_jobs_record,
 )
-from tests.factories import ClusterFactory, PartitionFactory, allocation_bought
+from tests.factories import ClusterFactory, PartitionFactory, UserFactory, allocation_bought
 
 NOON = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
 
@@ -167,3 +167,49 @@ def test_a_run_of_no_lease_or_with_no_whole_record_yet_is_not_recorded():
     )
     assert not Job.objects.filter(cluster=cluster).exists()
     assert Allocation.objects.get(cluster=cluster).reserved == 0
+
+
+@pytest.mark.django_db
+def test_a_job_named_after_one_of_its_teams_jobs_is_left_out_only_while_that_one_is_submitted():
+    """A run named `cs-<uuid>` of the team's own job that is being submitted is that job (its
+    id not recorded yet): left to the submission. Named after one already on the cluster, it
+    is another job, submitted by a job of the team to look like it, and charged as its own."""
+    cluster = ClusterFactory(tenants=1)
+    allocation = allocation_bought(partition=PartitionFactory(cluster=cluster), quantity=3)
+    lease = TenantLease.objects.get(cluster=cluster)
+    now = timezone.now()
+    queued, on_cluster = (
+        Job.objects.create(
+            allocation=allocation,
+            organization=allocation.organization,
+            cluster=cluster,
+            lease=lease,
+            submitted_by=UserFactory(),
+            name=name,
+            script="#!/bin/bash\ntrue\n",
+            time_limit_minutes=1,
+            reserved_units=Decimal("0.1"),
+            state=state,
+            scheduler_job_id=scheduler_job_id,
+        )
+        for name, state, scheduler_job_id in [
+            ("queued", JobState.QUEUED, ""),
+            ("on the cluster", JobState.RUNNING, "800"),
+        ]
+    )
+    records = [
+        run("901", name=queued.scheduler_name, submitted=now.replace(microsecond=0)),
+        run("902", name=on_cluster.scheduler_name, submitted=now.replace(microsecond=0)),
+    ]
+
+    recorded = tenant_jobs_record(
+        cluster=cluster, records=records, windows=lease_windows(cluster), now=now
+    )
+
+    [job] = Job.objects.filter(pk__in=recorded)
+    assert (job.origin, job.scheduler_job_id, job.name) == (
+        Job.Origin.TENANT,
+        "902",
+        on_cluster.scheduler_name,
+    )
+    assert not Job.objects.filter(cluster=cluster, scheduler_job_id="901").exists()

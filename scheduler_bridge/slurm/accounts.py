@@ -201,17 +201,9 @@ def account_ensure(
         arguments = ["sacctmgr", "-i", "add", "qos", account, f"flags={_flags_text(QOS_FLAGS)}"]
         changed |= _add(connection, arguments, timeout)
     elif qos.flags != QOS_FLAGS:
-        arguments = [
-            "sacctmgr",
-            "-i",
-            "modify",
-            "qos",
-            "where",
-            f"name={account}",
-            "set",
-            f"flags={_flags_text(QOS_FLAGS)}",
-        ]
-        _require_modified(connection.run(arguments, timeout=timeout, check=False), account)
+        settings = [f"flags={_flags_text(QOS_FLAGS)}"]
+        result = _modify(connection, "qos", [f"name={account}"], settings, timeout)
+        _require_modified(result, account)
         changed = True
     own = _account_row(_associations(connection, cluster_name, account=account, timeout=timeout))
     if own is None:
@@ -229,21 +221,8 @@ def account_ensure(
         cleared = _grp_tres_mins_cleared(own.grp_tres_mins)
         settings.append(f"GrpTRESMins={cleared}")
     if settings:
-        result = connection.run(
-            [
-                "sacctmgr",
-                "-i",
-                "modify",
-                "account",
-                "where",
-                f"name={account}",
-                f"cluster={cluster_name}",
-                "set",
-                *settings,
-            ],
-            timeout=timeout,
-            check=False,
-        )
+        where = [f"name={account}", f"cluster={cluster_name}"]
+        result = _modify(connection, "account", where, settings, timeout)
         _require_modified(result, account, cluster_name=cluster_name)
         changed = True
     return changed
@@ -297,20 +276,8 @@ def account_limit_set(
     ]
     if not changes:
         return False
-    result = connection.run(
-        [
-            "sacctmgr",
-            "-i",
-            "modify",
-            "qos",
-            "where",
-            f"name={account}",
-            "set",
-            f"GrpTRESMins={','.join(changes)}",
-        ],
-        timeout=timeout,
-        check=False,
-    )
+    settings = [f"GrpTRESMins={','.join(changes)}"]
+    result = _modify(connection, "qos", [f"name={account}"], settings, timeout)
     _require_modified(result, account, cluster_name=cluster_name)
     return True
 
@@ -391,23 +358,9 @@ def tenant_join(
         else:
             # Set on the user's association by hand: put back the account's, or the tenant's
             # jobs could escape the team's limit.
-            result = connection.run(
-                [
-                    "sacctmgr",
-                    "-i",
-                    "modify",
-                    "user",
-                    "where",
-                    f"name={user}",
-                    f"account={account}",
-                    f"cluster={cluster_name}",
-                    "set",
-                    f"qos={account}",
-                    f"defaultqos={account}",
-                ],
-                timeout=timeout,
-                check=False,
-            )
+            where = [f"name={user}", f"account={account}", f"cluster={cluster_name}"]
+            settings = [f"qos={account}", f"defaultqos={account}"]
+            result = _modify(connection, "user", where, settings, timeout)
             _require_modified(result, account, cluster_name=cluster_name)
             changed = True
     if tenant.default_account != account:
@@ -770,21 +723,8 @@ def _account_row(rows: list[Association]) -> Association | None:
 def _default_account_set(
     connection: SSHConnection, cluster_name: str, user: str, account: str, timeout: float
 ) -> None:
-    result = connection.run(
-        [
-            "sacctmgr",
-            "-i",
-            "modify",
-            "user",
-            "where",
-            f"name={user}",
-            f"cluster={cluster_name}",
-            "set",
-            f"defaultaccount={account}",
-        ],
-        timeout=timeout,
-        check=False,
-    )
+    where = [f"name={user}", f"cluster={cluster_name}"]
+    result = _modify(connection, "user", where, [f"defaultaccount={account}"], timeout)
     # sacctmgr explains a refusal (no association with the account) on stdout, exit 1.
     if result.exit_status != 0:
         raise _failed(result)
@@ -808,6 +748,19 @@ def _association_delete(
         check=False,
     )
     return _deleted(result, user=user, account=account)
+
+
+def _modify(
+    connection: SSHConnection,
+    entity: str,
+    where: Sequence[str],
+    settings: Sequence[str],
+    timeout: float,
+) -> CommandResult:
+    """Runs `sacctmgr -i modify <entity> where ... set ...` and returns its result unchecked:
+    the caller tells "nothing modified" from a failure (`_require_modified`)."""
+    arguments = ["sacctmgr", "-i", "modify", entity, "where", *where, "set", *settings]
+    return connection.run(arguments, timeout=timeout, check=False)
 
 
 def _add(connection: SSHConnection, arguments: list[str], timeout: float) -> bool:

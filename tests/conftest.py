@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+import redis
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -214,6 +215,15 @@ def celery_worker(
         LOCAL_CLUSTER_ROOT=str(local_cluster_root(tmp_path_factory)),
     )
     app.control.purge()
+    # A worker killed in an earlier run leaves the messages it held in the broker's `unacked`
+    # hash, which purge() does not empty: they would come back to this run's worker, for rows
+    # that no longer exist, and keep the queue from ever looking settled.
+    if settings.CELERY_BROKER_URL.startswith("redis://"):
+        broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+        try:
+            broker.delete("unacked", "unacked_index", "unacked_mutex")
+        finally:
+            broker.close()
     try:
         process = worker_start(
             name="pytest", log_path=workdir / "worker.log", environment=environment

@@ -37,7 +37,6 @@ def scene(label: str, account: Tenant) -> Scene:
     accounting by Unix user, and would take another scene's jobs (or the blocker) for jobs the
     team submitted itself."""
     from marketplace.models import Membership, TenantLease
-    from marketplace.services.tenants import tenant_of
     from tests.factories import allocation_bought, cluster_on_testcluster, funded_organization
 
     cluster = cluster_on_testcluster(
@@ -51,7 +50,7 @@ def scene(label: str, account: Tenant) -> Scene:
     allocation = allocation_bought(team, partition=partition, quantity=100, price=PRICE)
     actor = Membership.objects.filter(organization=team).first()
     lease = TenantLease.objects.select_related("account").get(cluster=cluster, organization=team)
-    tenant = tenant_of(lease)
+    tenant = Tenant(user=lease.account.username, home=lease.account.home)
     if tenant != account:
         raise RuntimeError(f"the team leased {tenant}, not {account}")
     return Scene(cluster, actor, allocation, tenant)

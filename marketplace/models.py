@@ -172,6 +172,17 @@ class Cluster(BaseModel):
     def is_online(self) -> bool:
         return self.status == self.Status.ONLINE
 
+    @property
+    def runs_jobs_as_tenants(self) -> bool:
+        return backend_runs_jobs_as_tenants(self.backend)
+
+
+def backend_runs_jobs_as_tenants(backend: str) -> bool:
+    """Whether a cluster of this backend runs each team's jobs as a leased tenant account
+    (every Slurm cluster), so that it serves at most as many teams as it has accounts. The
+    demo's local backend keeps jobs apart with a sandbox instead."""
+    return backend == Cluster.Backend.SLURM
+
 
 class Partition(BaseModel):
     """A Slurm partition as the last successful verification read it."""

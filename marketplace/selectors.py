@@ -99,7 +99,7 @@ def membership_in(user: User, organization_id: int) -> Membership | None:
 # --- Clusters ------------------------------------------------------------------------------------
 
 # The tenant accounts that count towards how many teams a cluster serves at once (retired ones
-# have left the pool), and those a new team could lease now: as `services.tenant_capacity`.
+# have left the pool); those a new team could lease now are the available ones.
 _POOL_STATUSES = (
     TenantAccount.Status.AVAILABLE,
     TenantAccount.Status.LEASED,
@@ -128,6 +128,20 @@ def tenant_account_counts(cluster: str = "pk") -> dict[str, Coalesce]:
         "tenant_accounts_free": _tenant_account_count(
             OuterRef(cluster), (TenantAccount.Status.AVAILABLE,)
         ),
+    }
+
+
+def tenant_account_totals(cluster: Cluster) -> dict[str, int]:
+    """`{"tenant_accounts", "free"}` of one cluster, counted as the lists count them."""
+    counts = (
+        Cluster.objects.filter(pk=cluster.pk)
+        .annotate(**tenant_account_counts())
+        .values("tenant_accounts_total", "tenant_accounts_free")
+        .get()
+    )
+    return {
+        "tenant_accounts": counts["tenant_accounts_total"],
+        "free": counts["tenant_accounts_free"],
     }
 
 

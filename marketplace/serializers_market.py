@@ -11,7 +11,15 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
-from marketplace.models import Allocation, Bid, Cluster, Offer, Resource, TenantAccount
+from marketplace.models import (
+    Allocation,
+    Bid,
+    Cluster,
+    Offer,
+    Resource,
+    TenantAccount,
+    backend_runs_jobs_as_tenants,
+)
 from marketplace.selectors import OFFER_LISTING_FIELDS, OFFER_TENANT_FIELDS
 
 
@@ -109,9 +117,9 @@ class TenantAccountsSerializer(serializers.Serializer):
 
 def tenant_accounts_of(backend: str, counts: Mapping[str, Any]) -> dict[str, int] | None:
     """`{"total", "free"}` from the annotations `selectors.tenant_account_counts` makes; None
-    on a cluster whose jobs do not run as tenant accounts (`services.cluster_uses_tenants`:
-    the demo's local backend), which serves any number of teams."""
-    if backend != Cluster.Backend.SLURM:
+    on a cluster whose jobs do not run as tenant accounts (the demo's local backend), which
+    serves any number of teams."""
+    if not backend_runs_jobs_as_tenants(backend):
         return None
     return {"total": counts["tenant_accounts_total"], "free": counts["tenant_accounts_free"]}
 

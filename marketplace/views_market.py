@@ -245,7 +245,7 @@ def offer_tenants(user: User, offer: Offer) -> dict[str, Any]:
     (`selectors.offer_get` counts them), and whether the viewer's organizations would be
     refused a purchase or a win there: none of them holds an account of the cluster and none
     is free. None of this on a cluster whose jobs do not run as tenant accounts."""
-    if not services.cluster_uses_tenants(offer.cluster):
+    if not offer.cluster.runs_jobs_as_tenants:
         return {"tenants": None, "tenants_exhausted": False}
     free = offer.tenant_accounts_free  # type: ignore[attr-defined]
     tenants = {"total": offer.tenant_accounts_total, "free": free}  # type: ignore[attr-defined]

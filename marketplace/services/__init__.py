@@ -39,16 +39,12 @@ from marketplace.services.slurm_accounts import (
     tenant_slurm_leave,
 )
 from marketplace.services.tenants import (
-    TenantCapacity,
     TenantSeats,
-    cluster_uses_tenants,
     tenant_account_rescrub,
     tenant_accounts_record,
-    tenant_capacity,
     tenant_lease_end_start,
     tenant_lease_scrub,
     tenant_lease_take,
-    tenant_of,
     tenant_seats_lock,
 )
 from marketplace.services.verification import (
@@ -59,7 +55,6 @@ from marketplace.services.verification import (
 
 __all__ = [
     "AuctionOutcome",
-    "TenantCapacity",
     "TenantSeats",
     "allocation_close",
     "allocations_due",
@@ -75,7 +70,6 @@ __all__ = [
     "cluster_host_key_refused",
     "cluster_reinstate",
     "cluster_suspend",
-    "cluster_uses_tenants",
     "cluster_verification_run",
     "cluster_verification_start",
     "cluster_verify",
@@ -91,11 +85,9 @@ __all__ = [
     "ssh_settings_for",
     "tenant_account_rescrub",
     "tenant_accounts_record",
-    "tenant_capacity",
     "tenant_lease_end_start",
     "tenant_lease_scrub",
     "tenant_lease_take",
-    "tenant_of",
     "tenant_seats_lock",
     "tenant_slurm_join",
     "tenant_slurm_leave",

@@ -22,9 +22,8 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from computeshare.errors import PermissionDenied
-from marketplace import errors
+from marketplace import errors, selectors
 from marketplace.models import Cluster, Membership, Organization, TenantAccount, TenantLease
-from scheduler_bridge.backends.types import Tenant
 from scheduler_bridge.slurm.errors import BridgeError
 from scheduler_bridge.slurm.ssh import SSHConnection
 from scheduler_bridge.slurm.tenants import PoolAccount, tenant_scrub
@@ -36,17 +35,6 @@ SCRUB_WAIT_SECONDS = 60
 # How long a scrub holds its lease: past the task's time limit, so that a worker that died
 # mid-scrub does not keep the account out of the pool for long.
 SCRUB_HOLD = timedelta(minutes=6)
-
-
-def tenant_of(lease: TenantLease) -> Tenant:
-    """The library's view of a lease's account: who to act as, and where its home is."""
-    return Tenant(user=lease.account.username, home=lease.account.home)
-
-
-def cluster_uses_tenants(cluster: Cluster) -> bool:
-    """Whether the cluster's jobs run as leased tenant accounts: every Slurm cluster. The
-    demo's local backend keeps jobs apart with a sandbox instead."""
-    return cluster.backend == Cluster.Backend.SLURM
 
 
 # --- The pool --------------------------------------------------------------------------------
@@ -85,34 +73,6 @@ def tenant_accounts_record(*, cluster: Cluster, accounts: Sequence[PoolAccount])
     )
 
 
-@dataclass(frozen=True)
-class TenantCapacity:
-    """How many teams a cluster can serve at once, and how many more it can take now."""
-
-    accounts: int  # in the pool (not retired)
-    free: int  # available to a new team now
-    quarantined: int
-
-
-def tenant_capacity(cluster: Cluster) -> TenantCapacity:
-    counts = {
-        status: 0
-        for status in (
-            TenantAccount.Status.AVAILABLE,
-            TenantAccount.Status.LEASED,
-            TenantAccount.Status.QUARANTINED,
-        )
-    }
-    for status in TenantAccount.objects.filter(cluster=cluster).values_list("status", flat=True):
-        if status in counts:
-            counts[status] += 1
-    return TenantCapacity(
-        accounts=sum(counts.values()),
-        free=counts[TenantAccount.Status.AVAILABLE],
-        quarantined=counts[TenantAccount.Status.QUARANTINED],
-    )
-
-
 # --- Taking leases ------------------------------------------------------------------------------
 
 
@@ -124,7 +84,7 @@ def tenant_lease_take(*, cluster: Cluster, organization_id: int) -> TenantLease 
     Purchases of one team are serialized here, on the team's row (locked after the offer's or
     the allocation's, before any account): the second finds the lease the first made, rather
     than every free account locked by its own team's other purchases."""
-    if not cluster_uses_tenants(cluster):
+    if not cluster.runs_jobs_as_tenants:
         return None
     Organization.objects.select_for_update().filter(pk=organization_id).first()
     lease = _active_lease(cluster, organization_id)
@@ -132,10 +92,7 @@ def tenant_lease_take(*, cluster: Cluster, organization_id: int) -> TenantLease 
         return lease
     [account] = _free_accounts_lock(cluster, 1) or [None]
     if account is None:
-        capacity = tenant_capacity(cluster)
-        raise errors.TenantAccountsExhausted(
-            extra={"tenant_accounts": capacity.accounts, "free": capacity.free}
-        )
+        raise errors.TenantAccountsExhausted(extra=selectors.tenant_account_totals(cluster))
     try:
         with transaction.atomic():
             return _lease_create(account, organization_id)
@@ -178,7 +135,7 @@ def tenant_seats_lock(*, cluster: Cluster, organization_ids: Iterable[int]) -> T
     up to one free account locked for each team that does not. Concurrent clearings on one
     cluster lock different accounts (SKIP LOCKED), so no account is promised twice. None on a
     cluster without tenants (every bid may win)."""
-    if not cluster_uses_tenants(cluster):
+    if not cluster.runs_jobs_as_tenants:
         return None
     teams = set(organization_ids)
     held = frozenset(

@@ -20,8 +20,8 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from marketplace import errors
-from marketplace.models import Cluster, ClusterVerification, Membership
+from marketplace import errors, selectors
+from marketplace.models import Cluster, ClusterVerification, Membership, TenantAccount
 from marketplace.services.clusters import (
     cluster_host_key_refused,
     cluster_inventory_store,
@@ -289,8 +289,9 @@ def _verify_steps(cluster: Cluster, steps: Steps, findings: _Findings) -> None:
         account = cluster.slurm_account or None
         if managed:
             with steps.check("idle", "Idle tenants sit in a Slurm account that runs nothing"):
+                cluster_name = cluster.slurm_cluster_name or config.get("ClusterName", "")
                 findings.idle_account = account = _check_idle_account(
-                    connection, cluster, pool, timeout
+                    connection, cluster, cluster_name, pool, timeout
                 )
         partition = next((p for p in up if p.is_default), up[0])
         with steps.check("sbatch", f"sbatch --test-only as {tenant} on {partition.name}") as step:
@@ -359,12 +360,20 @@ def _check_homes(probe: PoolProbe) -> None:
 
 
 def _check_idle_account(
-    connection: SSHConnection, cluster: Cluster, pool: tuple[PoolAccount, ...], timeout: float
+    connection: SSHConnection,
+    cluster: Cluster,
+    cluster_name: str,
+    pool: tuple[PoolAccount, ...],
+    timeout: float,
 ) -> str:
     defaults = slurm_accounts.default_accounts_get(
         connection, users=[account.user for account in pool], timeout=timeout
     )
-    leased = set(cluster.tenant_accounts.filter(status="leased").values_list("username", flat=True))
+    leased = set(
+        cluster.tenant_accounts.filter(status=TenantAccount.Status.LEASED).values_list(
+            "username", flat=True
+        )
+    )
     idle = {defaults.get(account.user, "") for account in pool if account.user not in leased}
     idle.discard("")
     if len(idle) != 1:
@@ -378,7 +387,7 @@ def _check_idle_account(
     [account] = idle
     max_jobs = slurm_accounts.account_max_jobs_get(
         connection,
-        cluster_name=cluster.slurm_cluster_name or _cluster_name(connection, timeout),
+        cluster_name=cluster_name,
         account=account,
         timeout=timeout,
     )
@@ -389,10 +398,6 @@ def _check_idle_account(
             "set MaxJobs=0`."
         )
     return account
-
-
-def _cluster_name(connection: SSHConnection, timeout: float) -> str:
-    return config_read(connection, timeout=timeout).get("ClusterName", "")
 
 
 @transaction.atomic
@@ -456,7 +461,7 @@ def cluster_verification_run(*, verification_id: int) -> ClusterVerification | N
     try:
         cluster, _ = cluster_verify(actor=None, cluster=verification.cluster, progress=progress)
         count = cluster.partitions.filter(is_up=True).count()
-        accounts = cluster.tenant_accounts.exclude(status="retired").count()
+        accounts = selectors.tenant_account_totals(cluster)["tenant_accounts"]
         detail = (
             f"Online: {count} partition{'' if count == 1 else 's'}, "
             f"{accounts} tenant account{'' if accounts == 1 else 's'}."

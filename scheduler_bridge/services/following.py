@@ -29,7 +29,6 @@ from django.utils import timezone
 from billing import services as billing
 from billing.models import Hold, ReferenceKind
 from marketplace.models import Allocation, Cluster, Resource, TenantLease
-from marketplace.services import tenant_of
 from scheduler_bridge.backends.arrays import InvalidArray, parse_index_ranges
 from scheduler_bridge.backends.types import (
     CANCELLED,
@@ -54,7 +53,7 @@ from scheduler_bridge.models import (
     money_of,
 )
 from scheduler_bridge.services.backends import backend_failed, backend_for
-from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record
+from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record, job_tenant
 from scheduler_bridge.services.tenant_jobs import (
     LeaseWindow,
     lease_of_run,
@@ -364,7 +363,7 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
     repeat: dict[Tenant | None, list[str]] = defaultdict(list)
     for job in jobs.values():
         if job.cancel_requested_at and job.cancel_requested_at < now - CANCEL_REPEAT_AFTER:
-            repeat[_tenant(job)].append(job.scheduler_job_id)
+            repeat[job_tenant(job)].append(job.scheduler_job_id)
     for tenant, job_ids in repeat.items():
         report.backend_calls.append("cancel")
         backend.cancel(tenant, job_ids)
@@ -395,10 +394,6 @@ def _final_run(last: RunRecord, now: datetime) -> RunRecord | None:
     ):
         return replace(last, state=ended_as, end_time=last.start_time, elapsed_seconds=0)
     return None
-
-
-def _tenant(job: Job) -> Tenant | None:
-    return tenant_of(job.lease) if job.lease is not None else None
 
 
 def _is_new_run(task: JobTask, entry: QueueEntry) -> bool:
@@ -448,7 +443,7 @@ def _limits_enforce(
     by_tenant: dict[Tenant | None, list[str]] = defaultdict(list)
     for pk, job_ids in ids.items():
         job = jobs[pk]
-        by_tenant[_tenant(job)].extend(job_ids)
+        by_tenant[job_tenant(job)].extend(job_ids)
         reason = (
             "Cancelled: the allocation's window has closed."
             if job.allocation.window_end <= now

@@ -28,7 +28,7 @@ from marketplace.models import (
     SlurmAccount,
     TenantLease,
 )
-from marketplace.services import tenant_lease_take, tenant_of, tenant_slurm_join
+from marketplace.services import tenant_lease_take, tenant_slurm_join
 from scheduler_bridge import errors
 from scheduler_bridge.backends.arrays import InvalidArray, parse_array
 from scheduler_bridge.backends.types import Backend, JobSpec, Tenant, environment_name_problem
@@ -268,8 +268,11 @@ def _submission_enqueue(cluster_id: int) -> None:
 
 
 def job_tenant(job: Job) -> Tenant | None:
-    """Who the job runs as on its cluster (None on the local backend)."""
-    return tenant_of(job.lease) if job.lease is not None else None
+    """Who the job runs as on its cluster (None on the local backend): its lease's account,
+    and the account's home."""
+    if job.lease is None:
+        return None
+    return Tenant(user=job.lease.account.username, home=job.lease.account.home)
 
 
 def job_spec(job: Job) -> JobSpec:
@@ -570,11 +573,18 @@ def job_cancel_remote(*, job_id: int) -> bool:
     return True
 
 
+def job_output_check_kept(job: Job) -> None:
+    """Refuses the output of a job the team's own jobs submitted on the cluster (409
+    `output_not_kept`): it went where that job sent it. The API asks this before it reads the
+    query, so that a state conflict is answered before an input error."""
+    if job.is_from_tenant:
+        raise errors.OutputNotKept()
+
+
 def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | None) -> bytes:
     """The tail of a job's stdout or stderr, read from the cluster as the job's tenant. Empty
     before it runs."""
-    if job.is_from_tenant:
-        raise errors.OutputNotKept()
+    job_output_check_kept(job)
     if job.state == JobState.QUEUED or not job.scheduler_job_id:
         return b""
     if job.is_array and array_task_id is None:

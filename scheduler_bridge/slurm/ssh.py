@@ -82,7 +82,7 @@ class SSHSettings:
     connect_timeout: float = 10.0
     keepalive_seconds: int = 30
     # The SFTP server program that tenants' sessions run under sudo (the path on the cluster's
-    # `Subsystem sftp` line; found by verification).
+    # `Subsystem sftp` line; the owner gives it and verification's SFTP step tries it).
     sftp_server: str = DEFAULT_SFTP_SERVER
 
 

@@ -9,7 +9,6 @@ last one. Each check is one remote command whatever the number of tenants."""
 
 from __future__ import annotations
 
-import posixpath
 import shlex
 import uuid
 from collections.abc import Sequence
@@ -357,8 +356,3 @@ def parse_scrub_report(text: str, user: str) -> ScrubReport:
         home_mode=counts["mode"],
         messages=tuple(messages[:5]),
     )
-
-
-def job_directory_path(home: str, directory: str) -> str:
-    """The absolute path of a job directory (relative to the tenant's home)."""
-    return posixpath.join(home, directory)

@@ -93,14 +93,8 @@ def tenant_lease_take(*, cluster: Cluster, organization_id: int) -> TenantLease 
     [account] = _free_accounts_lock(cluster, 1) or [None]
     if account is None:
         raise errors.TenantAccountsExhausted(extra=selectors.tenant_account_totals(cluster))
-    try:
-        with transaction.atomic():
-            return _lease_create(account, organization_id)
-    except IntegrityError:
-        lease = _active_lease(cluster, organization_id)
-        if lease is None:
-            raise
-        return lease
+    lease, _ = _lease_create(cluster, account, organization_id)
+    return lease
 
 
 @dataclass
@@ -118,16 +112,10 @@ class TenantSeats:
         if organization_id in self.held:
             return _active_lease(cluster, organization_id)
         account = self.free.pop(0)
-        try:
-            with transaction.atomic():
-                return _lease_create(account, organization_id)
-        except IntegrityError:
-            lease = _active_lease(cluster, organization_id)
-            if lease is None:
-                raise
-            account.status = TenantAccount.Status.AVAILABLE  # as the savepoint left its row
+        lease, created = _lease_create(cluster, account, organization_id)
+        if not created:
             self.free.insert(0, account)
-            return lease
+        return lease
 
 
 def tenant_seats_lock(*, cluster: Cluster, organization_ids: Iterable[int]) -> TenantSeats | None:
@@ -166,11 +154,25 @@ def _free_accounts_lock(cluster: Cluster, count: int) -> list[TenantAccount]:
     )
 
 
-def _lease_create(account: TenantAccount, organization_id: int) -> TenantLease:
-    _account_move(account, TenantAccount.Status.LEASED, "")
-    return TenantLease.objects.create(
-        account=account, cluster_id=account.cluster_id, organization_id=organization_id
-    )
+def _lease_create(
+    cluster: Cluster, account: TenantAccount, organization_id: int
+) -> tuple[TenantLease, bool]:
+    """A new lease of the locked free `account` for the team, and True. When a transaction of
+    the same team committed a lease first (the unique index on active leases), that lease and
+    False: `account` is then as its row is, still free."""
+    try:
+        with transaction.atomic():
+            _account_move(account, TenantAccount.Status.LEASED, "")
+            lease = TenantLease.objects.create(
+                account=account, cluster_id=account.cluster_id, organization_id=organization_id
+            )
+        return lease, True
+    except IntegrityError:
+        held = _active_lease(cluster, organization_id)
+        if held is None:
+            raise
+        account.refresh_from_db(fields=["status", "status_detail"])  # as the savepoint left it
+        return held, False
 
 
 def _account_move(account: TenantAccount, status: str, detail: str) -> None:

@@ -18,6 +18,7 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
+from kombu.exceptions import OperationalError as BrokerUnavailable
 
 from computeshare.errors import ValidationFailed
 from marketplace.models import (
@@ -262,9 +263,21 @@ def job_submit(*, actor: Membership, allocation: Allocation, request: JobRequest
 
 
 def _submission_enqueue(cluster_id: int) -> None:
+    """Wakes a worker up to submit the cluster's queued jobs. The job is accepted once it is
+    committed: when the broker cannot take the message (Redis down), the periodic poll submits
+    every queued job, so the client is answered 201 for the job that exists rather than a 500
+    that would make it send the job again."""
     from scheduler_bridge.tasks import cluster_jobs_submit_task
 
-    cluster_jobs_submit_task.delay(cluster_id)
+    try:
+        cluster_jobs_submit_task.delay(cluster_id)
+    except BrokerUnavailable as error:
+        logger.warning(
+            "the broker did not take the submission of cluster %s's jobs (%s): the periodic "
+            "poll submits them",
+            cluster_id,
+            error,
+        )
 
 
 def job_tenant(job: Job) -> Tenant | None:
@@ -558,9 +571,19 @@ def job_cancel(*, actor: Membership, job: Job) -> Job:
 
 
 def _cancel_enqueue(job_id: int) -> None:
+    """Asks a worker to cancel the job on its cluster; when the broker cannot take the message,
+    the poll asks the cluster again (`CANCEL_REPEAT_AFTER`), as for a cancel that went unheard.
+    """
     from scheduler_bridge.tasks import job_cancel_remote_task
 
-    job_cancel_remote_task.delay(job_id)
+    try:
+        job_cancel_remote_task.delay(job_id)
+    except BrokerUnavailable as error:
+        logger.warning(
+            "the broker did not take the cancellation of job %s (%s): the poll repeats it",
+            job_id,
+            error,
+        )
 
 
 def job_cancel_remote(*, job_id: int) -> bool:

@@ -39,6 +39,14 @@ def _stripe_is_local(localstripe: "LocalStripe", settings: Any) -> None:
     settings.STRIPE_PUBLISHABLE_KEY = localstripe.publishable_key
     settings.STRIPE_JS_URL = localstripe.js_url
 
+@pytest.fixture(autouse=True)
+def _no_failed_log_ins_counted() -> None:
+    """Every test starts with no failed log-in counted: django-axes keeps its counts in Redis,
+    which outlives a test, and every test client logs in from 127.0.0.1."""
+    from computeshare.login_throttling import failures_forget_all
+
+    failures_forget_all()
+
 
 @pytest.fixture
 def api_client() -> APIClient:

@@ -1,6 +1,7 @@
 """Settings shared by every environment; each value a deployment may change comes from the
 environment (or a `.env` file beside manage.py), documented in `.env.example`."""
 
+from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -31,6 +32,7 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "django_htmx",
+    "axes",
     "computeshare",
     "billing",
     "marketplace",
@@ -48,6 +50,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "computeshare.middleware.ApplicationErrorMiddleware",
+    # Last, as django-axes asks: it turns a locked-out log-in's answer into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "computeshare.urls"
@@ -75,6 +79,11 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "computeshare.User"
+# django-axes first: it refuses a locked-out log-in before any password is checked.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -204,10 +213,62 @@ CELERY_BEAT_SCHEDULE["tenant-leases-end"] = {
 
 if REDIS_URL:
     CACHES = {
-        "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+        },
+        "axes": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": REDIS_URL,
+            "KEY_PREFIX": "axes",
+        },
     }
 else:
-    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    # Without Redis (the demo): the failed log-ins in files, so that the demo's gunicorn
+    # workers count together (not atomically: good enough for a demo, never for production,
+    # which requires REDIS_URL).
+    CACHES = {
+        "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
+        "axes": {
+            "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
+            "LOCATION": str(BASE_DIR / "var" / "login-failures"),
+        },
+    }
+
+# --- Log-in throttling -------------------------------------------------------------------------
+# django-axes counts failed log-ins (the log-in page, the admin's, POST /api/v1/auth/token/) in
+# the cache `axes` (its own key prefix in Redis), shared by every process: by account and by
+# client address separately. Past LOGIN_FAILURE_LIMIT failures either is refused, even with the
+# right password, for LOGIN_COOLOFF_SECONDS after the failure that reached the limit (failures
+# during a lockout do not extend it). A successful log-in forgets its account's failures.
+# Unlock: `manage.py axes_reset_username <name>`, `axes_reset_ip <address>`, `axes_reset`.
+# Why the cache and these changes to axes: computeshare/login_throttling.py.
+AXES_HANDLER = "computeshare.login_throttling.LoginFailureCacheHandler"
+AXES_CACHE = "axes"
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(seconds=env.int("LOGIN_COOLOFF_SECONDS", default=900))
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
+AXES_RESET_ON_SUCCESS = False  # the handler forgets the account's failures, not the address's
+AXES_USERNAME_CALLABLE = "computeshare.login_throttling.counted_username"
+AXES_LOCKOUT_CALLABLE = "computeshare.login_throttling.lockout_response"
+AXES_ENABLE_ADMIN = False  # the cache handler keeps no attempt rows to show
+# How many reverse proxies in front of gunicorn append to X-Forwarded-For (0: none, the client
+# is REMOTE_ADDR and the header is ignored). With N, the client is the address the outermost
+# trusted proxy appended (the N-th entry from the right); whatever a client wrote to the left
+# of it counts for nothing. The log-in throttling (ipware) and DRF's throttles agree on it.
+TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
+if TRUSTED_PROXY_COUNT:
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
+    # ipware counts the proxies inside the header; the last one is REMOTE_ADDR.
+    AXES_IPWARE_PROXY_COUNT = TRUSTED_PROXY_COUNT - 1
+else:
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
+    AXES_IPWARE_PROXY_COUNT = None
+AXES_IPWARE_PROXY_ORDER = "left-most"
+# Not strict: a client's own X-Forwarded-For makes the chain longer than the proxies, and the
+# client is still found at its fixed place from the right.
+IPWARE_STRICT = False
 
 # --- Secrets at rest ---------------------------------------------------------------------------
 # A Fernet key (32 url-safe base64 bytes); several keys separated by commas rotate: the first
@@ -253,7 +314,8 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "computeshare.api.exception_handler",
     "DEFAULT_THROTTLE_CLASSES": ["rest_framework.throttling.ScopedRateThrottle"],
-    "DEFAULT_THROTTLE_RATES": {"login": env("LOGIN_THROTTLE_RATE", default="30/min")},
+    "DEFAULT_THROTTLE_RATES": {},
+    "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
 SPECTACULAR_SETTINGS = {

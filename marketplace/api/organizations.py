@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from billing import selectors as billing_selectors
 from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response
+from computeshare.login_throttling import login_authenticate
 from marketplace import selectors, services
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace.models import Membership
@@ -43,7 +44,6 @@ def organization_detail(membership: Membership) -> dict[str, Any]:
 class AuthTokenApi(APIView):
     authentication_classes: list[type] = []
     permission_classes = [AllowAny]
-    throttle_scope = "login"
 
     @extend_schema(
         operation_id="auth_token_create",
@@ -54,11 +54,14 @@ class AuthTokenApi(APIView):
     def post(self, request: Request) -> Response:
         payload = TokenRequestSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        token = services.auth_token_obtain(
-            request=request._request,
+        # Counted by django-axes by account and by address, in the cache every process shares;
+        # a locked-out log-in is refused with 429 even with the right password.
+        user = login_authenticate(
+            request._request,
             username=payload.validated_data["username"],
             password=payload.validated_data["password"],
         )
+        token = services.auth_token_get(user=user)
         return Response({"token": token.key})
 
 

@@ -430,16 +430,19 @@ def test_a_page_size_out_of_range_is_refused(team, page_size):
     }
 
 
-def test_repeated_token_requests_are_throttled(api_client, user, monkeypatch):
-    from django.core.cache import cache
-    from rest_framework.throttling import ScopedRateThrottle
-
-    cache.clear()
-    monkeypatch.setattr(ScopedRateThrottle, "THROTTLE_RATES", {"login": "2/min"})
+def test_repeated_wrong_passwords_lock_the_token_endpoint(api_client, user, settings):
+    # The lockout itself is tested in tests/computeshare/test_login_throttling.py.
+    settings.AXES_FAILURE_LIMIT = 3
     wrong = {"username": user.username, "password": "guess"}
+    before = snapshot()
 
     answers = [api_client.post("/api/v1/auth/token/", wrong, format="json") for _ in range(3)]
+    right = api_client.post(
+        "/api/v1/auth/token/", {"username": user.username, "password": PASSWORD}, format="json"
+    )
 
     assert [answer.status_code for answer in answers] == [400, 400, 429]
-    assert answers[2].json()["code"] == "throttled"
-    assert int(answers[2]["Retry-After"]) > 0
+    assert right.status_code == 429
+    assert right.json()["code"] == "throttled"
+    assert int(right["Retry-After"]) > 0
+    assert snapshot() == before

@@ -22,7 +22,7 @@ COPY --from=static /app/node_modules ./node_modules
 COPY . .
 # collectstatic needs settings to import, not real secrets.
 RUN SECRET_KEY=build-only FIELD_ENCRYPTION_KEY=ZGV2ZWxvcG1lbnQta2V5LW5vdC1mb3ItcHJvZHVjdGlvbi0= \
-    ALLOWED_HOSTS=localhost DATABASE_URL=sqlite:////tmp/build.sqlite3 \
+    ALLOWED_HOSTS=localhost DATABASE_URL=sqlite:////tmp/build.sqlite3 REDIS_URL=redis://localhost:6379/0 \
     python manage.py collectstatic --no-input
 USER computeshare
 EXPOSE 8000

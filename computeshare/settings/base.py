@@ -8,13 +8,18 @@ from pathlib import Path
 import environ
 from celery.schedules import crontab
 
+from computeshare.settings.insecure import (
+    DEVELOPMENT_FIELD_ENCRYPTION_KEY,
+    DEVELOPMENT_SECRET_KEY,
+)
+
 BASE_DIR = Path(__file__).resolve().parent.parent.parent
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
 # Only for development and tests: production.py refuses to start without SECRET_KEY.
-SECRET_KEY = env("SECRET_KEY", default="django-insecure-local-development-key-not-for-production")
+SECRET_KEY = env("SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["127.0.0.1", "localhost"])
 
@@ -274,9 +279,7 @@ IPWARE_STRICT = False
 # A Fernet key (32 url-safe base64 bytes); several keys separated by commas rotate: the first
 # encrypts, all decrypt. The default is for development only; production refuses to start
 # without its own.
-FIELD_ENCRYPTION_KEY = env(
-    "FIELD_ENCRYPTION_KEY", default="Y29tcHV0ZXNoYXJlLWRldi1rZXktbm90LWZvci11c2U="
-)
+FIELD_ENCRYPTION_KEY = env("FIELD_ENCRYPTION_KEY", default=DEVELOPMENT_FIELD_ENCRYPTION_KEY)
 
 # --- Money -------------------------------------------------------------------------------------
 PLATFORM_CURRENCY = env("PLATFORM_CURRENCY", default="USD").upper()

@@ -2,6 +2,11 @@
 
 from computeshare.settings.base import *  # noqa: F403
 from computeshare.settings.base import env
+from computeshare.settings.insecure import (
+    DEMO_STRIPE_PUBLISHABLE_KEY,
+    DEMO_STRIPE_SECRET_KEY,
+    DEMO_STRIPE_WEBHOOK_SECRET,
+)
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
 
@@ -9,7 +14,7 @@ DEBUG = env.bool("DJANGO_DEBUG", default=True)
 # (scripts/localstripe_server.py), never to Stripe.
 LOCALSTRIPE_PORT = env.int("LOCALSTRIPE_PORT", default=8420)
 STRIPE_API_BASE = env("STRIPE_API_BASE", default=f"http://127.0.0.1:{LOCALSTRIPE_PORT}")
-STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default="sk_test_computeshare_demo")
-STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY", default="pk_test_computeshare_demo")
-STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="whsec_computeshare_demo")
+STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default=DEMO_STRIPE_SECRET_KEY)
+STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY", default=DEMO_STRIPE_PUBLISHABLE_KEY)
+STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default=DEMO_STRIPE_WEBHOOK_SECRET)
 STRIPE_JS_URL = env("STRIPE_JS_URL", default=f"{STRIPE_API_BASE}/js.stripe.com/v3/")

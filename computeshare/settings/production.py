@@ -1,8 +1,30 @@
-"""Production: every secret must come from the environment; the process refuses to start
-without SECRET_KEY, FIELD_ENCRYPTION_KEY and ALLOWED_HOSTS."""
+"""Production, and the default of every process that serves or works (manage.py, wsgi.py,
+celery.py): every secret must come from the environment. The process refuses to start without
+SECRET_KEY, FIELD_ENCRYPTION_KEY, ALLOWED_HOSTS, DATABASE_URL and REDIS_URL, and with any
+secret of the demo or the tests (insecure.py)."""
+
+from django.core.exceptions import ImproperlyConfigured
 
 from computeshare.settings.base import *  # noqa: F403
 from computeshare.settings.base import env
+from computeshare.settings.insecure import KNOWN_SECRETS
+
+REQUIRED = ("SECRET_KEY", "FIELD_ENCRYPTION_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL")
+_missing = [name for name in REQUIRED if not env.str(name, default="").strip()]
+if _missing:
+    raise ImproperlyConfigured(
+        "computeshare.settings.production (the default settings) needs environment variables "
+        f"that are not set: {', '.join(_missing)} (.env.example explains each). To try "
+        "ComputeShare on this machine, run `make demo` (it uses computeshare.settings.local); "
+        "the tests run with `make test` (computeshare.settings.test)."
+    )
+for _name, _known in KNOWN_SECRETS.items():
+    _values = {value.strip() for value in env.str(_name, default="").split(",")}
+    if _values & _known:
+        raise ImproperlyConfigured(
+            f"{_name} is one of the demo's or the tests' secrets, which are public in the "
+            "repository (computeshare/settings/insecure.py). Set a secret of your own."
+        )
 
 DEBUG = False
 SECRET_KEY = env("SECRET_KEY")

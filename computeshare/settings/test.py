@@ -2,6 +2,11 @@
 
 from computeshare.settings.base import *  # noqa: F403
 from computeshare.settings.base import env
+from computeshare.settings.insecure import (
+    TEST_STRIPE_PUBLISHABLE_KEY,
+    TEST_STRIPE_SECRET_KEY,
+    TEST_STRIPE_WEBHOOK_SECRET,
+)
 
 DATABASES = {
     "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/computeshare"),
@@ -23,9 +28,9 @@ PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 # Never Stripe itself: the tests point these at the local Stripe server they start
 # (tests/localstripe.py); until then a loopback port that refuses connections.
 STRIPE_API_BASE = env("STRIPE_API_BASE", default="http://127.0.0.1:9")
-STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default="sk_test_computeshare")
-STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY", default="pk_test_computeshare")
-STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="whsec_computeshare_tests")
+STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default=TEST_STRIPE_SECRET_KEY)
+STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY", default=TEST_STRIPE_PUBLISHABLE_KEY)
+STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default=TEST_STRIPE_WEBHOOK_SECRET)
 STRIPE_JS_URL = env("STRIPE_JS_URL", default="http://127.0.0.1:9/js.stripe.com/v3/")
 # Local jobs run sandboxed, or fail: scripts/test-services installs bubblewrap, and a test
 # run that silently fell back to unsandboxed jobs would prove nothing about the sandbox.

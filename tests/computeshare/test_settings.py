@@ -1,12 +1,20 @@
 """Production settings: they refuse to start without their secrets, and pass `check --deploy`."""
 
 import os
+import runpy
 import secrets
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
+import pytest
 from cryptography.fernet import Fernet
+from django.core.exceptions import ImproperlyConfigured
+from django.db import connection
+
+from computeshare.settings.insecure import DEMO_STRIPE_WEBHOOK_SECRET, KNOWN_SECRETS
+from tests.workers import database_url
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 
@@ -59,7 +67,7 @@ def test_production_refuses_to_start_without_secret_key():
     result = manage("check", **environment)
 
     assert result.returncode != 0
-    assert "Set the SECRET_KEY environment variable" in result.stderr
+    assert "needs environment variables that are not set: SECRET_KEY " in result.stderr
 
 
 def test_production_refuses_to_start_without_field_encryption_key():
@@ -69,7 +77,7 @@ def test_production_refuses_to_start_without_field_encryption_key():
     result = manage("check", **environment)
 
     assert result.returncode != 0
-    assert "Set the FIELD_ENCRYPTION_KEY environment variable" in result.stderr
+    assert "needs environment variables that are not set: FIELD_ENCRYPTION_KEY " in result.stderr
 
 
 def test_production_collects_static_files_for_whitenoise(tmp_path):
@@ -106,3 +114,195 @@ def test_production_never_runs_a_job_on_the_local_backend(tmp_path):
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["False", "LocalBackendRefused False"]
     assert not (tmp_path / "root").exists()
+
+
+# --- safe by default ---------------------------------------------------------------------------
+
+SETTINGS_NAMES = {
+    "DJANGO_SETTINGS_MODULE",
+    "SECRET_KEY",
+    "FIELD_ENCRYPTION_KEY",
+    "ALLOWED_HOSTS",
+    "DATABASE_URL",
+    "REDIS_URL",
+    "CELERY_BROKER_URL",
+    "STRIPE_SECRET_KEY",
+    "STRIPE_PUBLISHABLE_KEY",
+    "STRIPE_WEBHOOK_SECRET",
+    "DJANGO_ALLOW_ASYNC_UNSAFE",
+}
+
+
+def run_unconfigured(*arguments: str, **environment: str) -> subprocess.CompletedProcess[str]:
+    """`python <arguments>` in the repository as a fresh checkout runs it: no settings module
+    named, none of the settings' variables set except `environment`."""
+    base = {key: value for key, value in os.environ.items() if key not in SETTINGS_NAMES}
+    return subprocess.run(
+        [sys.executable, *arguments],
+        cwd=REPOSITORY,
+        env={**base, **environment},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def production_settings(monkeypatch: pytest.MonkeyPatch, **environment: str) -> dict[str, Any]:
+    """computeshare.settings.production as a process starting with `environment` (and nothing
+    else of the settings' variables) would load it, in this process."""
+    for name in SETTINGS_NAMES:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    return runpy.run_module("computeshare.settings.production")
+
+
+def test_manage_py_defaults_to_production():
+    program = "from django.conf import settings; print(settings.SETTINGS_MODULE, settings.DEBUG)"
+
+    result = run_unconfigured(
+        "manage.py", "shell", "--no-imports", "--command", program, **production_environment()
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "computeshare.settings.production False"
+
+
+def test_the_web_server_and_celery_default_to_production():
+    program = (
+        "import os\n"
+        "import computeshare  # its __init__ loads celery.py, which sets its default\n"
+        "celery_default = os.environ.pop('DJANGO_SETTINGS_MODULE')\n"
+        "import computeshare.wsgi\n"
+        "from django.conf import settings\n"
+        "print(celery_default, settings.SETTINGS_MODULE, settings.DEBUG)\n"
+    )
+
+    result = run_unconfigured("-c", program, **production_environment())
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == (
+        "computeshare.settings.production computeshare.settings.production False"
+    )
+
+
+def test_runserver_on_a_fresh_checkout_says_how_to_run_the_demo():
+    assert not (REPOSITORY / ".env").exists(), "a .env file would configure this checkout"
+
+    result = run_unconfigured("manage.py", "runserver", "--noreload", "127.0.0.1:9")
+
+    assert result.returncode != 0
+    message = result.stderr.strip().splitlines()[-1]
+    assert message == (
+        "django.core.exceptions.ImproperlyConfigured: computeshare.settings.production (the "
+        "default settings) needs environment variables that are not set: SECRET_KEY, "
+        "FIELD_ENCRYPTION_KEY, ALLOWED_HOSTS, DATABASE_URL, REDIS_URL (.env.example explains "
+        "each). To try ComputeShare on this machine, run `make demo` (it uses "
+        "computeshare.settings.local); the tests run with `make test` "
+        "(computeshare.settings.test)."
+    )
+
+
+def test_production_refuses_to_start_without_redis(monkeypatch):
+    environment = production_environment()
+    del environment["REDIS_URL"]
+
+    with pytest.raises(ImproperlyConfigured) as refusal:
+        production_settings(monkeypatch, **environment)
+
+    assert "needs environment variables that are not set: REDIS_URL " in str(refusal.value)
+
+
+def test_production_caches_in_redis(monkeypatch):
+    loaded = production_settings(monkeypatch, **production_environment())
+
+    assert {alias: cache["BACKEND"] for alias, cache in loaded["CACHES"].items()} == {
+        "default": "django.core.cache.backends.redis.RedisCache",
+        "axes": "django.core.cache.backends.redis.RedisCache",
+    }
+    assert loaded["CACHES"]["axes"]["LOCATION"] == production_environment()["REDIS_URL"]
+
+
+KNOWN = [(name, value) for name, values in KNOWN_SECRETS.items() for value in sorted(values)]
+
+
+@pytest.mark.parametrize(("name", "value"), KNOWN, ids=[f"{n}={v}" for n, v in KNOWN])
+def test_production_refuses_every_secret_of_the_demo_and_the_tests(monkeypatch, name, value):
+    environment = {**production_environment(), name: value}
+    if name == "FIELD_ENCRYPTION_KEY":  # also when it is only one of the rotated keys
+        environment[name] = f"{Fernet.generate_key().decode()},{value}"
+
+    with pytest.raises(ImproperlyConfigured) as refusal:
+        production_settings(monkeypatch, **environment)
+
+    assert str(refusal.value) == (
+        f"{name} is one of the demo's or the tests' secrets, which are public in the "
+        "repository (computeshare/settings/insecure.py). Set a secret of your own."
+    )
+
+
+def test_a_production_process_does_not_start_with_the_demos_webhook_secret():
+    environment = {**production_environment(), "STRIPE_WEBHOOK_SECRET": DEMO_STRIPE_WEBHOOK_SECRET}
+
+    result = manage("check", **environment)
+
+    assert result.returncode != 0
+    assert result.stderr.strip().splitlines()[-1] == (
+        "django.core.exceptions.ImproperlyConfigured: STRIPE_WEBHOOK_SECRET is one of the "
+        "demo's or the tests' secrets, which are public in the repository "
+        "(computeshare/settings/insecure.py). Set a secret of your own."
+    )
+
+
+@pytest.mark.django_db
+def test_a_webhook_forged_with_the_demo_secret_credits_nothing_in_production():
+    """The demo's webhook secret cannot be production's (above); and a production process with
+    its own refuses an event signed with the demo's, before anything is stored."""
+    program = (
+        "import hashlib, hmac, json, time\n"
+        "from django.test import Client\n"
+        "from billing.models import StripeEvent\n"
+        "event = json.dumps({'id': 'evt_forged', 'object': 'event',\n"
+        "    'type': 'payment_intent.succeeded', 'created': int(time.time()),\n"
+        "    'data': {'object': {'id': 'pi_forged', 'object': 'payment_intent',\n"
+        "        'amount': 100000, 'amount_received': 100000, 'currency': 'usd',\n"
+        "        'status': 'succeeded', 'metadata': {}}}}).encode()\n"
+        "stamp = int(time.time())\n"
+        f"digest = hmac.new({DEMO_STRIPE_WEBHOOK_SECRET!r}.encode(),\n"
+        "    f'{stamp}.'.encode() + event, hashlib.sha256).hexdigest()\n"
+        "answer = Client().post('/api/v1/billing/stripe/webhook/', event,\n"
+        "    content_type='application/json', secure=True,\n"
+        "    HTTP_HOST='computeshare.example.org',\n"
+        "    HTTP_STRIPE_SIGNATURE=f't={stamp},v1={digest}')\n"
+        "print(answer.status_code, answer.json()['code'], StripeEvent.objects.count())\n"
+    )
+    environment = {
+        **production_environment(),
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "STRIPE_WEBHOOK_SECRET": f"whsec_{secrets.token_urlsafe(24)}",
+    }
+
+    result = manage("shell", "--no-imports", "--command", program, **environment)
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[-1] == "400 invalid_signature 0"
+
+
+@pytest.mark.parametrize(
+    ("count", "expected"),
+    [
+        ("0", (0, None, ("REMOTE_ADDR",))),
+        ("2", (2, 1, ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"))),
+    ],
+)
+def test_the_trusted_proxy_count_is_one_setting_for_log_ins_and_drf(monkeypatch, count, expected):
+    monkeypatch.setenv("TRUSTED_PROXY_COUNT", count)
+
+    loaded = runpy.run_path(str(REPOSITORY / "computeshare" / "settings" / "base.py"))
+
+    assert (
+        loaded["REST_FRAMEWORK"]["NUM_PROXIES"],
+        loaded["AXES_IPWARE_PROXY_COUNT"],
+        loaded["AXES_IPWARE_META_PRECEDENCE_ORDER"],
+    ) == expected

@@ -2,7 +2,6 @@
 ledger, monthly statements (page and CSV) and an owner's earnings. They call billing's
 services and selectors after the membership checks, like the API."""
 
-import csv
 import datetime
 import uuid
 from typing import Any
@@ -20,6 +19,7 @@ from django.views import View
 
 from billing import selectors as billing_selectors
 from billing import services as billing_services
+from computeshare.csv_export import csv_writer
 from computeshare.errors import ValidationFailed
 from computeshare.forms import form_add_service_error
 from marketplace import selectors
@@ -138,7 +138,7 @@ def _statement_csv(statement: billing_selectors.Statement) -> HttpResponse:
     filename = f"computeshare-{name}-{statement.period_start:%Y-%m}.csv"
     response = HttpResponse(content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = content_disposition_header(True, filename)
-    writer = csv.writer(response)
+    writer = csv_writer(response)
     writer.writerow(
         [
             "created_at",

@@ -3,7 +3,6 @@ house order: visible (404), allowed (403), state (409), input (400), then the se
 
 from __future__ import annotations
 
-import csv
 import io
 from typing import Any
 
@@ -22,6 +21,7 @@ from computeshare.api import (
     paginated_response,
     validated,
 )
+from computeshare.csv_export import csv_writer
 from computeshare.errors import NotFound, ValidationFailed
 from marketplace import selectors as market_selectors
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
@@ -230,7 +230,7 @@ class UsageApi(APIView):
         if not wants_csv:
             return paginated_response(request, self, jobs, UsageRowSerializer)
         buffer = io.StringIO()
-        writer = csv.writer(buffer)
+        writer = csv_writer(buffer)
         writer.writerow(USAGE_CSV_COLUMNS)
         for job in jobs.iterator(chunk_size=500):
             writer.writerow(usage_csv_row(job))

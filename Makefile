@@ -10,11 +10,13 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 UV := $(VENV)/bin/uv
 BIN := $(VENV)/bin
 
-.PHONY: help install demo test test-services lint typecheck migrations-check pytest bench clean
+.PHONY: help install demo test test-services lint typecheck migrations-check pytest bench clean \
+	compose-check
 
 help:
 	@echo "make demo    install everything and serve the demo on http://127.0.0.1:8000"
 	@echo "make test    install everything, start PostgreSQL, Redis and the Slurm test cluster, run all checks"
+	@echo "make compose-check  build and start docker-compose.yml's stack, drive it end to end, take it down"
 	@echo "make bench   print how fast the ledger, the webhook, auction clearing, the offers list and job submission are"
 
 $(BIN)/python:
@@ -62,6 +64,11 @@ bench: install
 	$(BIN)/python bench/ledger.py
 	$(BIN)/python bench/marketplace.py
 	$(BIN)/python bench/jobs.py
+
+# The production shape (docker-compose.yml) built and driven end to end on this machine, then
+# taken down: not part of `make test` or CI (it installs Docker, builds images, needs minutes).
+compose-check:
+	scripts/compose-check
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .pytest_cache .ruff_cache .mypy_cache

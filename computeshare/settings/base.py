@@ -280,6 +280,15 @@ IPWARE_STRICT = False
 # encrypts, all decrypt. The default is for development only; production refuses to start
 # without its own.
 FIELD_ENCRYPTION_KEY = env("FIELD_ENCRYPTION_KEY", default=DEVELOPMENT_FIELD_ENCRYPTION_KEY)
+# --- Owners' clusters --------------------------------------------------------------------------
+# Networks (comma-separated CIDRs) where owners' clusters may be even though the outbound rules
+# deny them (loopback, private, link-local...: computeshare/outbound.py). Empty: only public
+# addresses. Name single hosts (`10.1.2.3/32`) rather than the platform's own network.
+CLUSTER_ALLOWED_NETWORKS = env.list("CLUSTER_ALLOWED_NETWORKS", default=[])
+# How many verifications an organization may ask for (`count/second|minute|hour|day`), counted
+# in the shared cache so that every web process counts together.
+CLUSTER_VERIFY_RATE = env("CLUSTER_VERIFY_RATE", default="20/hour")
+
 
 # --- Money -------------------------------------------------------------------------------------
 PLATFORM_CURRENCY = env("PLATFORM_CURRENCY", default="USD").upper()

@@ -18,3 +18,6 @@ STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default=DEMO_STRIPE_SECRET_KEY)
 STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY", default=DEMO_STRIPE_PUBLISHABLE_KEY)
 STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default=DEMO_STRIPE_WEBHOOK_SECRET)
 STRIPE_JS_URL = env("STRIPE_JS_URL", default=f"{STRIPE_API_BASE}/js.stripe.com/v3/")
+# The test cluster (and the demo's) listens on loopback, which the outbound rules deny unless
+# allowed: here only loopback, never the private network.
+CLUSTER_ALLOWED_NETWORKS = env.list("CLUSTER_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])

@@ -35,3 +35,6 @@ STRIPE_JS_URL = env("STRIPE_JS_URL", default="http://127.0.0.1:9/js.stripe.com/v
 # Local jobs run sandboxed, or fail: scripts/test-services installs bubblewrap, and a test
 # run that silently fell back to unsandboxed jobs would prove nothing about the sandbox.
 LOCAL_BACKEND_SANDBOX = "required"
+# The test cluster (and the demo's) listens on loopback, which the outbound rules deny unless
+# allowed: here only loopback, never the private network.
+CLUSTER_ALLOWED_NETWORKS = env.list("CLUSTER_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])

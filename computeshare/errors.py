@@ -75,3 +75,28 @@ class PaymentRequired(ApplicationError):
     status_code = 402
     code = "payment_required"
     default_detail = "Not enough funds."
+
+
+class AddressNotAllowed(ValidationFailed):
+    """A host the user gave resolves to an address the platform never connects to (loopback,
+    the private network, the cloud's metadata service...: computeshare/outbound.py)."""
+
+    code = "address_not_allowed"
+    default_detail = (
+        "This host resolves to an address the platform does not connect to: a loopback, "
+        "private, link-local or otherwise reserved address. Give the host's public name or "
+        "address."
+    )
+
+
+class Throttled(ApplicationError):
+    """Too many requests of one kind in a period; `retry_after_seconds` says when to try
+    again (the API also sends it as `Retry-After`)."""
+
+    status_code = 429
+    code = "throttled"
+    default_detail = "Too many requests: try again later."
+
+    def __init__(self, detail: str | None = None, *, retry_after_seconds: int) -> None:
+        self.retry_after_seconds = max(1, int(retry_after_seconds))
+        super().__init__(detail, extra={"retry_after_seconds": self.retry_after_seconds})

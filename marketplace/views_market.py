@@ -31,6 +31,7 @@ from computeshare.errors import (
     NotFound,
     PaymentRequired,
     PermissionDenied,
+    Throttled,
     ValidationFailed,
 )
 from computeshare.forms import form_add_service_error
@@ -456,10 +457,17 @@ def cluster_card(
     membership: Membership,
     status: int = 200,
     notice: tuple[str, str] | None = None,
+    verify_notice: str = "",
 ) -> HttpResponse:
     """One cluster's card, also the fragment the page polls while a verification or a scrub
-    runs. `notice` is (level, sentence) for what the owner just did."""
-    context = {**cluster_card_context(cluster), "membership": membership, "notice": notice}
+    runs. `notice` is (level, sentence) for what the owner just did to a tenant account;
+    `verify_notice` why a verification was not started."""
+    context = {
+        **cluster_card_context(cluster),
+        "membership": membership,
+        "notice": notice,
+        "verify_notice": verify_notice,
+    }
     return render(request, "marketplace/market/_cluster.html", context, status=status)
 
 
@@ -521,7 +529,15 @@ class ClusterVerifyView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, cluster_id: str) -> HttpResponse:
         cluster = selectors.cluster_get(cluster_id)
         membership = owner_membership(request, cluster)
-        services.cluster_verification_start(actor=membership, cluster=cluster)
+        try:
+            services.cluster_verification_start(actor=membership, cluster=cluster)
+        except (Throttled, Conflict) as error:
+            if getattr(request, "htmx", False):
+                return cluster_card(request, cluster, membership, verify_notice=error.detail)
+            messages.error(request, error.detail)
+            return HttpResponseRedirect(
+                reverse("organization-clusters", args=[cluster.organization.uuid])
+            )
         if getattr(request, "htmx", False):
             return cluster_card(request, cluster, membership)
         messages.info(request, f"Verifying {cluster.name}…")

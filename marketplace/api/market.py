@@ -4,6 +4,7 @@ Checks run in the house order: visible (404), allowed (403), state (409), input 
 the service. Clusters and offers are public to anyone signed in; bids and allocations only to
 the members of the organization that holds them."""
 
+from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -30,8 +31,8 @@ from marketplace.serializers_market import (
     BidSerializer,
     ClusterConnectionSerializer,
     ClusterCreateSerializer,
+    ClusterDetailSerializer,
     ClusterSerializer,
-    ClusterVerifiedSerializer,
     OfferCreateSerializer,
     OfferSerializer,
     PriceHistoryFilterSerializer,
@@ -80,6 +81,19 @@ def _cluster_response(request: Request, cluster: Cluster, code: int = 200) -> Re
     return Response(ClusterSerializer(cluster, context=context).data, status=code)
 
 
+def _cluster_detail_response(
+    request: Request, cluster: Cluster, code: int = 200, headers: dict[str, str] | None = None
+) -> Response:
+    """One cluster; to its owners with its latest verification."""
+    owner_of = selectors.organization_ids_of(request.user)
+    if cluster.organization_id in owner_of:
+        cluster.latest_verification = selectors.cluster_verification_latest(cluster)  # type: ignore[attr-defined]
+    context = {"owner_of": owner_of}
+    return Response(
+        ClusterDetailSerializer(cluster, context=context).data, status=code, headers=headers
+    )
+
+
 class ClusterListCreateApi(APIView):
     @extend_schema(
         operation_id="clusters_list",
@@ -122,19 +136,25 @@ class ClusterListCreateApi(APIView):
 class ClusterDetailApi(APIView):
     @extend_schema(
         operation_id="clusters_retrieve",
-        responses={200: ClusterSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
+        responses={200: ClusterDetailSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
+        description=(
+            "A cluster. Its owners also see its latest `verification`: `status` `running` while "
+            "a worker verifies it, with the steps as they run, then `succeeded` or `failed` "
+            "with the outcome's `code` and `detail`."
+        ),
     )
     def get(self, request: Request, cluster_id: str) -> Response:
-        return _cluster_response(request, selectors.cluster_get(cluster_id))
+        return _cluster_detail_response(request, selectors.cluster_get(cluster_id))
 
     @extend_schema(
         operation_id="clusters_partial_update",
         request=ClusterConnectionSerializer,
-        responses={200: ClusterSerializer, **ERRORS},
+        responses={200: ClusterDetailSerializer, **ERRORS},
         description=(
             "The owners change the connection settings (for example a rotated host key) or the "
             "pool's (`tenant_group`, `sftp_server`); the cluster is `unverified` until verified "
-            "again."
+            "again. A host that resolves to an address the platform does not connect to "
+            "(loopback, private, link-local, metadata...) is 400 `address_not_allowed`."
         ),
     )
     def patch(self, request: Request, cluster_id: str) -> Response:
@@ -148,16 +168,19 @@ class ClusterDetailApi(APIView):
                 fields={name: ["Cannot be changed."] for name in sorted(unknown)}
             )
         services.cluster_connection_update(actor=actor, cluster=cluster, **changes)
-        return _cluster_response(request, selectors.cluster_get(cluster_id))
+        return _cluster_detail_response(request, selectors.cluster_get(cluster_id))
 
 
 class ClusterVerifyApi(APIView):
     @extend_schema(
         operation_id="clusters_verify",
         request=None,
-        responses={200: ClusterVerifiedSerializer, **ERRORS, 502: ErrorSerializer},
+        responses={202: ClusterDetailSerializer, **ERRORS, 429: ErrorSerializer},
         description=(
-            "Checks every capability the platform will use, as the steps of "
+            "Queues a verification in a worker and answers at once: 202 with the cluster and "
+            "its `verification` (`status: running`), and `Location`, the cluster, whose GET "
+            "follows it. A verification already running is returned, not queued again. The "
+            "worker checks every capability the platform will use, as the steps of "
             "`verification.steps`, in order: `connect` (with the pinned host key), `partitions` "
             "(sinfo), `queries` (squeue and sacct), `visibility` (the service user sees every "
             "tenant's jobs), in managed mode `operator` and `limits` (GrpTRESMins on QOS that "
@@ -166,24 +189,27 @@ class ClusterVerifyApi(APIView):
             "`sftp` (as a tenant), in managed mode `idle` (idle tenants sit in an account that "
             "runs nothing), `sbatch` (a `--test-only` submission as a tenant), `gpus` "
             "(accounting records GPUs) and `proctrack` (Slurm ends every process of a job). "
-            "Each step is `passed`, `failed` or `warning` (the cluster is usable; `detail` says "
-            "what is at risk), with its `detail`. When all pass, the partitions and the pool are "
-            "stored and the cluster is `online` (200). "
-            "Failures, each with `extra.steps` as far as they ran: 409 `host_key_mismatch` "
-            "(`extra.offered_fingerprint`, `extra.pinned_fingerprint`); 409 "
-            "`cluster_misconfigured` when the cluster answered but a check failed "
-            "(`extra.failed_step` is its key; the cluster is `misconfigured`); 502 "
-            "`cluster_unreachable` with `extra.reason`; 409 `cluster_suspended`."
+            "Each step is `running`, `passed`, `failed` or `warning` (the cluster is usable; "
+            "`detail` says what is at risk). When all pass, the partitions and the pool are "
+            "stored, the cluster is `online` and the verification `succeeded`. Otherwise it "
+            "`failed` with its `code`: `cluster_unreachable` (no SSH connection could be "
+            "opened: one reason whatever kept it from opening), `host_key_mismatch` (the "
+            "cluster is marked so), `cluster_misconfigured` (it answered, but the check "
+            "`failed_step` failed). Refused at once: 409 `cluster_suspended`; 429 `throttled` "
+            "(with `Retry-After`) past the organization's `CLUSTER_VERIFY_RATE`."
         ),
     )
     def post(self, request: Request, cluster_id: str) -> Response:
         cluster = selectors.cluster_get(cluster_id)
         actor = _owner_membership(request, cluster)
-        _, steps = services.cluster_verify(actor=actor, cluster=cluster)
-        cluster = selectors.cluster_get(cluster_id)
-        cluster.verification = {"steps": steps}  # type: ignore[attr-defined]
-        context = {"owner_of": selectors.organization_ids_of(request.user)}
-        return Response(ClusterVerifiedSerializer(cluster, context=context).data)
+        services.cluster_verification_start(actor=actor, cluster=cluster)
+        location = reverse("api-cluster", args=[cluster.uuid])
+        return _cluster_detail_response(
+            request,
+            selectors.cluster_get(cluster_id),
+            status.HTTP_202_ACCEPTED,
+            headers={"Location": location},
+        )
 
 
 # --- Tenant accounts: the cluster's owners --------------------------------------------------------

@@ -11,7 +11,8 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from computeshare.errors import PermissionDenied, ValidationFailed
+from computeshare.errors import AddressNotAllowed, PermissionDenied, ValidationFailed
+from computeshare.outbound import AddressDenied, OutboundPolicy
 from marketplace.models import (
     Cluster,
     Membership,
@@ -69,6 +70,8 @@ def _connection_fields(
     """Checks the connection settings without connecting; returns the cleaned fields."""
     problems: dict[str, list[str]] = {}
     host = (ssh_host or "").strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]  # an IPv6 address as a URL writes it
     if not _HOST.match(host):
         problems["ssh_host"] = ["A host name or an IP address."]
     if not isinstance(ssh_port, int) or not 1 <= ssh_port <= 65535:
@@ -104,6 +107,7 @@ def _connection_fields(
         ]
     if problems:
         raise ValidationFailed(fields=problems)
+    _host_check(host, ssh_port)
     return {
         "tenant_group": group,
         "sftp_server": program,
@@ -114,6 +118,31 @@ def _connection_fields(
         "ssh_host_key": host_key_line,
         "host_key_fingerprint": key_fingerprint,
     }
+
+
+def _host_check(host: str, port: int) -> None:
+    """Refuses a host that resolves to an address the platform never connects to (loopback, the
+    private network, the metadata service...: computeshare/outbound.py). A name that does not
+    resolve now is accepted: every connection resolves and checks it again, and verification
+    says that it cannot connect."""
+    try:
+        OutboundPolicy.from_settings().resolve(host, port)
+    except AddressDenied as error:
+        raise AddressNotAllowed(
+            fields={
+                "ssh_host": [
+                    f"{host} is {error.address}, an address the platform does not connect to "
+                    "(loopback, private, link-local or reserved). Give the login node's public "
+                    "name or address."
+                    if host == str(error.address)
+                    else f"{host} resolves to {error.address}, an address the platform does not "
+                    "connect to (loopback, private, link-local or reserved). Give the login "
+                    "node's public name or address."
+                ]
+            }
+        ) from error
+    except OSError:
+        pass
 
 
 def _account_fields(account_mode: str | None, slurm_account: str | None) -> dict[str, str]:
@@ -224,6 +253,9 @@ def cluster_create_local(*, organization: Organization, name: str) -> Cluster:
 
 
 def ssh_settings_for(cluster: Cluster, *, connect_timeout: float = 10.0) -> SSHSettings:
+    """How to reach the cluster: every connection resolves its host once and goes only to
+    addresses the outbound rules allow (checked again each time: DNS may have changed since
+    the cluster was registered)."""
     return SSHSettings(
         host=cluster.ssh_host,
         port=cluster.ssh_port,
@@ -232,6 +264,7 @@ def ssh_settings_for(cluster: Cluster, *, connect_timeout: float = 10.0) -> SSHS
         host_key=cluster.ssh_host_key,
         connect_timeout=connect_timeout,
         sftp_server=cluster.sftp_server,
+        resolver=OutboundPolicy.from_settings(),
     )
 
 

@@ -8,18 +8,31 @@ check is a step with its outcome and, when it fails, the reason in words an owne
 the owner's page shows them as they run and the API returns them. Nothing is written unless
 every step passed: the stored inventory and pool are always ones a whole verification read.
 
+Every verification runs in a Celery worker (`cluster_verification_start` queues it), never in a
+web process: connecting can take as long as the connect timeout, and a web process waiting on
+an owner's cluster serves nobody else meanwhile.
+
+Whatever keeps the platform from reaching a cluster (a closed port, a port where something
+other than sshd answers, no answer at all, an address the outbound rules deny), the owner reads
+one and the same reason: telling those apart would make verification a port scanner of any
+network the platform can reach. The real reason goes to the operators' log.
+
 No transaction is open while SSH talks to the cluster."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from computeshare.errors import Throttled
+from computeshare.ratelimit import rate_limit_hit
 from marketplace import errors, selectors
 from marketplace.models import Cluster, ClusterVerification, Membership, TenantAccount
 from marketplace.services.clusters import (
@@ -35,6 +48,7 @@ from scheduler_bridge.slurm import accounts as slurm_accounts
 from scheduler_bridge.slurm.errors import (
     AuthenticationRefused,
     BridgeError,
+    ClusterUnreachable,
     RemoteCommandFailed,
 )
 from scheduler_bridge.slurm.errors import HostKeyMismatch as BridgeHostKeyMismatch
@@ -54,7 +68,14 @@ from scheduler_bridge.slurm.tenants import (
     submission_probe,
 )
 
+logger = logging.getLogger(__name__)
+
 VERIFY_TIMEOUT_SECONDS = 30.0
+# The one reason an owner reads for any failure to open the SSH connection (see the module).
+UNREACHABLE_REASON = (
+    "no SSH connection could be opened to this host and port. Check the host name and the "
+    "port, and that sshd there accepts connections from the platform."
+)
 
 PASSED = "passed"
 FAILED = "failed"
@@ -205,7 +226,18 @@ def _verify_steps(cluster: Cluster, steps: Steps, findings: _Findings) -> None:
             "connect",
             f"Connect to {cluster.ssh_host}:{cluster.ssh_port} as {user} with the pinned key",
         ):
-            connection.open()
+            try:
+                connection.open()
+            except ClusterUnreachable as error:
+                logger.warning(
+                    "verification of cluster %s (%s:%s) could not connect: %s (%r)",
+                    cluster.uuid,
+                    cluster.ssh_host,
+                    cluster.ssh_port,
+                    error,
+                    error.__cause__,
+                )
+                raise ClusterUnreachable(UNREACHABLE_REASON) from error
         with steps.check("partitions", "Read the partitions, CPUs, GPUs and time limits"):
             findings.inventory = inventory = inventory_read(connection, timeout=timeout)
             config = config_read(connection, timeout=timeout)
@@ -424,17 +456,28 @@ def _reason(error: BaseException) -> str:
 @transaction.atomic
 def cluster_verification_start(*, actor: Membership, cluster: Cluster) -> ClusterVerification:
     """Records a verification request and runs it in a worker after the commit. One at a time
-    per cluster: a request while one runs returns the running one."""
+    per cluster: a request while one runs returns the running one (and is not counted). An
+    organization asks for at most `CLUSTER_VERIFY_RATE` new verifications (`Throttled`); a
+    suspended cluster is not verified (`ClusterSuspended`)."""
     from marketplace.tasks import cluster_verification_run_task
 
     require_admin(actor)
-    Cluster.objects.select_for_update().filter(pk=cluster.pk).first()
+    locked = Cluster.objects.select_for_update().filter(pk=cluster.pk).first()
+    if locked is not None and locked.status == Cluster.Status.SUSPENDED:
+        raise errors.ClusterSuspended()
     running = cluster.verifications.filter(
         status=ClusterVerification.Status.RUNNING,
         created_at__gte=timezone.now() - ClusterVerification.STALE_AFTER,
     ).first()
     if running is not None:
         return running
+    wait = rate_limit_hit(f"cluster-verify:{actor.organization.uuid}", settings.CLUSTER_VERIFY_RATE)
+    if wait is not None:
+        raise Throttled(
+            "Your organization has asked for as many cluster verifications as it may in this "
+            f"period; try again in {wait} s.",
+            retry_after_seconds=wait,
+        )
     verification = ClusterVerification.objects.create(
         cluster=cluster, requested_by=actor.user, step="Waiting for a worker"
     )

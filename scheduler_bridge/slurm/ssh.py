@@ -29,6 +29,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import paramiko
 
@@ -72,6 +73,16 @@ DEFAULT_SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 _CACHED_SFTP_SESSIONS = 2
 
 
+class AddressResolver(Protocol):
+    """Where a connection to `host` may go: its addresses, each `(family, sockaddr)` as
+    `socket.connect` takes them, checked against the caller's rules. Raises `OSError` (an
+    unknown name, an address the rules deny). The connection goes to these addresses and
+    never looks `host` up again. Implementations are hashable (they are part of the settings,
+    which key the connection pool)."""
+
+    def resolve(self, host: str, port: int) -> Sequence[tuple[int, tuple[Any, ...]]]: ...
+
+
 @dataclass(frozen=True)
 class SSHSettings:
     host: str
@@ -84,6 +95,9 @@ class SSHSettings:
     # The SFTP server program that tenants' sessions run under sudo (the path on the cluster's
     # `Subsystem sftp` line; the owner gives it and verification's SFTP step tries it).
     sftp_server: str = DEFAULT_SFTP_SERVER
+    # Resolves and checks the host's addresses (the platform's outbound rules); None: every
+    # address the host resolves to.
+    resolver: AddressResolver | None = None
 
 
 @dataclass(frozen=True)
@@ -150,9 +164,53 @@ def _connect_failure(error: BaseException) -> str:
         return ", ".join(sorted(reasons))
     if isinstance(error, TimeoutError | socket.timeout):
         return "timed out"
+    if isinstance(error, socket.gaierror):
+        return str(error.strerror or error).lower()
     if isinstance(error, OSError) and error.errno:
         return os.strerror(error.errno).lower()
     return str(error) or type(error).__name__
+
+
+def _resolve_any(host: str, port: int) -> list[tuple[int, tuple[Any, ...]]]:
+    return [
+        (family, sockaddr)
+        for family, _, _, _, sockaddr in socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP
+        )
+        if family in (socket.AF_INET, socket.AF_INET6)
+    ]
+
+
+def open_socket(settings: SSHSettings) -> socket.socket:
+    """A TCP connection to the login node: the host resolved once (and checked, with a
+    resolver), then each of its addresses tried in order. paramiko gets this socket, so it
+    never resolves the host itself. Raises `ClusterUnreachable` with the reason."""
+    where = f"{settings.host}:{settings.port}"
+    try:
+        if settings.resolver is not None:
+            addresses = list(settings.resolver.resolve(settings.host, settings.port))
+        else:
+            addresses = _resolve_any(settings.host, settings.port)
+    except OSError as error:
+        raise ClusterUnreachable(f"cannot connect to {where}: {_connect_failure(error)}") from error
+    failures: list[OSError] = []
+    for family, sockaddr in addresses:
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.settimeout(settings.connect_timeout)
+        try:
+            sock.connect(sockaddr)
+        except OSError as error:
+            sock.close()
+            failures.append(error)
+            continue
+        # A command is a few small packets each way: with Nagle's algorithm (paramiko
+        # leaves it on) each waits for the login node's delayed acknowledgement, about
+        # 30 ms a command, more than sudo or sbatch itself costs (`make bench`).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+    reasons = sorted({_connect_failure(failure) for failure in failures}) or ["no address"]
+    unreachable = ClusterUnreachable(f"cannot connect to {where}: {', '.join(reasons)}")
+    raise unreachable from (failures[-1] if failures else None)
 
 
 def remote_command(arguments: Sequence[str] | str, *, as_user: str | None = None) -> str:
@@ -262,10 +320,14 @@ class SSHConnection:
             known_hosts_name(settings.host, settings.port), pinned.get_name(), pinned
         )
         client.set_missing_host_key_policy(_RefuseUnknownHostKey(settings))
+        sock = open_socket(settings)
         try:
+            # The host name and port still name the pinned key (`known_hosts_name`); the
+            # socket is already connected to the checked address.
             client.connect(
                 settings.host,
                 port=settings.port,
+                sock=sock,
                 username=settings.user,
                 pkey=private_key_from_text(settings.private_key),
                 timeout=settings.connect_timeout,
@@ -277,31 +339,29 @@ class SSHConnection:
             )
         except paramiko.BadHostKeyException as error:
             client.close()
+            sock.close()
             raise HostKeyMismatch(
                 settings.host, settings.port, fingerprint(error.key), error.key.get_name()
             ) from error
         except paramiko.AuthenticationException as error:
             client.close()
+            sock.close()
             raise AuthenticationRefused(
                 f"{settings.user}@{settings.host}:{settings.port} refused the key: {error}"
             ) from error
         except HostKeyMismatch:
             client.close()
+            sock.close()
             raise
         except (OSError, paramiko.SSHException, EOFError) as error:
             client.close()
+            sock.close()
             raise ClusterUnreachable(
                 f"cannot connect to {settings.host}:{settings.port}: {_connect_failure(error)}"
             ) from error
         transport = client.get_transport()
         if transport is not None:
             transport.set_keepalive(settings.keepalive_seconds)
-            # A command is a few small packets each way: with Nagle's algorithm (paramiko
-            # leaves it on) each waits for the login node's delayed acknowledgement, about
-            # 30 ms a command, more than sudo or sbatch itself costs (`make bench`).
-            sock = transport.sock
-            if isinstance(sock, socket.socket):
-                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return client
 
     def close(self) -> None:

@@ -26,6 +26,7 @@ from marketplace.models import (
     Allocation,
     Bid,
     Cluster,
+    ClusterVerification,
     Membership,
     Offer,
     Organization,
@@ -533,6 +534,24 @@ def test_verifying_a_suspended_cluster_is_409_and_it_stays_suspended(market):
     assert Cluster.objects.get(pk=market.cluster.pk).status == Cluster.Status.SUSPENDED
 
 
+def verify_here(client: APIClient, cluster_id: str) -> Any:
+    """Asks for a verification (202, the cluster with it `running`), runs it in this process
+    as the worker would (nothing commits in this test, so no worker gets it), and returns the
+    cluster's GET, which shows how it ended."""
+    asked = client.post(f"{API}/clusters/{cluster_id}/verify/")
+    assert asked.status_code == 202, asked.content
+    assert asked["Location"] == f"{API}/clusters/{cluster_id}/"
+    queued = asked.json()["verification"]
+    assert (queued["status"], queued["step"], queued["steps"]) == (
+        "running",
+        "Waiting for a worker",
+        [],
+    )
+    verification = ClusterVerification.objects.get(uuid=queued["id"])
+    services.cluster_verification_run(verification_id=verification.pk)
+    return client.get(f"{API}/clusters/{cluster_id}/")
+
+
 @pytest.mark.slurm
 def test_verify_reads_the_partitions_of_the_real_cluster(market, testcluster):
     client = client_for(market.owner_admin)
@@ -559,7 +578,7 @@ def test_verify_reads_the_partitions_of_the_real_cluster(market, testcluster):
         testcluster.sftp_server,
     )
 
-    answer = client.post(f"{API}/clusters/{created.json()['id']}/verify/")
+    answer = verify_here(client, created.json()["id"])
 
     assert answer.status_code == 200, answer.content
     cluster = Cluster.objects.get(uuid=created.json()["id"])
@@ -581,6 +600,8 @@ def test_verify_reads_the_partitions_of_the_real_cluster(market, testcluster):
     pool = testcluster.fixed_pool
     assert body["tenant_accounts"] == {"total": len(pool.tenants), "free": len(pool.tenants)}
     assert body["tracks_gpus"] == cluster.tracks_gpus
+    assert (body["verification"]["status"], body["verification"]["code"]) == ("succeeded", "")
+    assert body["verification"]["failed_step"] is None
     steps = {step["key"]: step for step in body["verification"]["steps"]}
     # Fixed mode: no Slurm operator, QOS or idle account is needed.
     assert list(steps) == [
@@ -616,7 +637,7 @@ def test_verify_reads_the_partitions_of_the_real_cluster(market, testcluster):
     assert_no_secret(answer.content, testcluster.private_key)
 
 
-def test_a_verification_that_fails_a_check_is_409_with_the_steps(market, testcluster):
+def test_a_verification_that_fails_a_check_ends_misconfigured_with_the_steps(market, testcluster):
     """The real cluster, registered with a tenant group it does not have: it answers, so the
     checks run up to the pool, which fails; the cluster is `misconfigured` and no pool is
     recorded."""
@@ -639,11 +660,15 @@ def test_a_verification_that_fails_a_check_is_409_with_the_steps(market, testclu
     )
     assert created.status_code == 201, created.content
 
-    answer = client.post(f"{API}/clusters/{created.json()['id']}/verify/")
+    answer = verify_here(client, created.json()["id"])
 
-    body = assert_refused(answer, 409, "cluster_misconfigured")
-    assert body["extra"]["failed_step"] == "pool"
-    steps = body["extra"]["steps"]
+    verification = answer.json()["verification"]
+    assert (verification["status"], verification["code"], verification["failed_step"]) == (
+        "failed",
+        "cluster_misconfigured",
+        "pool",
+    )
+    steps = verification["steps"]
     assert [(step["key"], step["status"]) for step in steps] == [
         ("connect", "passed"),
         ("partitions", "passed"),

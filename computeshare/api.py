@@ -23,6 +23,7 @@ from computeshare.errors import (
     IdempotencyKeyReused,
     NotFound,
     PermissionDenied,
+    Throttled,
     ValidationFailed,
 )
 from computeshare.models import IdempotencyRecord, User
@@ -149,7 +150,14 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         exc = PermissionDenied()
 
     if isinstance(exc, ApplicationError):
-        return Response(_error_body(exc.detail, exc.code, exc.extra), status=exc.status_code)
+        retry_after = (
+            {"Retry-After": str(exc.retry_after_seconds)} if isinstance(exc, Throttled) else None
+        )
+        return Response(
+            _error_body(exc.detail, exc.code, exc.extra),
+            status=exc.status_code,
+            headers=retry_after,
+        )
 
     if isinstance(exc, drf_exceptions.ValidationError):
         fields = _field_messages(exc.detail)

@@ -46,7 +46,7 @@ LOCKED_OUT_DETAIL = (
 
 def counted_username(request: HttpRequest, credentials: dict[str, Any] | None) -> str | None:
     """The name axes counts an account's failures under (AXES_USERNAME_CALLABLE)."""
-    field = settings.AXES_USERNAME_FORM_FIELD
+    field = str(getattr(settings, "AXES_USERNAME_FORM_FIELD", "username"))
     if credentials:
         username = credentials.get(field)
     else:
@@ -132,7 +132,7 @@ def login_authenticate(request: HttpRequest, *, username: str, password: str) ->
             raise Throttled(wait=retry_after_seconds(), detail=LOCKED_OUT_DETAIL)
         raise InvalidCredentials()
     account_failures_forget(user.get_username())
-    return user  # type: ignore[return-value]
+    return user
 
 
 def lockout_response(

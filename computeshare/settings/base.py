@@ -263,6 +263,8 @@ AXES_ENABLE_ADMIN = False  # the cache handler keeps no attempt rows to show
 # trusted proxy appended (the N-th entry from the right); whatever a client wrote to the left
 # of it counts for nothing. The log-in throttling (ipware) and DRF's throttles agree on it.
 TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
+AXES_IPWARE_META_PRECEDENCE_ORDER: tuple[str, ...]
+AXES_IPWARE_PROXY_COUNT: int | None
 if TRUSTED_PROXY_COUNT:
     AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
     # ipware counts the proxies inside the header; the last one is REMOTE_ADDR.

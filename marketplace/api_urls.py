@@ -1,6 +1,6 @@
 from django.urls import path
 
-from marketplace.api import market, money, organizations
+from marketplace.api import market, memberships, money, organizations
 
 urlpatterns = [
     path("auth/token/", organizations.AuthTokenApi.as_view(), name="api-auth-token"),
@@ -19,6 +19,33 @@ urlpatterns = [
         "organizations/<uuid:organization_id>/members/",
         organizations.OrganizationMemberListCreateApi.as_view(),
         name="api-organization-members",
+    ),
+    path(
+        # A membership's id, or `me` for the caller's own.
+        "organizations/<uuid:organization_id>/members/<str:member_id>/",
+        memberships.OrganizationMemberDetailApi.as_view(),
+        name="api-organization-member",
+    ),
+    path(
+        "organizations/<uuid:organization_id>/invitations/",
+        memberships.OrganizationInvitationListApi.as_view(),
+        name="api-organization-invitations",
+    ),
+    path(
+        "organizations/<uuid:organization_id>/invitations/<uuid:invitation_id>/cancel/",
+        memberships.OrganizationInvitationCancelApi.as_view(),
+        name="api-organization-invitation-cancel",
+    ),
+    path("invitations/", memberships.InvitationListApi.as_view(), name="api-invitations"),
+    path(
+        "invitations/<uuid:invitation_id>/accept/",
+        memberships.InvitationAcceptApi.as_view(),
+        name="api-invitation-accept",
+    ),
+    path(
+        "invitations/<uuid:invitation_id>/decline/",
+        memberships.InvitationDeclineApi.as_view(),
+        name="api-invitation-decline",
     ),
 ]
 

@@ -78,6 +78,87 @@ class Membership(BaseModel):
         return self.role == self.Role.ADMIN
 
 
+class Invitation(BaseModel):
+    """An admin's invitation of a user into the organization, which the user accepts or declines.
+
+    `username` is the name as the admin typed it. `invitee` is set only when that name was an
+    active user who was not a member yet: only such an invitation can be accepted and is mailed.
+    Every other name (unknown, inactive, already a member) is stored the same way without an
+    invitee, so that the admin's answers and lists look alike whether a name exists or not
+    (docs/adr/0008-invitations-do-not-tell-whether-a-name-exists.md)."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        ACCEPTED = "accepted", "Accepted"
+        DECLINED = "declined", "Declined"
+        CANCELLED = "cancelled", "Cancelled"
+        EXPIRED = "expired", "Expired"
+
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        Status.PENDING: {Status.ACCEPTED, Status.DECLINED, Status.CANCELLED, Status.EXPIRED},
+        Status.ACCEPTED: set(),
+        Status.DECLINED: set(),
+        Status.CANCELLED: set(),
+        Status.EXPIRED: set(),
+    }
+
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="invitations"
+    )
+    username = models.CharField(max_length=150)
+    invitee = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="invitations",
+    )
+    role = models.CharField(max_length=16, choices=Membership.Role.choices)
+    invited_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    expires_at = models.DateTimeField()
+    answered_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "id"]
+        indexes = [
+            models.Index(fields=["invitee", "status"], name="invitation_invitee_status"),
+            models.Index(fields=["organization", "status"], name="invitation_organization_status"),
+        ]
+        constraints = [
+            # One pending invitation per organization and name, and per organization and user.
+            models.UniqueConstraint(
+                fields=["organization", "username"],
+                condition=Q(status="pending"),
+                name="invitation_one_pending_per_username",
+            ),
+            models.UniqueConstraint(
+                fields=["organization", "invitee"],
+                condition=Q(status="pending"),
+                name="invitation_one_pending_per_invitee",
+            ),
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "accepted", "declined", "cancelled", "expired"]),
+                name="invitation_status_valid",
+            ),
+            models.CheckConstraint(
+                condition=Q(role__in=["admin", "member"]), name="invitation_role_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(status="pending") | Q(answered_at__isnull=False),
+                name="invitation_answered_when_closed",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.username} to {self.organization} ({self.status})"
+
+    def is_expired(self, now: datetime | None = None) -> bool:
+        return self.expires_at <= (now or timezone.now())
+
+
 # --- Clusters ------------------------------------------------------------------------------------
 
 

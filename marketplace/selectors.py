@@ -15,6 +15,7 @@ from marketplace.models import (
     Bid,
     Cluster,
     ClusterVerification,
+    Invitation,
     Membership,
     Offer,
     Organization,
@@ -57,6 +58,69 @@ def membership_list(organization: Organization) -> QuerySet[Membership]:
         .select_related("user")
         .order_by("user__username")
     )
+
+
+def membership_get_in_organization(actor: Membership, member_uuid: uuid.UUID | str) -> Membership:
+    """A membership of the actor's organization, by its id or `me` for the actor's own;
+    `NotFound` for any other."""
+    if member_uuid == "me":
+        return actor
+    try:
+        return Membership.objects.select_related("organization", "user").get(
+            organization=actor.organization, uuid=member_uuid
+        )
+    except (Membership.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such member.") from error
+
+
+def _pending(queryset: QuerySet[Invitation]) -> QuerySet[Invitation]:
+    """Pending and not past their expiry (an expired one is closed when next touched)."""
+    return queryset.filter(status=Invitation.Status.PENDING, expires_at__gt=timezone.now())
+
+
+def invitation_list_pending_for_organization(organization: Organization) -> QuerySet[Invitation]:
+    """The organization's open invitations, for its admins: by the name typed, whether or not
+    it is a user."""
+    return (
+        _pending(Invitation.objects.filter(organization=organization))
+        .select_related("organization", "invited_by")
+        .order_by("-created_at", "id")
+    )
+
+
+def invitation_get_for_organization(
+    organization: Organization, invitation_uuid: uuid.UUID | str
+) -> Invitation:
+    try:
+        return Invitation.objects.select_related("organization", "invited_by").get(
+            organization=organization, uuid=invitation_uuid
+        )
+    except (Invitation.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such invitation.") from error
+
+
+def invitation_list_pending_for_user(user: User) -> QuerySet[Invitation]:
+    """The invitations the user can still accept or decline."""
+    return (
+        _pending(Invitation.objects.filter(invitee=user))
+        .select_related("organization", "invited_by")
+        .order_by("expires_at", "id")
+    )
+
+
+def invitation_count_pending_for_user(user: User) -> int:
+    return _pending(Invitation.objects.filter(invitee=user)).count()
+
+
+def invitation_get_for_invitee(user: User, invitation_uuid: uuid.UUID | str) -> Invitation:
+    """One of the user's own invitations, whatever its status (answering one twice is a
+    conflict, not a 404); anybody else's is `NotFound`."""
+    try:
+        return Invitation.objects.select_related("organization", "invited_by").get(
+            invitee=user, uuid=invitation_uuid
+        )
+    except (Invitation.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such invitation.") from error
 
 
 def organization_admin_emails(organization: Organization) -> list[str]:

@@ -4,7 +4,7 @@ services decide."""
 from rest_framework import serializers
 
 from billing.serializers import BudgetSerializer, WalletSerializer
-from marketplace.models import Membership
+from marketplace.models import Invitation, Membership
 
 
 class TokenRequestSerializer(serializers.Serializer):
@@ -54,3 +54,38 @@ class MemberSerializer(serializers.Serializer):
     username = serializers.CharField(source="user.username")
     role = serializers.ChoiceField(choices=Membership.Role.choices)
     created_at = serializers.DateTimeField()
+
+
+class InvitationSerializer(serializers.Serializer):
+    """An invitation as the organization's admins see it: by the name they typed."""
+
+    id = serializers.UUIDField(source="uuid")
+    organization = serializers.UUIDField(source="organization.uuid")
+    username = serializers.CharField()
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+    status = serializers.ChoiceField(choices=Invitation.Status.choices)
+    invited_by = serializers.CharField(source="invited_by.username", allow_null=True)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+
+
+class InvitationOrganizationSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="uuid")
+    name = serializers.CharField()
+
+
+class MyInvitationSerializer(serializers.Serializer):
+    """An invitation as its invitee sees it."""
+
+    id = serializers.UUIDField(source="uuid")
+    organization = InvitationOrganizationSerializer()
+    role = serializers.ChoiceField(choices=Membership.Role.choices)
+    status = serializers.ChoiceField(choices=Invitation.Status.choices)
+    invited_by = serializers.CharField(source="invited_by.username", allow_null=True)
+    created_at = serializers.DateTimeField()
+    expires_at = serializers.DateTimeField()
+    answered_at = serializers.DateTimeField(allow_null=True)
+
+
+class MemberRoleSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=Membership.Role.choices)

@@ -14,8 +14,8 @@ from scheduler_bridge.slurm.errors import BridgeError
     time_limit=60,
     soft_time_limit=45,
 )
-def membership_notify_task(membership_id: int) -> bool:
-    return services.membership_notify(membership_id=membership_id)
+def invitation_notify_task(invitation_id: int) -> bool:
+    return services.invitation_notify(invitation_id=invitation_id)
 
 
 @shared_task(time_limit=120, soft_time_limit=100)

@@ -23,6 +23,33 @@ urlpatterns = [
         name="organization-detail",
     ),
     path("account/token/", views.ApiTokenView.as_view(), name="api-token"),
+    path(
+        "organizations/<uuid:organization_id>/invitations/<uuid:invitation_id>/cancel/",
+        views.OrganizationInvitationCancelView.as_view(),
+        name="organization-invitation-cancel",
+    ),
+    path(
+        # A membership's id, or `me` to leave.
+        "organizations/<uuid:organization_id>/members/<str:member_id>/remove/",
+        views.OrganizationMemberRemoveView.as_view(),
+        name="organization-member-remove",
+    ),
+    path(
+        "organizations/<uuid:organization_id>/members/<uuid:member_id>/role/",
+        views.OrganizationMemberRoleView.as_view(),
+        name="organization-member-role",
+    ),
+    path("invitations/", views.InvitationListView.as_view(), name="invitations"),
+    path(
+        "invitations/<uuid:invitation_id>/accept/",
+        views.InvitationAnswerView.as_view(accept=True),
+        name="invitation-accept",
+    ),
+    path(
+        "invitations/<uuid:invitation_id>/decline/",
+        views.InvitationAnswerView.as_view(accept=False),
+        name="invitation-decline",
+    ),
 ]
 
 urlpatterns += [

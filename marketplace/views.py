@@ -1,8 +1,9 @@
 """The web pages of identity and organizations. They call the same services and selectors as
 the API; an error raised by a service is shown beside the field it concerns."""
 
-from typing import Any
+from typing import Any, cast
 
+from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login
 from django.contrib.auth.mixins import LoginRequiredMixin
@@ -15,6 +16,7 @@ from django.views.generic import FormView, TemplateView
 from billing import selectors as billing_selectors
 from computeshare.errors import ApplicationError, Conflict, ValidationFailed
 from computeshare.forms import form_add_service_error
+from computeshare.models import User
 from marketplace import selectors, services
 from marketplace.forms import MemberAddForm, OrganizationForm, SignUpForm
 
@@ -67,20 +69,31 @@ class OrganizationCreateView(LoginRequiredMixin, FormView):
 
 
 class OrganizationDetailView(LoginRequiredMixin, View):
+    """The organization's members; its admins invite people here and see the pending
+    invitations."""
+
     template_name = "marketplace/organization_detail.html"
 
     def _render(
         self, request: HttpRequest, organization_id: str, form: MemberAddForm, status: int = 200
     ) -> HttpResponse:
         membership = selectors.membership_get_for_user(request.user, organization_id)
+        organization = membership.organization
+        members = list(selectors.membership_list(organization))
         context = {
             "membership": membership,
-            "organization": membership.organization,
-            "members": selectors.membership_list(membership.organization),
-            "wallet": billing_selectors.wallet_get(membership.organization),
-            "budget_alert": billing_selectors.budget_alert_list_open(
-                membership.organization
-            ).first(),
+            "organization": organization,
+            "members": members,
+            "is_last_admin": membership.is_admin
+            and sum(member.is_admin for member in members) == 1,
+            "invitation_expiry_days": settings.INVITATION_EXPIRY_DAYS,
+            "invitations": (
+                selectors.invitation_list_pending_for_organization(organization)
+                if membership.is_admin
+                else []
+            ),
+            "wallet": billing_selectors.wallet_get(organization),
+            "budget_alert": billing_selectors.budget_alert_list_open(organization).first(),
             "form": form,
         }
         return render(request, self.template_name, context, status=status)
@@ -93,7 +106,7 @@ class OrganizationDetailView(LoginRequiredMixin, View):
         if form.is_valid():
             try:
                 actor = selectors.membership_get_for_user(request.user, organization_id)
-                membership = services.membership_add(
+                invitation = services.invitation_create(
                     actor=actor,
                     username=form.cleaned_data["username"],
                     role=form.cleaned_data["role"],
@@ -101,12 +114,98 @@ class OrganizationDetailView(LoginRequiredMixin, View):
             except (ValidationFailed, Conflict) as error:
                 form_add_service_error(form, error)
             else:
+                # The same words whether or not the name is a user who can join.
                 messages.success(
                     request,
-                    f"{membership.user.username} joined as {membership.get_role_display()}.",
+                    f"{invitation.username} is invited as {invitation.get_role_display()}. "
+                    "They join once they accept.",
                 )
                 return HttpResponseRedirect(request.path)
         return self._render(request, organization_id, form, status=400)
+
+
+class OrganizationInvitationCancelView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, organization_id: str, invitation_id: str) -> HttpResponse:
+        actor = selectors.membership_get_for_user(request.user, organization_id)
+        invitation = selectors.invitation_get_for_organization(actor.organization, invitation_id)
+        try:
+            services.invitation_cancel(actor=actor, invitation=invitation)
+        except Conflict as error:
+            messages.error(request, error.detail)
+        else:
+            messages.success(request, f"The invitation of {invitation.username} is cancelled.")
+        return redirect("organization-detail", organization_id=actor.organization.uuid)
+
+
+class OrganizationMemberRemoveView(LoginRequiredMixin, View):
+    """Leaving (`me`) or, for admins, removing a member."""
+
+    def post(self, request: HttpRequest, organization_id: str, member_id: str) -> HttpResponse:
+        actor = selectors.membership_get_for_user(request.user, organization_id)
+        membership = selectors.membership_get_in_organization(actor, member_id)
+        organization = actor.organization
+        try:
+            services.membership_remove(actor=actor, membership=membership)
+        except Conflict as error:
+            messages.error(request, error.detail)
+            return redirect("organization-detail", organization_id=organization.uuid)
+        if membership.pk == actor.pk:
+            messages.success(request, f"You left {organization.name}.")
+            return redirect("dashboard")
+        messages.success(request, f"{membership.user.username} is no longer a member.")
+        return redirect("organization-detail", organization_id=organization.uuid)
+
+
+class OrganizationMemberRoleView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, organization_id: str, member_id: str) -> HttpResponse:
+        actor = selectors.membership_get_for_user(request.user, organization_id)
+        membership = selectors.membership_get_in_organization(actor, member_id)
+        try:
+            membership = services.membership_role_change(
+                actor=actor, membership=membership, role=request.POST.get("role", "")
+            )
+        except (ValidationFailed, Conflict) as error:
+            messages.error(request, error.detail)
+        else:
+            messages.success(
+                request,
+                f"{membership.user.username} is now {membership.get_role_display().lower()}.",
+            )
+        return redirect("organization-detail", organization_id=actor.organization.uuid)
+
+
+class InvitationListView(LoginRequiredMixin, TemplateView):
+    """The signed-in user's pending invitations, to accept or decline."""
+
+    template_name = "marketplace/invitations.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        user = cast(User, self.request.user)  # LoginRequiredMixin
+        context["invitations"] = selectors.invitation_list_pending_for_user(user)
+        return context
+
+
+class InvitationAnswerView(LoginRequiredMixin, View):
+    accept = True
+
+    def post(self, request: HttpRequest, invitation_id: str) -> HttpResponse:
+        user = cast(User, request.user)  # LoginRequiredMixin
+        invitation = selectors.invitation_get_for_invitee(user, invitation_id)
+        organization = invitation.organization
+        try:
+            if self.accept:
+                services.invitation_accept(user=user, invitation=invitation)
+            else:
+                services.invitation_decline(user=user, invitation=invitation)
+        except Conflict as error:
+            messages.error(request, error.detail)
+            return redirect("invitations")
+        if self.accept:
+            messages.success(request, f"You joined {organization.name}.")
+            return redirect("organization-detail", organization_id=organization.uuid)
+        messages.success(request, f"You declined the invitation to {organization.name}.")
+        return redirect("invitations")
 
 
 class ApiTokenView(LoginRequiredMixin, View):

@@ -307,6 +307,8 @@ TOP_UP_MAXIMUM = Decimal(env("TOP_UP_MAXIMUM", default="50000.00"))
 # Billing does not know memberships (imports go one way); this names who tells it the
 # addresses of an organization's admins.
 BILLING_ADMIN_EMAILS = "marketplace.selectors.organization_admin_emails"
+# How long an invitation into an organization can be accepted.
+INVITATION_EXPIRY_DAYS = env.int("INVITATION_EXPIRY_DAYS", default=14)
 SITE_URL = env("SITE_URL", default="http://127.0.0.1:8000").rstrip("/")
 
 # --- Mail --------------------------------------------------------------------------------------
@@ -350,6 +352,7 @@ SPECTACULAR_SETTINGS = {
         "BidStatusEnum": "marketplace.models.Bid.Status",
         "AllocationStatusEnum": "marketplace.models.Allocation.Status",
         "TopUpStatusEnum": "billing.models.TopUp.Status",
+        "InvitationStatusEnum": "marketplace.models.Invitation.Status",
     },
 }
 

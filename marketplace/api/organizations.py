@@ -16,6 +16,7 @@ from marketplace import selectors, services
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace.models import Membership
 from marketplace.serializers import (
+    InvitationSerializer,
     MemberAddSerializer,
     MemberSerializer,
     MeSerializer,
@@ -137,8 +138,14 @@ class OrganizationMemberListCreateApi(APIView):
 
     @extend_schema(
         operation_id="organization_members_create",
+        description=(
+            "Invites the user into the organization: they become a member once they accept "
+            "(`POST /invitations/{id}/accept/`). The answer is the same whether or not the name "
+            "is an active user who can join; inviting a name that has a pending invitation "
+            "answers that invitation."
+        ),
         request=MemberAddSerializer,
-        responses={201: MemberSerializer, **ERRORS},
+        responses={201: InvitationSerializer, **ERRORS},
         parameters=[IDEMPOTENCY_KEY],
     )
     def post(self, request: Request, organization_id: str) -> Response:
@@ -148,11 +155,11 @@ class OrganizationMemberListCreateApi(APIView):
         def create() -> Response:
             payload = MemberAddSerializer(data=request.data)
             payload.is_valid(raise_exception=True)
-            membership = services.membership_add(
+            invitation = services.invitation_create(
                 actor=actor,
                 username=payload.validated_data["username"],
                 role=payload.validated_data["role"],
             )
-            return Response(MemberSerializer(membership).data, status=status.HTTP_201_CREATED)
+            return Response(InvitationSerializer(invitation).data, status=status.HTTP_201_CREATED)
 
         return idempotent(request, create)

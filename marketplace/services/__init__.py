@@ -16,6 +16,16 @@ from marketplace.services.clusters import (
     cluster_suspend,
     ssh_settings_for,
 )
+from marketplace.services.memberships import (
+    invitation_accept,
+    invitation_cancel,
+    invitation_create,
+    invitation_decline,
+    invitation_expiry,
+    invitation_notify,
+    membership_remove,
+    membership_role_change,
+)
 from marketplace.services.offers import (
     bid_place,
     bid_withdraw,
@@ -26,8 +36,6 @@ from marketplace.services.offers import (
 from marketplace.services.organizations import (
     auth_token_get,
     auth_token_obtain,
-    membership_add,
-    membership_notify,
     organization_create,
     token_regenerate,
 )
@@ -73,8 +81,14 @@ __all__ = [
     "cluster_verification_run",
     "cluster_verification_start",
     "cluster_verify",
-    "membership_add",
-    "membership_notify",
+    "invitation_accept",
+    "invitation_cancel",
+    "invitation_create",
+    "invitation_decline",
+    "invitation_expiry",
+    "invitation_notify",
+    "membership_remove",
+    "membership_role_change",
     "offer_buy",
     "offer_cancel",
     "offer_create",

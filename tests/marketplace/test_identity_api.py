@@ -7,18 +7,19 @@ import pytest
 from rest_framework.authtoken.models import Token
 
 from computeshare.models import IdempotencyRecord, User
-from marketplace.models import Membership, Organization
+from marketplace.models import Invitation, Membership, Organization
 from tests.conftest import client_for
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db
 
 
-def snapshot() -> tuple[int, int, int, int, int]:
+def snapshot() -> tuple[int, int, int, int, int, int]:
     return (
         User.objects.count(),
         Organization.objects.count(),
         Membership.objects.count(),
+        Invitation.objects.count(),
         Token.objects.count(),
         IdempotencyRecord.objects.count(),
     )
@@ -244,7 +245,7 @@ def test_an_unknown_or_malformed_id_is_404_in_the_error_shape(team):
 # --- members -------------------------------------------------------------------------------
 
 
-def test_admin_adds_a_member(team):
+def test_adding_a_member_invites_them_and_adds_nobody_yet(team):
     newcomer = UserFactory(username="newcomer")
 
     response = client_for(team.admin).post(
@@ -254,14 +255,16 @@ def test_admin_adds_a_member(team):
     )
 
     assert response.status_code == 201
-    membership = Membership.objects.get(organization=team.organization, user=newcomer)
-    assert response.json()["id"] == str(membership.uuid)
+    invitation = Invitation.objects.get(organization=team.organization, invitee=newcomer)
+    assert response.json()["id"] == str(invitation.uuid)
     assert response.json()["username"] == "newcomer"
     assert response.json()["role"] == "member"
-    assert membership.added_by == team.admin
+    assert response.json()["status"] == "pending"
+    assert invitation.invited_by == team.admin
+    assert not Membership.objects.filter(organization=team.organization, user=newcomer).exists()
 
 
-def test_admin_adds_another_admin(team):
+def test_admin_invites_another_admin(team):
     UserFactory(username="second-admin")
 
     response = client_for(team.admin).post(
@@ -272,6 +275,7 @@ def test_admin_adds_another_admin(team):
 
     assert response.status_code == 201
     assert response.json()["role"] == "admin"
+    assert Membership.objects.filter(organization=team.organization, role="admin").count() == 1
 
 
 def test_a_member_adding_members_is_403_and_writes_nothing(team):
@@ -305,8 +309,8 @@ def test_an_outsider_adding_members_is_404_even_with_a_bad_body(team):
 @pytest.mark.parametrize(
     ("body", "field"),
     [
-        ({"username": "ghost", "role": "member"}, "username"),
         ({"username": "newcomer", "role": "owner"}, "role"),
+        ({"username": "", "role": "member"}, "username"),
         ({"role": "member"}, "username"),
     ],
 )
@@ -324,19 +328,18 @@ def test_adding_with_bad_input_is_invalid_and_writes_nothing(team, body, field):
     assert snapshot() == before
 
 
-def test_adding_an_existing_member_is_409(team):
-    before = snapshot()
-
+def test_inviting_an_existing_member_answers_like_any_name_and_changes_nothing(team):
     response = client_for(team.admin).post(
         f"/api/v1/organizations/{team.organization.uuid}/members/",
         {"username": team.member.username, "role": "admin"},
         format="json",
     )
 
-    assert response.status_code == 409
-    assert response.json()["code"] == "already_member"
+    assert response.status_code == 201
+    assert response.json()["status"] == "pending"
     assert Membership.objects.get(organization=team.organization, user=team.member).role == "member"
-    assert snapshot() == before
+    # Nobody can accept it: the member is not asked to join what they are in.
+    assert not Invitation.objects.filter(invitee=team.member).exists()
 
 
 def test_members_list_is_visible_to_members_only(team):

@@ -59,20 +59,24 @@ def test_newcomer_signs_up_creates_an_organization_adds_a_member_and_uses_a_toke
     expect(page.get_by_role("heading", name="Plasma Lab")).to_be_visible()
     expect(page.get_by_text("you: admin")).to_be_visible()
 
-    # An unknown username is refused beside the field; then Bob is added as a member.
-    member_form = page.locator("#member-add")
+    # She invites an unknown name and Bob: both read alike; nobody joins before accepting.
+    member_form = page.locator("#member-invite")
     member_form.get_by_label("Username").fill("nobody")
-    member_form.get_by_role("button", name="Add member").click()
-    expect(page.get_by_text("No active user has this username.")).to_be_visible()
+    member_form.get_by_role("button", name="Send invitation").click()
+    expect(
+        page.get_by_text("nobody is invited as Member. They join once they accept.")
+    ).to_be_visible()
     member_form.get_by_label("Username").fill("bob")
     member_form.get_by_label("Role").select_option("member")
-    member_form.get_by_role("button", name="Add member").click()
-    expect(page.get_by_text("bob joined as Member.")).to_be_visible()
+    member_form.get_by_role("button", name="Send invitation").click()
+    expect(
+        page.get_by_text("bob is invited as Member. They join once they accept.")
+    ).to_be_visible()
+    expect(page.locator("#invitations tbody tr")).to_have_count(2)
     members = page.locator("#members tbody tr")
-    expect(members).to_have_count(2)
-    expect(members.filter(has_text="bob")).to_contain_text("member")
+    expect(members).to_have_count(1)
     expect(members.filter(has_text="alice")).to_contain_text("admin")
-    assert Membership.objects.get(user__username="bob").role == "member"
+    assert not Membership.objects.filter(user__username="bob").exists()
 
     # The token page shows a token that works against the API.
     navigation(page).get_by_role("link", name="API token").click()
@@ -92,15 +96,27 @@ def test_newcomer_signs_up_creates_an_organization_adds_a_member_and_uses_a_toke
     old = page.request.get(f"{base}/api/v1/me/", headers={"Authorization": f"Token {token}"})
     assert old.status == 401
 
-    # Bob sees the organization as a member, without the form to add members.
+    # Bob logs in.
     log_out(page)
     navigation(page).get_by_role("link", name="Log in").click()
     page.get_by_label("Username").fill("bob")
     page.get_by_label("Password").fill(PASSWORD)
     page.get_by_role("button", name="Log in").click()
-    page.get_by_role("link", name="Plasma Lab").click()
+    # Bob sees his invitation counted in the navigation and accepts it.
+    expect(navigation(page).locator("#invitation-count")).to_contain_text("1")
+    navigation(page).get_by_role("link", name=re.compile("Invitations")).click()
+    page.get_by_role("button", name="Accept the invitation to Plasma Lab").click()
+    expect(page.get_by_text("You joined Plasma Lab.")).to_be_visible()
     expect(page.get_by_text("you: member")).to_be_visible()
     expect(page.get_by_text("Only an admin of Plasma Lab can add members.")).to_be_visible()
+    expect(navigation(page).locator("#invitation-count")).to_have_count(0)
+    assert Membership.objects.get(user__username="bob").role == "member"
+
+    # Then he leaves it.
+    page.once("dialog", lambda dialog: dialog.accept())
+    page.get_by_role("button", name="Leave").click()
+    expect(page.get_by_text("You left Plasma Lab.")).to_be_visible()
+    assert not Membership.objects.filter(user__username="bob").exists()
 
 
 def test_api_docs_render_offline_from_our_own_static_files(page: Page, live_server):

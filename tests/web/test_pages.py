@@ -10,7 +10,7 @@ from rest_framework.authtoken.models import Token
 from billing import services
 from billing.models import ReferenceKind
 from computeshare.models import User
-from marketplace.models import Membership, Organization
+from marketplace.models import Invitation, Membership, Organization
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -122,7 +122,7 @@ def test_an_outsider_gets_404_on_the_organization_page(client, team):
     assert response.status_code == 404
 
 
-def test_admin_adds_a_member_from_the_page(client, team):
+def test_admin_invites_a_member_from_the_page(client, team):
     UserFactory(username="grace")
     client.force_login(team.admin)
 
@@ -133,22 +133,25 @@ def test_admin_adds_a_member_from_the_page(client, team):
     )
 
     assert response.status_code == 200
-    assert b"grace joined as Admin." in response.content
-    assert Membership.objects.get(user__username="grace").role == "admin"
+    assert b"grace is invited as Admin. They join once they accept." in response.content
+    assert not Membership.objects.filter(user__username="grace").exists()
+    assert Invitation.objects.get(invitee__username="grace").role == "admin"
 
 
 def test_member_form_errors_are_beside_the_fields(client, team):
     client.force_login(team.admin)
-    before = Membership.objects.count()
+    before = Invitation.objects.count()
 
     response = client.post(
         reverse("organization-detail", args=[team.organization.uuid]),
-        {"username": "nobody", "role": "member"},
+        {"username": "grace", "role": "owner"},
     )
 
     assert response.status_code == 400
-    assert b"No active user has this username." in response.content
-    assert Membership.objects.count() == before
+    assert b"Select a valid choice. owner is not one of the available choices." in (
+        response.content
+    )
+    assert Invitation.objects.count() == before
 
 
 def test_a_member_cannot_add_members_from_the_page(client, team):
@@ -161,8 +164,8 @@ def test_a_member_cannot_add_members_from_the_page(client, team):
     )
 
     assert response.status_code == 403
-    assert b"Only an admin of this organization can add members." in response.content
-    assert not Membership.objects.filter(user__username="grace").exists()
+    assert b"Only an admin of this organization can invite members." in response.content
+    assert not Invitation.objects.exists()
 
 
 def test_create_organization_from_the_page(client, user):

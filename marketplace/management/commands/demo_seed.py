@@ -68,7 +68,11 @@ class Command(BaseCommand):
                     organization=organization, role=Membership.Role.ADMIN
                 ).first()
                 if admin is not None:
-                    services.membership_add(actor=admin, username=username, role=role)
+                    # The demo's people say yes at once: invited, then accepted.
+                    invitation = services.invitation_create(
+                        actor=admin, username=username, role=role
+                    )
+                    services.invitation_accept(user=user, invitation=invitation)
         if not Cluster.objects.filter(organization__name=OWNER).exists():
             self._seed_market()
 

@@ -259,6 +259,8 @@ def tenant_account_list(cluster: Cluster) -> QuerySet[TenantAccount]:
 
 
 def tenant_account_get(cluster: Cluster, username: str) -> TenantAccount:
+    if "\x00" in username:  # from the URL (%00): PostgreSQL refuses NUL in any text
+        raise NotFound("No such tenant account on this cluster.")
     try:
         return tenant_account_list(cluster).select_related("cluster").get(username=username)
     except TenantAccount.DoesNotExist as error:

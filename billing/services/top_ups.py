@@ -71,6 +71,8 @@ def top_up_create(
     With the same `idempotency_key` the same top-up comes back. When Stripe cannot be reached
     the top-up is marked failed with the reason and `PaymentProviderUnavailable` raised.
     It calls Stripe: never call it inside a transaction."""
+    if idempotency_key and len(idempotency_key) > 255:
+        raise ValidationFailed(fields={"Idempotency-Key": ["At most 255 characters."]})
     top_up = _top_up_row(
         organization=organization,
         actor=actor,

@@ -1,0 +1,80 @@
+"""Inputs the hostile-input suite (test_hostile_inputs.py) found answered with a 500; each is a
+refusal now, and writes nothing."""
+
+import pytest
+from django.test import Client
+from rest_framework.test import APIClient
+
+from billing.models import TopUp
+from computeshare.models import User
+from marketplace.models import Membership, Organization
+from tests.factories import ClusterFactory, MembershipFactory
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def admin() -> Membership:
+    return MembershipFactory(role=Membership.Role.ADMIN)
+
+
+def api(user: User) -> APIClient:
+    client = APIClient()
+    client.force_authenticate(user)
+    return client
+
+
+@pytest.mark.parametrize(
+    "body", [b"[" * 5_000 + b"]" * 5_000, b'{"name":' * 5_000 + b"1" + b"}" * 5_000]
+)
+def test_json_nested_past_the_recursion_limit_is_malformed(admin, body):
+    answer = api(admin.user).post("/api/v1/organizations/", body, content_type="application/json")
+
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "malformed_request"
+    assert Organization.objects.count() == 1
+
+
+def test_a_lone_surrogate_is_malformed_json(admin):
+    answer = api(admin.user).post(
+        "/api/v1/organizations/", b'{"name": "lab \\ud800"}', content_type="application/json"
+    )
+
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "malformed_request"
+    assert Organization.objects.count() == 1
+
+
+def test_surrogate_pairs_are_still_fine(admin):
+    answer = api(admin.user).post(
+        "/api/v1/organizations/", b'{"name": "lab \\ud83d\\ude80"}', content_type="application/json"
+    )
+
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["name"] == "lab \U0001f680"
+
+
+def test_a_top_up_idempotency_key_past_255_characters_is_refused(admin):
+    answer = api(admin.user).post(
+        f"/api/v1/organizations/{admin.organization.uuid}/top-ups/",
+        {"amount": "10.00"},
+        format="json",
+        HTTP_IDEMPOTENCY_KEY="k" * 256,
+    )
+
+    assert answer.status_code == 400
+    assert answer.json()["extra"]["fields"] == {"Idempotency-Key": ["At most 255 characters."]}
+    assert TopUp.objects.count() == 0
+
+
+def test_a_tenant_account_named_with_a_nul_byte_is_not_found(admin):
+    cluster = ClusterFactory(organization=admin.organization)
+    path = f"/clusters/{cluster.uuid}/tenant-accounts/a%00b/scrub/"
+
+    answer = api(admin.user).post(f"/api/v1{path}")
+    page = Client()
+    page.force_login(admin.user)
+    page_answer = page.post(path)
+
+    assert answer.status_code == 404 and answer.json()["code"] == "not_found"
+    assert page_answer.status_code == 404

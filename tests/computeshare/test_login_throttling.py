@@ -197,6 +197,18 @@ def test_an_operator_unlocks_an_account_and_everyone(limit_three):
     assert is_logged_in(page_login("bob", PASSWORD, "198.18.0.4"))
 
 
+@pytest.mark.django_db
+def test_an_operator_unlocks_an_address(limit_three):
+    make_user("alice")
+    for number in range(3):
+        page_login(f"guess{number}", "wrong", "198.18.0.66")
+    assert page_login("alice", PASSWORD, "198.18.0.66").status_code == 429
+
+    call_command("axes_reset_ip", "198.18.0.66")
+
+    assert is_logged_in(page_login("alice", PASSWORD, "198.18.0.66"))
+
+
 # --- real server processes --------------------------------------------------------------------
 
 

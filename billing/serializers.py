@@ -3,10 +3,12 @@
 from rest_framework import serializers
 
 from billing.models import Entry, TopUp
+from computeshare.numbers import DecimalString, WholeNumber
 
 
-class Money(serializers.DecimalField):
-    """A decimal string with the ledger's six places, or cents where money enters or leaves."""
+class Money(DecimalString):
+    """A decimal string with the ledger's six places, or cents where money enters or leaves;
+    as input, a decimal string only (never a JSON number)."""
 
     def __init__(self, *, places: int = 6, **kwargs: object) -> None:
         super().__init__(max_digits=20, decimal_places=places, **kwargs)  # type: ignore[arg-type]
@@ -28,16 +30,16 @@ class BudgetSerializer(serializers.Serializer):
 
 
 class BudgetUpdateSerializer(serializers.Serializer):
-    monthly_limit = serializers.DecimalField(
-        max_digits=14, decimal_places=2, min_value=0, allow_null=True
+    monthly_limit = DecimalString(
+        max_digits=14, decimal_places=2, min_value=0, allow_null=True, example="500.00"
     )
     alert_thresholds = serializers.ListField(
-        child=serializers.IntegerField(min_value=1, max_value=100), max_length=10
+        child=WholeNumber(min_value=1, max_value=100), max_length=10
     )
 
 
 class TopUpCreateSerializer(serializers.Serializer):
-    amount = serializers.DecimalField(max_digits=14, decimal_places=2)
+    amount = DecimalString(max_digits=14, decimal_places=2)
 
 
 class TopUpSerializer(serializers.ModelSerializer):

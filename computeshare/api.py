@@ -27,6 +27,7 @@ from computeshare.errors import (
     ValidationFailed,
 )
 from computeshare.models import IdempotencyRecord, User
+from computeshare.numbers import whole_number
 
 logger = logging.getLogger(__name__)
 
@@ -43,7 +44,8 @@ class Pagination(PageNumberPagination):
         raw = request.query_params.getlist(self.page_size_query_param)
         if not raw:
             return self.page_size
-        if len(raw) > 1 or not raw[0].isdigit() or not 1 <= int(raw[0]) <= self.max_page_size:
+        size = whole_number(raw[0]) if len(raw) == 1 else None
+        if size is None or not 1 <= size <= self.max_page_size:
             raise ValidationFailed(
                 fields={
                     self.page_size_query_param: [
@@ -51,7 +53,7 @@ class Pagination(PageNumberPagination):
                     ]
                 }
             )
-        return int(raw[0])
+        return size
 
 
 def validated(serializer_class: type[serializers.BaseSerializer], data: Any) -> dict[str, Any]:

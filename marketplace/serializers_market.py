@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
+from computeshare.numbers import DecimalString, decimal_string_message, is_decimal_text
 from marketplace.models import (
     Allocation,
     Bid,
@@ -72,13 +73,21 @@ class WholeUnits(serializers.Field):
     """A whole number of units, given as a JSON number or a decimal string; the service checks
     the range."""
 
-    default_error_messages = {"invalid": "A whole number of units."}
+    default_error_messages = {
+        "invalid": "A whole number of units.",
+        "not_a_string": decimal_string_message("quantity", "10"),
+    }
 
     def to_internal_value(self, data: Any) -> Decimal:
-        if isinstance(data, bool) or not isinstance(data, int | str | float):
+        if isinstance(data, float):
+            # A JSON number with a point or an exponent (2.0, 1e309): API.md asks for strings.
+            self.fail("not_a_string")
+        if isinstance(data, bool) or not isinstance(data, int | str):
+            self.fail("invalid")
+        if isinstance(data, str) and not is_decimal_text(data.strip()):
             self.fail("invalid")
         try:
-            number = Decimal(str(data))
+            number = Decimal(str(data).strip())
         except ArithmeticError:
             self.fail("invalid")
         if not number.is_finite() or number != number.to_integral_value():
@@ -392,9 +401,14 @@ class OfferCreateSerializer(serializers.Serializer):
     quantity = WholeUnits()
     window_start = serializers.DateTimeField()
     window_end = serializers.DateTimeField()
-    reserve_price = serializers.DecimalField(max_digits=20, decimal_places=6)
-    buy_now_price = serializers.DecimalField(
-        max_digits=20, decimal_places=6, required=False, allow_null=True
+    reserve_price = DecimalString(max_digits=20, decimal_places=6, noun="price", example="1.50")
+    buy_now_price = DecimalString(
+        max_digits=20,
+        decimal_places=6,
+        required=False,
+        allow_null=True,
+        noun="price",
+        example="2.00",
     )
     auction_closes_at = serializers.DateTimeField()
     max_per_buyer = WholeUnits(required=False, allow_null=True)
@@ -429,7 +443,7 @@ class PurchaseSerializer(serializers.Serializer):
 class BidCreateSerializer(serializers.Serializer):
     organization = serializers.UUIDField()
     quantity = WholeUnits()
-    price = serializers.DecimalField(max_digits=20, decimal_places=6)
+    price = DecimalString(max_digits=20, decimal_places=6, noun="price", example="1.50")
     min_quantity = WholeUnits(required=False, allow_null=True)
 
 

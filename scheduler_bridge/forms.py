@@ -10,6 +10,7 @@ from typing import Any
 from django import forms
 
 from computeshare.forms import StyledFormMixin
+from computeshare.numbers import WholeNumberFormField
 from scheduler_bridge.backends.arrays import InvalidArray, parse_array
 from scheduler_bridge.models import JobState
 from scheduler_bridge.services import JobRequest
@@ -30,7 +31,7 @@ MAX_NODES = 10_000
 
 
 def _whole_number(label: str, *, minimum: int, maximum: int, initial: int) -> forms.IntegerField:
-    return forms.IntegerField(
+    return WholeNumberFormField(
         label=label,
         min_value=minimum,
         max_value=maximum,

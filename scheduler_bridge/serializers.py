@@ -10,6 +10,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
+from computeshare.numbers import WholeNumber
 from marketplace.serializers_market import Units, units_text
 from scheduler_bridge.models import Job, JobState, JobTask
 
@@ -18,11 +19,11 @@ class JobCreateSerializer(serializers.Serializer):
     allocation = serializers.UUIDField()
     name = serializers.CharField(max_length=200)
     script = serializers.CharField(trim_whitespace=False)
-    time_limit_minutes = serializers.IntegerField(min_value=1, max_value=525600)
-    cpus_per_task = serializers.IntegerField(min_value=1, max_value=100000, default=1)
-    ntasks = serializers.IntegerField(min_value=1, max_value=100000, default=1)
-    nodes = serializers.IntegerField(min_value=1, max_value=10000, default=1)
-    gpus = serializers.IntegerField(min_value=0, max_value=10000, default=0)
+    time_limit_minutes = WholeNumber(min_value=1, max_value=525600)
+    cpus_per_task = WholeNumber(min_value=1, max_value=100000, default=1)
+    ntasks = WholeNumber(min_value=1, max_value=100000, default=1)
+    nodes = WholeNumber(min_value=1, max_value=10000, default=1)
+    gpus = WholeNumber(min_value=0, max_value=10000, default=0)
     array = serializers.CharField(max_length=200, required=False, allow_null=True)
     environment = serializers.DictField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False),
@@ -180,8 +181,8 @@ class JobFilterSerializer(serializers.Serializer):
 
 class JobOutputQuerySerializer(serializers.Serializer):
     stream = serializers.ChoiceField(choices=["stdout", "stderr"], default="stdout")
-    tail_bytes = serializers.IntegerField(min_value=1, default=65536)
-    task = serializers.IntegerField(min_value=0, required=False)
+    tail_bytes = WholeNumber(min_value=1, default=65536)
+    task = WholeNumber(min_value=0, required=False)
 
     def validate_tail_bytes(self, value: int) -> int:
         limit = settings.JOBS_OUTPUT_MAX_TAIL_BYTES

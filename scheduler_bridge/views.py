@@ -34,6 +34,7 @@ from computeshare.errors import (
     ValidationFailed,
 )
 from computeshare.forms import form_add_service_error
+from computeshare.numbers import whole_number
 from marketplace import selectors as market_selectors
 from marketplace.models import Allocation, Membership, Resource
 from scheduler_bridge import errors, selectors, services
@@ -306,7 +307,15 @@ class JobOutputView(LoginRequiredMixin, View):
         stream = "stderr" if request.GET.get("stream") == "stderr" else "stdout"
         tasks = [task.array_task_id for task in job.tasks.all()] if job.is_array else []
         task = request.GET.get("task", "")
-        task_id = int(task) if task.isdigit() else (tasks[0] if tasks else None)
+        task_id: int | None = tasks[0] if tasks else None
+        if task:
+            task_id = whole_number(task)
+            if task_id is None:
+                return HttpResponse(
+                    "The task is a whole number, such as 0.",
+                    status=400,
+                    content_type="text/plain; charset=utf-8",
+                )
         text = ""
         problem = ""
         try:

@@ -10,7 +10,10 @@ from dataclasses import dataclass
 MAX_ARRAY_INDEX = 1000
 MAX_ARRAY_TASKS = 1001
 
-_PART = re.compile(r"^(\d+)(?:-(\d+)(?::(\d+))?)?$")
+# ASCII digits only: `\d` would take "٣" (Arabic-Indic three), which int() reads as 3 but sbatch
+# would be given as typed.
+_PART = re.compile(r"([0-9]{1,9})(?:-([0-9]{1,9})(?::([0-9]{1,9}))?)?", re.ASCII)
+_THROTTLE = re.compile(r"[0-9]{1,9}", re.ASCII)
 
 
 class InvalidArray(ValueError):
@@ -32,12 +35,13 @@ def parse_array(expression: str) -> ArraySpec:
     body, percent, throttle_text = text.partition("%")
     throttle = None
     if percent:
-        if not throttle_text.isdigit() or int(throttle_text) < 1:
+        # Not str.isdigit(), which is true of "²" (and int() then refuses it).
+        if not _THROTTLE.fullmatch(throttle_text) or int(throttle_text) < 1:
             raise InvalidArray("The limit after % must be a whole number of at least 1.")
         throttle = int(throttle_text)
     indices: set[int] = set()
     for part in body.split(","):
-        match = _PART.match(part.strip())
+        match = _PART.fullmatch(part.strip())
         if match is None:
             raise InvalidArray(
                 f"`{part}` is not an index, a range `a-b` or a stepped range `a-b:s`."

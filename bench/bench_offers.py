@@ -45,8 +45,8 @@ def _ssh_private_key() -> str:
 def _offers(rng: random.Random, count: int = 10_000, clusters: int = 50) -> str:
     """`count` offers over `clusters` clusters of one partition each, and an API token."""
     from django.utils import timezone
-    from rest_framework.authtoken.models import Token
 
+    from computeshare import services
     from computeshare.models import User
     from marketplace.models import Cluster, Offer, Organization, Partition
 
@@ -106,7 +106,7 @@ def _offers(rng: random.Random, count: int = 10_000, clusters: int = 50) -> str:
     Offer.objects.bulk_create(offers, batch_size=2_000)
     analyze("marketplace_offer", "marketplace_cluster", "marketplace_partition")
     user = User.objects.create(username="bench-reader")
-    return Token.objects.create(user=user).key
+    return services.api_token_create(user=user, name="bench")[1]
 
 
 def _query_counts(token: str) -> dict[int, list[str]]:

@@ -181,6 +181,9 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
         if isinstance(exc, drf_exceptions.NotAuthenticated | drf_exceptions.AuthenticationFailed):
             # DRF answers 403 here when no authenticator names a scheme; the token one does.
             headers["WWW-Authenticate"] = "Token"
+            # The token authenticator names why a key failed (`token_expired`, `token_revoked`).
+            reason = exc.get_codes()
+            code = reason if isinstance(reason, str) else code
             return Response(_error_body(str(exc.detail), code), status=401, headers=headers)
         return Response(
             _error_body(str(exc.detail), code, extra), status=exc.status_code, headers=headers

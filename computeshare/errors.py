@@ -39,6 +39,24 @@ class InvalidCredentials(ApplicationError):
     default_detail = "Unable to log in with the username and password given."
 
 
+class AuthenticationFailed(ApplicationError):
+    """The credentials sent with a request do not sign anyone in (401)."""
+
+    status_code = 401
+    code = "authentication_failed"
+    default_detail = "Invalid token."
+
+
+class TokenExpired(AuthenticationFailed):
+    code = "token_expired"
+    default_detail = "This token has expired."
+
+
+class TokenRevoked(AuthenticationFailed):
+    code = "token_revoked"
+    default_detail = "This token was revoked."
+
+
 class PermissionDenied(ApplicationError):
     status_code = 403
     code = "permission_denied"
@@ -62,6 +80,11 @@ class Conflict(ApplicationError):
 class AlreadyMember(Conflict):
     code = "already_member"
     default_detail = "This user is already a member of the organization."
+
+
+class TokenLimitReached(Conflict):
+    code = "token_limit_reached"
+    default_detail = "You have as many live API tokens as one may have; revoke one first."
 
 
 class IdempotencyKeyReused(Conflict):

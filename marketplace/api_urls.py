@@ -1,9 +1,15 @@
 from django.urls import path
 
-from marketplace.api import market, memberships, money, organizations
+from marketplace.api import market, memberships, money, organizations, tokens
 
 urlpatterns = [
     path("auth/token/", organizations.AuthTokenApi.as_view(), name="api-auth-token"),
+    path("auth/tokens/", tokens.ApiTokenListCreateApi.as_view(), name="api-auth-tokens"),
+    path(
+        "auth/tokens/<uuid:token_id>/",
+        tokens.ApiTokenRevokeApi.as_view(),
+        name="api-auth-token-revoke",
+    ),
     path("me/", organizations.MeApi.as_view(), name="api-me"),
     path(
         "organizations/",

@@ -49,3 +49,21 @@ class BudgetForm(StyledFormMixin, forms.Form):
             return [int(part) for part in raw.replace(" ", "").split(",") if part]
         except ValueError as error:
             raise forms.ValidationError("Whole numbers from 1 to 100, comma-separated.") from error
+
+
+class ApiTokenForm(StyledFormMixin, forms.Form):
+    name = forms.CharField(max_length=100, help_text="What uses it, to tell your tokens apart.")
+    expires_in_days = forms.TypedChoiceField(
+        label="Expires",
+        choices=[
+            ("", "Never"),
+            ("7", "In 7 days"),
+            ("30", "In 30 days"),
+            ("90", "In 90 days"),
+            ("365", "In a year"),
+        ],
+        coerce=int,
+        empty_value=None,
+        required=False,
+        initial="90",
+    )

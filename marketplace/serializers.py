@@ -10,10 +10,23 @@ from marketplace.models import Invitation, Membership
 class TokenRequestSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(max_length=4096, trim_whitespace=False)
+    name = serializers.CharField(
+        max_length=100, default="API log-in", help_text="A name for the new token."
+    )
+    expires_in_days = serializers.IntegerField(
+        min_value=1,
+        max_value=3650,
+        required=False,
+        allow_null=True,
+        help_text="The token expires this many days from now; never when not given.",
+    )
 
 
 class TokenSerializer(serializers.Serializer):
-    token = serializers.CharField()
+    token = serializers.CharField(help_text="The key, shown this once: only its digest is kept.")
+    id = serializers.UUIDField(source="uuid")
+    name = serializers.CharField()
+    expires_at = serializers.DateTimeField(allow_null=True)
 
 
 class OrganizationRoleSerializer(serializers.Serializer):

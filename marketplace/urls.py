@@ -1,7 +1,8 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
+from django.views.generic import RedirectView
 
-from marketplace import views, views_market, views_money
+from marketplace import views, views_market, views_money, views_tokens
 from marketplace.forms import LoginForm
 
 urlpatterns = [
@@ -22,7 +23,14 @@ urlpatterns = [
         views.OrganizationDetailView.as_view(),
         name="organization-detail",
     ),
-    path("account/token/", views.ApiTokenView.as_view(), name="api-token"),
+    path("account/tokens/", views_tokens.ApiTokenListView.as_view(), name="api-tokens"),
+    path(
+        "account/tokens/<uuid:token_id>/revoke/",
+        views_tokens.ApiTokenRevokeView.as_view(),
+        name="api-token-revoke",
+    ),
+    # The page's address before there were several tokens.
+    path("account/token/", RedirectView.as_view(pattern_name="api-tokens")),
     path(
         "organizations/<uuid:organization_id>/invitations/<uuid:invitation_id>/cancel/",
         views.OrganizationInvitationCancelView.as_view(),

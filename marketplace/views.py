@@ -9,7 +9,6 @@ from django.contrib.auth import login
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import redirect, render
-from django.urls import reverse
 from django.views import View
 from django.views.generic import FormView, TemplateView
 
@@ -206,20 +205,3 @@ class InvitationAnswerView(LoginRequiredMixin, View):
             return redirect("organization-detail", organization_id=organization.uuid)
         messages.success(request, f"You declined the invitation to {organization.name}.")
         return redirect("invitations")
-
-
-class ApiTokenView(LoginRequiredMixin, View):
-    template_name = "marketplace/api_token.html"
-
-    def get(self, request: HttpRequest) -> HttpResponse:
-        token = services.auth_token_get(user=request.user)
-        return render(
-            request,
-            self.template_name,
-            {"token": token, "api_base": request.build_absolute_uri("/api/v1/")},
-        )
-
-    def post(self, request: HttpRequest) -> HttpResponse:
-        services.token_regenerate(user=request.user)
-        messages.success(request, "A new token was made. The old one no longer works.")
-        return redirect(reverse("api-token"))

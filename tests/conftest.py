@@ -12,12 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 import redis
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from computeshare.models import User
 from marketplace.models import Membership
-from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
+from tests.factories import MembershipFactory, OrganizationFactory, UserFactory, token_for
 from tests.testcluster import CONNECTION_FILE, TestCluster, testcluster_read
 from tests.workers import WorkerProcess, database_url, worker_environment, worker_start
 
@@ -55,8 +54,7 @@ def api_client() -> APIClient:
 
 def client_for(user: User) -> APIClient:
     client = APIClient()
-    token, _ = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_for(user)}")
     return client
 
 

@@ -6,9 +6,9 @@ import factory
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
-from computeshare.models import User
+from computeshare import services as computeshare_services
+from computeshare.models import ApiToken, User
 from marketplace.models import (
     Allocation,
     Cluster,
@@ -35,9 +35,32 @@ class UserFactory(factory.django.DjangoModelFactory):
     def save_password(self, create: bool, extracted: object, **kwargs: object) -> None:
         if create:
             self.save()
-            # Every user has an API token from the start, as after their first visit to the
-            # token page; tests that count rows are then not disturbed by lazily made tokens.
-            Token.objects.get_or_create(user=self)
+            # Every user has an API token from the start (its key from `token_for`), so that
+            # tests that count rows are not disturbed by a token made at the first request.
+            token_for(self)
+
+
+# The key of each user's test token, by the user's uuid (never reused, unlike a primary key
+# after a flush): keys are kept only as digests, so the test that made one remembers it.
+_TEST_KEYS: dict[uuid.UUID, str] = {}
+
+
+def token_for(user: User) -> str:
+    """A working API key of `user`: the same one for every call in a test, unless it was
+    revoked. Marked as used just now, so that a test's first request is not the one that
+    writes the time of last use (query counts stay those of the endpoint)."""
+    key = _TEST_KEYS.get(user.uuid)
+    if (
+        key is not None
+        and ApiToken.objects.filter(
+            prefix=key[: ApiToken.LOOKUP_LENGTH], revoked_at__isnull=True
+        ).exists()
+    ):
+        return key
+    token, key = computeshare_services.api_token_create(user=user, name="tests")
+    ApiToken.objects.filter(pk=token.pk).update(last_used_at=timezone.now())
+    _TEST_KEYS[user.uuid] = key
+    return key
 
 
 class OrganizationFactory(factory.django.DjangoModelFactory):

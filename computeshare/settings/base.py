@@ -33,7 +33,6 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.humanize",
     "rest_framework",
-    "rest_framework.authtoken",
     "django_filters",
     "drf_spectacular",
     "django_htmx",
@@ -317,9 +316,11 @@ EMAIL_FILE_PATH = env("EMAIL_FILE_PATH", default=str(BASE_DIR / "var" / "mail"))
 DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="ComputeShare <noreply@computeshare.local>")
 
 # --- API ---------------------------------------------------------------------------------------
+# A user may hold this many live API tokens (neither revoked nor expired) at once.
+API_TOKENS_PER_USER_MAX = env.int("API_TOKENS_PER_USER_MAX", default=20)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "rest_framework.authentication.TokenAuthentication",
+        "computeshare.authentication.ApiTokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -352,6 +353,7 @@ SPECTACULAR_SETTINGS = {
         "BidStatusEnum": "marketplace.models.Bid.Status",
         "AllocationStatusEnum": "marketplace.models.Allocation.Status",
         "TopUpStatusEnum": "billing.models.TopUp.Status",
+        "ApiTokenStatusEnum": "computeshare.models.ApiToken.Status",
         "InvitationStatusEnum": "marketplace.models.Invitation.Status",
     },
 }

@@ -10,6 +10,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from billing import selectors as billing_selectors
+from computeshare import services as computeshare_services
 from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response
 from computeshare.login_throttling import login_authenticate
 from marketplace import selectors, services
@@ -49,7 +50,12 @@ class AuthTokenApi(APIView):
     @extend_schema(
         operation_id="auth_token_create",
         request=TokenRequestSerializer,
-        responses={200: TokenSerializer, 400: ErrorSerializer, 429: ErrorSerializer},
+        responses={
+            200: TokenSerializer,
+            400: ErrorSerializer,
+            409: ErrorSerializer,
+            429: ErrorSerializer,
+        },
         auth=[],
     )
     def post(self, request: Request) -> Response:
@@ -62,8 +68,21 @@ class AuthTokenApi(APIView):
             username=payload.validated_data["username"],
             password=payload.validated_data["password"],
         )
-        token = services.auth_token_get(user=user)
-        return Response({"token": token.key})
+        token, key = computeshare_services.api_token_create(
+            user=user,
+            name=payload.validated_data["name"],
+            expires_in_days=payload.validated_data.get("expires_in_days"),
+        )
+        return Response(
+            TokenSerializer(
+                {
+                    "token": key,
+                    "uuid": token.uuid,
+                    "name": token.name,
+                    "expires_at": token.expires_at,
+                }
+            ).data
+        )
 
 
 class MeApi(APIView):

@@ -34,10 +34,7 @@ from marketplace.services.offers import (
     offer_create,
 )
 from marketplace.services.organizations import (
-    auth_token_get,
-    auth_token_obtain,
     organization_create,
-    token_regenerate,
 )
 from marketplace.services.slurm_accounts import (
     slurm_account_clusters_to_reconcile,
@@ -68,8 +65,6 @@ __all__ = [
     "allocations_due",
     "auction_clear",
     "auctions_due",
-    "auth_token_get",
-    "auth_token_obtain",
     "bid_place",
     "bid_withdraw",
     "cluster_connection_update",
@@ -105,5 +100,4 @@ __all__ = [
     "tenant_seats_lock",
     "tenant_slurm_join",
     "tenant_slurm_leave",
-    "token_regenerate",
 ]

@@ -1,15 +1,10 @@
-"""Writes of the marketplace: organizations and API tokens (memberships: memberships.py)."""
+"""Writes of the marketplace: organizations (memberships: memberships.py; API tokens:
+computeshare.services)."""
 
-from django.contrib.auth import authenticate
 from django.db import IntegrityError, transaction
-from django.http import HttpRequest
-from rest_framework.authtoken.models import Token
 
 from billing import services as billing_services
-from computeshare.errors import (
-    InvalidCredentials,
-    ValidationFailed,
-)
+from computeshare.errors import ValidationFailed
 from computeshare.models import User
 from marketplace.models import Membership, Organization
 
@@ -45,24 +40,3 @@ def organization_create(*, creator: User, name: str) -> Membership:
     return Membership.objects.create(
         organization=organization, user=creator, role=Membership.Role.ADMIN, added_by=creator
     )
-
-
-def auth_token_obtain(*, request: HttpRequest | None, username: str, password: str) -> Token:
-    """The API token of the active user with these credentials, made on first use;
-    `InvalidCredentials` otherwise (the same answer whether the user or the password is wrong)."""
-    user = authenticate(request, username=username, password=password)
-    if user is None:
-        raise InvalidCredentials()
-    return auth_token_get(user=user)
-
-
-def auth_token_get(*, user: User) -> Token:
-    token, _ = Token.objects.get_or_create(user=user)
-    return token
-
-
-@transaction.atomic
-def token_regenerate(*, user: User) -> Token:
-    """Replaces the user's API token; the old key stops working at once."""
-    Token.objects.filter(user=user).delete()
-    return Token.objects.create(user=user)

@@ -10,7 +10,7 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 
 from computeshare.wsgi import application
 from marketplace.models import Membership
-from tests.factories import MembershipFactory, UserFactory
+from tests.factories import MembershipFactory, UserFactory, token_for
 
 schema = schemathesis.openapi.from_wsgi("/api/v1/schema/?format=json", application)
 
@@ -30,7 +30,7 @@ def keep_the_test_transaction_open():
 def admin_token(db) -> tuple[str, str]:
     membership = MembershipFactory(role=Membership.Role.ADMIN)
     UserFactory(username="someone")
-    return membership.user.auth_token.key, str(membership.organization.uuid)
+    return token_for(membership.user), str(membership.organization.uuid)
 
 
 @schema.parametrize()

@@ -4,9 +4,8 @@ checks that nothing was written."""
 import uuid
 
 import pytest
-from rest_framework.authtoken.models import Token
 
-from computeshare.models import IdempotencyRecord, User
+from computeshare.models import ApiToken, IdempotencyRecord, User
 from marketplace.models import Invitation, Membership, Organization
 from tests.conftest import client_for
 from tests.factories import PASSWORD, UserFactory
@@ -20,7 +19,7 @@ def snapshot() -> tuple[int, int, int, int, int, int]:
         Organization.objects.count(),
         Membership.objects.count(),
         Invitation.objects.count(),
-        Token.objects.count(),
+        ApiToken.objects.count(),
         IdempotencyRecord.objects.count(),
     )
 
@@ -28,7 +27,7 @@ def snapshot() -> tuple[int, int, int, int, int, int]:
 # --- tokens -------------------------------------------------------------------------------
 
 
-def test_token_is_issued_for_the_right_password_and_is_stable(api_client, user):
+def test_each_log_in_issues_a_new_token_and_each_works(api_client, user):
     first = api_client.post(
         "/api/v1/auth/token/", {"username": user.username, "password": PASSWORD}, format="json"
     )
@@ -36,9 +35,22 @@ def test_token_is_issued_for_the_right_password_and_is_stable(api_client, user):
         "/api/v1/auth/token/", {"username": user.username, "password": PASSWORD}, format="json"
     )
 
-    assert first.status_code == 200
-    assert first.json() == {"token": Token.objects.get(user=user).key}
-    assert second.json() == first.json()
+    assert first.status_code == second.status_code == 200
+    tokens = {
+        str(token.uuid): token for token in ApiToken.objects.filter(user=user, name="API log-in")
+    }
+    for answer in (first.json(), second.json()):
+        assert answer == {
+            "token": answer["token"],
+            "id": answer["id"],
+            "name": "API log-in",
+            "expires_at": None,
+        }
+        assert tokens[answer["id"]].prefix == answer["token"][:15]
+        api_client.credentials(HTTP_AUTHORIZATION=f"Token {answer['token']}")
+        assert api_client.get("/api/v1/me/").json()["username"] == user.username
+    assert first.json()["token"] != second.json()["token"]
+    assert len(tokens) == 2
 
 
 def test_wrong_password_is_invalid_credentials_and_writes_nothing(api_client, user):

@@ -4,17 +4,16 @@ import threading
 
 import pytest
 from django.db import connection
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 from marketplace.models import Organization
-from tests.factories import UserFactory
+from tests.factories import UserFactory, token_for
 
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_requests_with_one_idempotency_key_create_once():
     user = UserFactory()
-    header = f"Token {Token.objects.get(user=user).key}"
+    header = f"Token {token_for(user)}"
     barrier = threading.Barrier(8)
     answers: list[tuple[int, str]] = []
 

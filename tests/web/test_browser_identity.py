@@ -1,5 +1,5 @@
 """A newcomer's first visit in headless Chromium: sign up, log in, create an organization,
-add a member and read the API token, then use it."""
+add a member, make an API token, use it and revoke it."""
 
 import re
 
@@ -78,23 +78,29 @@ def test_newcomer_signs_up_creates_an_organization_adds_a_member_and_uses_a_toke
     expect(members.filter(has_text="alice")).to_contain_text("admin")
     assert not Membership.objects.filter(user__username="bob").exists()
 
-    # The token page shows a token that works against the API.
-    navigation(page).get_by_role("link", name="API token").click()
+    # The tokens page makes a named token, shows its key once, and the key works.
+    navigation(page).get_by_role("link", name="API tokens").click()
+    page.get_by_label("Name").fill("laptop")
+    page.get_by_label("Expires").select_option(label="In 30 days")
+    page.get_by_role("button", name="Make token").click()
+    expect(page.get_by_text("Copy its key now: it is shown this once.")).to_be_visible()
     token = page.locator("#api-token").input_value()
-    assert re.fullmatch(r"[0-9a-f]{40}", token)
+    assert re.fullmatch(r"cs_[A-Za-z0-9]{55}", token)
+    expect(page.locator("#tokens tbody tr").filter(has_text="laptop")).to_contain_text(token[:15])
     me = page.request.get(f"{base}/api/v1/me/", headers={"Authorization": f"Token {token}"})
     assert me.status == 200
     assert me.json()["username"] == "alice"
     assert me.json()["organizations"][0]["name"] == "Plasma Lab"
 
-    # Regenerating replaces it; the old one stops working.
+    # Revoking it stops it at once; the page no longer shows the key.
     page.once("dialog", lambda dialog: dialog.accept())
-    page.get_by_role("button", name="Regenerate").click()
-    expect(page.get_by_text("A new token was made.")).to_be_visible()
-    new_token = page.locator("#api-token").input_value()
-    assert new_token != token
+    page.get_by_role("button", name="Revoke laptop").click()
+    expect(page.get_by_text("The token laptop was revoked; it no longer works.")).to_be_visible()
+    expect(page.locator("#api-token")).to_have_count(0)
+    expect(page.locator("#tokens tbody tr").filter(has_text="laptop")).to_contain_text("revoked")
     old = page.request.get(f"{base}/api/v1/me/", headers={"Authorization": f"Token {token}"})
     assert old.status == 401
+    assert old.json()["code"] == "token_revoked"
 
     # Bob logs in.
     log_out(page)

@@ -5,7 +5,6 @@ from decimal import Decimal
 
 import pytest
 from django.urls import reverse
-from rest_framework.authtoken.models import Token
 
 from billing import services
 from billing.models import ReferenceKind
@@ -59,7 +58,7 @@ def test_sign_up_errors_are_shown_beside_the_fields(client):
 def test_pages_need_a_login(client, team):
     for url in (
         reverse("dashboard"),
-        reverse("api-token"),
+        reverse("api-tokens"),
         reverse("organization-detail", args=[team.organization.uuid]),
     ):
         response = client.get(url)
@@ -178,17 +177,15 @@ def test_create_organization_from_the_page(client, user):
     assert response["Location"] == reverse("organization-detail", args=[organization.uuid])
 
 
-def test_token_page_shows_and_regenerates_the_token(client, user):
+def test_the_tokens_page_is_in_the_menu_and_at_the_old_address(client, user):
     client.force_login(user)
-    old_key = Token.objects.get(user=user).key
 
-    shown = client.get(reverse("api-token"))
-    regenerated = client.post(reverse("api-token"), follow=True)
+    dashboard = client.get(reverse("dashboard"))
+    old_address = client.get("/account/token/")
 
-    new_key = Token.objects.get(user=user).key
-    assert old_key in shown.content.decode()
-    assert new_key != old_key
-    assert new_key in regenerated.content.decode()
+    assert f'href="{reverse("api-tokens")}">API tokens</a>' in dashboard.content.decode()
+    assert old_address.status_code == 302
+    assert old_address["Location"] == reverse("api-tokens")
 
 
 def test_static_libraries_are_served_locally(client):

@@ -7,6 +7,7 @@ from marketplace.models import (
     Allocation,
     Bid,
     Cluster,
+    Invitation,
     Membership,
     Offer,
     Organization,
@@ -31,6 +32,23 @@ class OrganizationAdmin(admin.ModelAdmin):
     search_fields = ("name", "uuid")
     readonly_fields = ("uuid", "created_at", "updated_at")
     inlines = [MembershipInline]
+
+
+@admin.register(Invitation)
+class InvitationAdmin(admin.ModelAdmin):
+    """Read-only: invitations change state only through the services (accept, decline,
+    cancel), which keep the membership and the invitation together."""
+
+    list_display = ("username", "organization", "role", "status", "invitee", "expires_at")
+    list_filter = ("status", "role")
+    search_fields = ("username", "organization__name", "uuid")
+    list_select_related = ("organization", "invitee")
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Invitation | None = None) -> bool:
+        return False
 
 
 class PartitionInline(admin.TabularInline):

@@ -403,3 +403,56 @@ def test_invitation_lists_use_a_fixed_number_of_queries(team, django_assert_max_
 
     assert listed.json()["count"] == 5
     assert mine.json()["count"] == 5
+
+
+# --- the schema and the operators' admin ---------------------------------------------------------
+
+
+def test_the_new_endpoints_are_in_the_schema(client):
+    paths = client.get("/api/v1/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()[
+        "paths"
+    ]
+
+    operations = {
+        (path, method): operation["operationId"]
+        for path, methods in paths.items()
+        for method, operation in methods.items()
+        if "invitation" in path or "{member_id}" in path
+    }
+    assert operations == {
+        ("/api/v1/invitations/", "get"): "invitations_list",
+        ("/api/v1/invitations/{invitation_id}/accept/", "post"): "invitations_accept",
+        ("/api/v1/invitations/{invitation_id}/decline/", "post"): "invitations_decline",
+        (
+            "/api/v1/organizations/{organization_id}/invitations/",
+            "get",
+        ): "organization_invitations_list",
+        (
+            "/api/v1/organizations/{organization_id}/invitations/{invitation_id}/cancel/",
+            "post",
+        ): "organization_invitations_cancel",
+        (
+            "/api/v1/organizations/{organization_id}/members/{member_id}/",
+            "patch",
+        ): "organization_members_update",
+        (
+            "/api/v1/organizations/{organization_id}/members/{member_id}/",
+            "delete",
+        ): "organization_members_destroy",
+    }
+    created = paths["/api/v1/organizations/{organization_id}/members/"]["post"]["responses"]
+    assert created["201"]["content"]["application/json"]["schema"]["$ref"].endswith("/Invitation")
+
+
+def test_operators_read_invitations_in_the_admin(client, team):
+    UserFactory(username="grace")
+    invite(team, "grace")
+    staff = UserFactory(is_staff=True, is_superuser=True)
+    client.force_login(staff)
+
+    listed = client.get("/admin/marketplace/invitation/")
+    add = client.get("/admin/marketplace/invitation/add/")
+
+    assert listed.status_code == 200
+    assert "grace" in listed.content.decode()
+    assert add.status_code == 403

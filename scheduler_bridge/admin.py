@@ -59,6 +59,13 @@ class JobAdmin(ReadOnlyAdmin):
     search_fields = ("uuid", "name", "scheduler_job_id", "organization__name")
     list_select_related = ("organization", "cluster")
     inlines = [JobTaskInline, JobEventInline]
+    # The secret variables' values are never shown, to operators neither: only their names.
+    exclude = ("secret_environment",)
+    readonly_fields = ("secret_environment_names",)
+
+    @admin.display(description="Secret variables (values hidden)")
+    def secret_environment_names(self, job: Job) -> str:
+        return ", ".join(job.secret_environment_names) or "-"
 
 
 @admin.register(JobTask)

@@ -97,6 +97,7 @@ class JobSizesForm(StyledFormMixin, forms.Form):
             gpus=data.get("gpus") or 0,
             array=data["array"],
             environment=data.get("environment", {}),
+            secret_environment=data.get("secret_environment", {}),
         )
 
 
@@ -120,6 +121,14 @@ def parse_environment(text: str) -> dict[str, str]:
     if problems:
         raise forms.ValidationError(problems)
     return environment
+
+
+class SecretTextarea(forms.Textarea):
+    """A textarea that never shows its value again, like a password input: a form drawn again
+    after a refusal does not carry the secrets back to the page."""
+
+    def format_value(self, value: Any) -> str | None:
+        return None
 
 
 class JobSubmitForm(JobSizesForm):
@@ -157,6 +166,24 @@ class JobSubmitForm(JobSizesForm):
         ),
     )
 
+    secret_environment = forms.CharField(
+        label="Secret variables",
+        required=False,
+        strip=False,
+        help_text="Optional: one <code>NAME=value</code> a line, such as an API key. The job "
+        "gets them like the environment; they are kept encrypted and never shown again (the "
+        "job's page shows their names). Type them again if the form is refused.",
+        widget=SecretTextarea(
+            attrs={
+                "rows": 2,
+                "spellcheck": "false",
+                "autocomplete": "off",
+                "class": "font-monospace",
+                "placeholder": "API_TOKEN=...",
+            }
+        ),
+    )
+
     field_order = [
         "name",
         "script",
@@ -167,10 +194,14 @@ class JobSubmitForm(JobSizesForm):
         "gpus",
         "array",
         "environment",
+        "secret_environment",
     ]
 
     def clean_environment(self) -> dict[str, str]:
         return parse_environment(self.cleaned_data["environment"])
+
+    def clean_secret_environment(self) -> dict[str, str]:
+        return parse_environment(self.cleaned_data["secret_environment"])
 
 
 class JobFilterForm(StyledFormMixin, forms.Form):

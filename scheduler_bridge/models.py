@@ -11,6 +11,7 @@ from django.db import models
 from django.db.models import F, Q
 
 from billing.models import ZERO, money_field
+from computeshare.fields import EncryptedJSONField
 from computeshare.models import BaseModel
 from marketplace.models import Allocation, Cluster, Organization, TenantLease, units_field
 
@@ -164,6 +165,9 @@ class Job(Progress):
     array = models.CharField(max_length=200, blank=True)
     task_count = models.PositiveIntegerField(default=1)
     environment = models.JSONField(default=dict, blank=True)
+    # Variables the job gets like `environment` but nobody is shown again: encrypted at rest
+    # (FIELD_ENCRYPTION_KEY), only their names are shown (API, pages, admin).
+    secret_environment = EncryptedJSONField(default=dict, blank=True)
     # The Slurm account the job runs under (the team's own on a managed cluster).
     account = models.CharField(max_length=64, blank=True)
 
@@ -245,6 +249,10 @@ class Job(Progress):
     @property
     def is_array(self) -> bool:
         return bool(self.array)
+
+    @property
+    def secret_environment_names(self) -> list[str]:
+        return sorted(self.secret_environment or {})
 
     @property
     def estimated_max_cost(self) -> Decimal:

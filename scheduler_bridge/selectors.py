@@ -21,7 +21,7 @@ def job_list_for_user(user: User) -> QuerySet[Job]:
             organization__in=Membership.objects.filter(user=user).values("organization")
         )
         .select_related("allocation__partition", "cluster", "organization")
-        .defer("script", "environment")
+        .defer("script", "environment", "secret_environment")
         .order_by("-created_at", "-id")
     )
 

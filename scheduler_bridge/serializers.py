@@ -30,6 +30,15 @@ class JobCreateSerializer(serializers.Serializer):
         required=False,
         default=dict,
     )
+    secret_environment = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        default=dict,
+        write_only=True,
+        help_text="Write-only: variables the job gets like `environment` (same name rules, no "
+        "name in both), kept encrypted and never shown again; the job shows their names in "
+        "`secret_environment_names`.",
+    )
 
 
 class UsageSerializer(serializers.Serializer):
@@ -153,6 +162,10 @@ class JobDetailSerializer(JobSerializer):
     tasks = serializers.SerializerMethodField(help_text="Per array task; empty for a plain job.")
     history = JobEventSerializer(source="events", many=True)
     environment = serializers.DictField(child=serializers.CharField())
+    secret_environment_names = serializers.ListField(
+        child=serializers.CharField(),
+        help_text="The names of the job's secret variables; their values are never shown.",
+    )
     script = serializers.CharField(
         allow_null=True,
         help_text="Null for a job of `origin` `tenant`: the platform never had its script.",

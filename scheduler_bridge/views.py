@@ -25,6 +25,7 @@ from django.urls import reverse
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.cache import never_cache
+from django.views.decorators.debug import sensitive_post_parameters
 
 from computeshare.errors import (
     ApplicationError,
@@ -131,6 +132,7 @@ def refusal_text(error: ApplicationError) -> str:
     return error.detail
 
 
+@method_decorator(sensitive_post_parameters("secret_environment"), name="post")
 class JobSubmitView(LoginRequiredMixin, View):
     template_name = "jobs/submit.html"
 

@@ -60,6 +60,8 @@ class JobRequest:
     gpus: int = 0
     array: str | None = None
     environment: dict[str, str] = field(default_factory=dict)
+    # Given to the job like `environment`, kept encrypted and never shown again.
+    secret_environment: dict[str, str] = field(default_factory=dict)
 
 
 def job_units(*, resource: str, request: JobRequest, task_count: int) -> Decimal:
@@ -144,24 +146,39 @@ def job_request_check(allocation: Allocation, request: JobRequest) -> list[int |
         except InvalidArray as error:
             problems.setdefault("array", []).append(str(error))
 
-    if len(request.environment) > MAX_ENVIRONMENT_VARIABLES:
+    for field_name, variables in (
+        ("environment", request.environment),
+        ("secret_environment", request.secret_environment),
+    ):
+        for problem in _environment_problems(variables):
+            problems.setdefault(field_name, []).append(problem)
+    if len(request.environment) + len(request.secret_environment) > MAX_ENVIRONMENT_VARIABLES:
         problems.setdefault("environment", []).append(
-            f"At most {MAX_ENVIRONMENT_VARIABLES} variables."
+            f"At most {MAX_ENVIRONMENT_VARIABLES} variables, secret ones included."
         )
-    for variable, value in request.environment.items():
-        if problem := environment_name_problem(variable):
-            problems.setdefault("environment", []).append(problem)
-        if not isinstance(value, str) or "\x00" in value:
-            problems.setdefault("environment", []).append(
-                f"The value of `{variable}` must be text without NUL bytes."
-            )
-        elif len(value) > MAX_ENVIRONMENT_VALUE_LENGTH:
-            problems.setdefault("environment", []).append(
-                f"The value of `{variable}` is longer than {MAX_ENVIRONMENT_VALUE_LENGTH}."
-            )
+    for variable in sorted(set(request.environment) & set(request.secret_environment)):
+        problems.setdefault("secret_environment", []).append(
+            f"`{variable}` is also in the environment: set it in one of the two."
+        )
     if problems:
         raise ValidationFailed(fields=problems)
     return indices
+
+
+def _environment_problems(variables: dict[str, str]) -> list[str]:
+    """What is wrong with a job's variables, plain or secret: the same rules for both. A
+    message never quotes a value (it may be a secret), only names."""
+    problems = []
+    for variable, value in variables.items():
+        if problem := environment_name_problem(variable):
+            problems.append(problem)
+        if not isinstance(value, str) or "\x00" in value:
+            problems.append(f"The value of `{variable}` must be text without NUL bytes.")
+        elif len(value) > MAX_ENVIRONMENT_VALUE_LENGTH:
+            problems.append(
+                f"The value of `{variable}` is longer than {MAX_ENVIRONMENT_VALUE_LENGTH}."
+            )
+    return problems
 
 
 def _account_for(allocation: Allocation) -> str:
@@ -250,6 +267,7 @@ def job_submit(*, actor: Membership, allocation: Allocation, request: JobRequest
         array=request.array or "",
         task_count=len(indices),
         environment=request.environment,
+        secret_environment=request.secret_environment,
         account=_account_for(allocation),
         reserved_units=units,
     )
@@ -301,7 +319,9 @@ def job_spec(job: Job) -> JobSpec:
         cpus_per_task=job.cpus_per_task,
         gpus=job.gpus,
         array=job.array or None,
-        environment=dict(job.environment),
+        # The secret variables reach the job exactly as the others do (the cluster's copy is
+        # readable by the tenant alone, and removed once sbatch has read it).
+        environment={**job.environment, **job.secret_environment},
         tenant=job_tenant(job),
     )
 

@@ -174,6 +174,17 @@ def submission_script(submissions: Sequence[tuple[str, list[str]]], token: str) 
             '[ ! -s "$scratch/err" ] || cat "$scratch/err"',
             f"printf '\\n%s %s\\n' {shlex.quote(f'{token} exit {index}')} \"$status\"",
         ]
+    # The jobs' variables, secret ones among them, stay on the cluster only until sbatch has
+    # read them: Slurm keeps each job's environment itself from then on. One `rm` for the batch;
+    # a file it leaves (an sbatch that never ran) is written again by the next attempt, and the
+    # tenant's home is scrubbed when the lease ends.
+    variable_files = [
+        f"{directory}/{name}"
+        for directory, _ in submissions
+        for name in (ENVIRONMENT_FILE, EXPORT_FILE)
+    ]
+    if variable_files:
+        lines.append(f"rm -f -- {shlex.join(variable_files)} || :")
     return "\n".join(lines) + "\n"
 
 

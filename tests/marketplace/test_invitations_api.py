@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
+from rest_framework.test import APIClient
 
 from marketplace.models import Invitation, Membership
 from tests.conftest import client_for
@@ -456,3 +457,47 @@ def test_operators_read_invitations_in_the_admin(client, team):
     assert listed.status_code == 200
     assert "grace" in listed.content.decode()
     assert add.status_code == 403
+
+
+# --- who may call what ---------------------------------------------------------------------------
+
+MATRIX = [
+    # (method, path, {caller: expected status})
+    ("get", "/api/v1/organizations/{org}/invitations/", {"admin": 200, "member": 403}),
+    ("post", "/api/v1/organizations/{org}/invitations/{invitation}/cancel/", {"member": 403}),
+    ("get", "/api/v1/invitations/", {"admin": 200, "member": 200, "invitee": 200}),
+    ("post", "/api/v1/invitations/{invitation}/accept/", {"admin": 404, "member": 404}),
+    ("post", "/api/v1/invitations/{invitation}/decline/", {"admin": 404, "member": 404}),
+    ("patch", "/api/v1/organizations/{org}/members/{admin_member}/", {"member": 403}),
+    ("delete", "/api/v1/organizations/{org}/members/{admin_member}/", {"member": 403}),
+]
+
+
+@pytest.mark.parametrize(("method", "path", "expected"), MATRIX)
+def test_each_role_against_each_endpoint(team, method, path, expected):
+    """Outsiders get 404 (or, on their own list, nothing), anonymous callers 401, and a
+    refusal changes nothing."""
+    UserFactory(username="grace")
+    invitation_id = invite(team, "grace").json()["id"]
+    grace = Invitation.objects.get(uuid=invitation_id).invitee
+    admin_member = Membership.objects.get(organization=team.organization, user=team.admin)
+    url = path.format(
+        org=team.organization.uuid, invitation=invitation_id, admin_member=admin_member.uuid
+    )
+    callers = {"admin": team.admin, "member": team.member, "outsider": team.outsider}
+    callers["invitee"] = grace
+    expected = {"outsider": 200 if url == "/api/v1/invitations/" else 404, **expected}
+    before = (memberships(team), Invitation.objects.get(uuid=invitation_id).status)
+
+    for caller, status in expected.items():
+        response = getattr(client_for(callers[caller]), method)(
+            url, {"role": "member"}, format="json"
+        )
+        assert response.status_code == status, caller
+        if status >= 400:
+            assert set(response.json()) == {"detail", "code", "extra"}
+    anonymous = getattr(APIClient(), method)(url, {"role": "member"}, format="json")
+
+    assert anonymous.status_code == 401
+    if method != "get":
+        assert (memberships(team), Invitation.objects.get(uuid=invitation_id).status) == before

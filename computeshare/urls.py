@@ -20,5 +20,6 @@ urlpatterns = [
     path("", include("scheduler_bridge.urls")),
 ]
 
+handler400 = "computeshare.views.bad_request"
 handler404 = "computeshare.views.not_found"
 handler500 = "computeshare.views.server_error"

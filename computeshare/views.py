@@ -1,7 +1,8 @@
 """Error pages: JSON under /api/, HTML elsewhere."""
 
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
+from django.views import defaults
 
 from computeshare.api import json_not_found, json_server_error
 
@@ -20,3 +21,12 @@ def server_error(request: HttpRequest) -> HttpResponse:
     if _is_api(request):
         return json_server_error(request)
     return render(request, "500.html", status=500)
+
+
+def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
+    """Django's own refusals (a body past DATA_UPLOAD_MAX_MEMORY_SIZE, too many fields, a host
+    not in ALLOWED_HOSTS): in the API's error shape under /api/."""
+    if _is_api(request):
+        body = {"detail": "The request is malformed.", "code": "malformed_request", "extra": {}}
+        return JsonResponse(body, status=400)
+    return defaults.bad_request(request, exception)

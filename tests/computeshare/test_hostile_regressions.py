@@ -78,3 +78,22 @@ def test_a_tenant_account_named_with_a_nul_byte_is_not_found(admin):
 
     assert answer.status_code == 404 and answer.json()["code"] == "not_found"
     assert page_answer.status_code == 404
+
+
+def test_django_refusals_under_the_api_are_in_the_api_shape(admin, settings):
+    settings.DATA_UPLOAD_MAX_MEMORY_SIZE = 100
+    client = api(admin.user)
+
+    too_big = client.post("/api/v1/organizations/", {"name": "x" * 200}, format="json")
+    unknown_host = client.get("/api/v1/me/", HTTP_HOST="evil.example")
+    page = Client().get("/login/", HTTP_HOST="evil.example")
+
+    for answer in (too_big, unknown_host):
+        assert answer.status_code == 400
+        assert answer.json() == {
+            "detail": "The request is malformed.",
+            "code": "malformed_request",
+            "extra": {},
+        }
+    assert page.status_code == 400 and b"Bad Request (400)" in page.content
+    assert Organization.objects.count() == 1

@@ -254,6 +254,11 @@ class Job(Progress):
     def secret_environment_names(self) -> list[str]:
         return sorted(self.secret_environment or {})
 
+    def secret_values_forget(self) -> None:
+        """Keeps the secret variables' names only: called once the job has left the queue (on
+        the cluster Slurm keeps its environment; a job that never got there needs none)."""
+        self.secret_environment = dict.fromkeys(self.secret_environment or {}, "")
+
     @property
     def estimated_max_cost(self) -> Decimal:
         """The most the job can cost: what it reserved at the allocation's unit price."""

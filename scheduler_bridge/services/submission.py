@@ -507,6 +507,8 @@ def jobs_mark_submitted(*, scheduler_job_ids: dict[int, str]) -> int:
         job.scheduler_job_id = scheduler_job_ids[job.pk]
         job.submitted_at = job.last_seen_at = job.updated_at = now
         job.submit_lease_until = None
+        # The job is on the cluster, and is never submitted again: its secret values go.
+        job.secret_values_forget()
         events.append(JobEvent(job=job, state=JobState.SUBMITTED, at=now))
     Job.objects.bulk_update(
         jobs,
@@ -517,6 +519,7 @@ def jobs_mark_submitted(*, scheduler_job_ids: dict[int, str]) -> int:
             "submitted_at",
             "last_seen_at",
             "submit_lease_until",
+            "secret_environment",
             "updated_at",
         ],
     )
@@ -544,6 +547,7 @@ def _end_unsubmitted(job_id: int, state: str, reason: str) -> bool:
     job_state_record(job, state, reason, at=now)
     job.ended_at = now
     job.submit_lease_until = None
+    job.secret_values_forget()
     job.save()
     JobTask.objects.filter(job=job).update(
         state=state, state_reason=reason[:500], ended_at=now, is_released=True, updated_at=now

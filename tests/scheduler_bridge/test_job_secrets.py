@@ -18,7 +18,7 @@ from django.urls import reverse
 from computeshare.models import IdempotencyRecord
 from marketplace.models import Allocation
 from scheduler_bridge.models import Job, JobTask
-from scheduler_bridge.services.submission import job_spec
+from scheduler_bridge.services.submission import job_mark_submitted, job_spec
 from tests.conftest import client_for, tenants_jobs_cancel, wait_for
 from tests.factories import (
     MembershipFactory,
@@ -109,6 +109,25 @@ def test_secrets_are_stored_encrypted_and_the_api_shows_only_their_names(team, a
     _shows_no_secret(replay.content.decode())
     _shows_no_secret(str(IdempotencyRecord.objects.get(key="once").response_body))
     assert Job.objects.count() == 1
+
+
+@pytest.mark.django_db
+def test_a_job_that_leaves_the_queue_keeps_only_the_names_of_its_secrets(team, allocation):
+    client = client_for(team.member)
+    cancelled = client.post("/api/v1/jobs/", _body(allocation), format="json").json()["id"]
+    submitted = client.post("/api/v1/jobs/", _body(allocation), format="json").json()["id"]
+
+    assert client.post(f"/api/v1/jobs/{cancelled}/cancel/").status_code == 202
+    assert job_mark_submitted(job_id=Job.objects.get(uuid=submitted).pk, scheduler_job_id="77")
+
+    for job_id in (cancelled, submitted):
+        job = Job.objects.get(uuid=job_id)
+        assert job.secret_environment == {"API_TOKEN": "", "DB_PASSWORD": ""}
+        _shows_no_secret(_stored_column(job))
+        assert client.get(f"/api/v1/jobs/{job_id}/").json()["secret_environment_names"] == [
+            "API_TOKEN",
+            "DB_PASSWORD",
+        ]
 
 
 @pytest.mark.django_db
@@ -284,4 +303,8 @@ def test_a_secret_reaches_the_job_on_the_cluster_and_its_files_do_not_stay(
         "files=job.sh stderr.txt stdout.txt ",
         "mode-of-directory=700",
     ]
-    _shows_no_secret(str(client.get(f"/api/v1/jobs/{job_id}/").content))
+    shown = client.get(f"/api/v1/jobs/{job_id}/")
+    _shows_no_secret(shown.content.decode())
+    assert shown.json()["secret_environment_names"] == ["API_TOKEN"]
+    # Once on the cluster (Slurm keeps the job's environment) the platform keeps the names only.
+    assert Job.objects.get(uuid=job_id).secret_environment == {"API_TOKEN": ""}

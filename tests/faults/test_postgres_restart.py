@@ -19,7 +19,6 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -87,8 +86,13 @@ class Stack:
             connection.close()
 
 
-@pytest.fixture
-def stack(private_postgres: PrivatePostgres, tmp_path: Path) -> Iterator[Stack]:
+@pytest.fixture(scope="module")
+def stack(
+    private_postgres: PrivatePostgres, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Stack]:
+    """One worker and Redis for the module: the worker outlives each restart (it connects
+    afresh for every task)."""
+    tmp_path = tmp_path_factory.mktemp("postgres-restart")
     redis = PrivateRedis(tmp_path)
     redis.start()
     environment = worker_environment(

@@ -1,6 +1,5 @@
 """API plumbing shared by every app: the error shape, pagination and Idempotency-Key replays."""
 
-import hashlib
 import json
 import logging
 from collections.abc import Callable
@@ -10,6 +9,7 @@ from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
 from django.db import IntegrityError, transaction
 from django.http import Http404, HttpRequest, JsonResponse
+from django.utils.crypto import salted_hmac
 from drf_spectacular.utils import inline_serializer
 from rest_framework import exceptions as drf_exceptions
 from rest_framework import serializers
@@ -201,6 +201,9 @@ def json_server_error(request: HttpRequest) -> JsonResponse:
     )
 
 
+_FINGERPRINT_SALT = "computeshare.api.idempotency-fingerprint"
+
+
 def _request_fingerprint(request: Request) -> str:
     body = request.data if isinstance(request.data, dict | list) else {}
     canonical = json.dumps(
@@ -208,7 +211,9 @@ def _request_fingerprint(request: Request) -> str:
         sort_keys=True,
         default=str,
     )
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    # Keyed, not a bare hash: the body may carry a job's secret variables, and a plain digest
+    # of a short secret could be searched for by whoever reads the table.
+    return salted_hmac(_FINGERPRINT_SALT, canonical, algorithm="sha256").hexdigest()
 
 
 def _replay(record: IdempotencyRecord, fingerprint: str) -> Response:

@@ -238,6 +238,14 @@ def membership_remove(*, actor: Membership, membership: Membership) -> None:
     if _is_last_admin(membership):
         raise LastAdmin()
     membership.delete()
+    # An invitation of their name made while they were a member can never be accepted: closed,
+    # so that inviting them back sends a real one.
+    Invitation.objects.filter(
+        organization_id=membership.organization_id,
+        username=membership.user.username,
+        invitee__isnull=True,
+        status=Invitation.Status.PENDING,
+    ).update(status=Invitation.Status.CANCELLED, answered_at=timezone.now())
 
 
 @transaction.atomic

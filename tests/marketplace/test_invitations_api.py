@@ -501,3 +501,16 @@ def test_each_role_against_each_endpoint(team, method, path, expected):
     assert anonymous.status_code == 401
     if method != "get":
         assert (memberships(team), Invitation.objects.get(uuid=invitation_id).status) == before
+
+
+def test_a_member_who_left_can_be_invited_back(team):
+    stale = invite(team, team.member.username).json()["id"]  # while a member: nobody can accept
+
+    leave(team, team.member)
+    again = invite(team, team.member.username)
+    accepted = client_for(team.member).post(f"/api/v1/invitations/{again.json()['id']}/accept/")
+
+    assert again.json()["id"] != stale
+    assert Invitation.objects.get(uuid=stale).status == "cancelled"
+    assert accepted.status_code == 200
+    assert memberships(team)[team.member.username] == "member"

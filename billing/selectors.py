@@ -315,3 +315,15 @@ def ledger_verify() -> list[str]:
                 f"its last entry left {last}"
             )
     return problems
+
+
+def budget_alerts_unmailed(*, older_than: datetime.timedelta) -> list[int]:
+    """Alerts recorded more than `older_than` ago whose mail has not gone: their message was
+    lost (the broker down) or every try to send it failed."""
+    return list(
+        BudgetAlert.objects.filter(
+            notified_at__isnull=True, created_at__lt=timezone.now() - older_than
+        )
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )

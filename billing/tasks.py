@@ -1,3 +1,4 @@
+import datetime
 import logging
 
 from celery import shared_task
@@ -16,6 +17,15 @@ logger = logging.getLogger(__name__)
 )
 def budget_alert_notify_task(alert_ids: list[int]) -> int:
     return services.budget_alert_notify(alert_ids=alert_ids)
+
+
+@shared_task(time_limit=120, soft_time_limit=100)
+def budget_alerts_unmailed_notify_task() -> int:
+    """Periodic: mails the alerts whose mail never went (sent after the commit that recorded
+    them, a message the broker may not have taken)."""
+    return services.budget_alert_notify(
+        alert_ids=selectors.budget_alerts_unmailed(older_than=datetime.timedelta(minutes=2))
+    )
 
 
 @shared_task(time_limit=300, soft_time_limit=240)

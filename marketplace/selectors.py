@@ -1,5 +1,6 @@
 """Reads, always scoped to the user asking. What a user may not see is `NotFound`."""
 
+import datetime
 import uuid
 from typing import Any
 
@@ -412,3 +413,16 @@ def allocations_with_status(allocations: QuerySet[Allocation], status: str) -> Q
     if status == Allocation.Status.ACTIVE:
         return open_now.filter(window_start__lte=now)
     return open_now.filter(window_start__gt=now)
+
+
+def tenant_leases_to_scrub_again(*, quiet_for: datetime.timedelta) -> list[int]:
+    """Leases left `ending` with no scrub running and no change for `quiet_for`: their scrub's
+    message was lost (the broker down) or it gave up retrying an unreachable cluster. Their
+    accounts stay out of the pool until a scrub passes."""
+    now = timezone.now()
+    return list(
+        TenantLease.objects.filter(status=TenantLease.Status.ENDING, updated_at__lt=now - quiet_for)
+        .filter(Q(scrubbing_until__isnull=True) | Q(scrubbing_until__lt=now))
+        .order_by("pk")
+        .values_list("pk", flat=True)
+    )

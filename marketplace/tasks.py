@@ -1,9 +1,11 @@
 """Celery tasks of the marketplace: each takes ids, loads fresh rows and calls one idempotent
 service."""
 
+import datetime
+
 from celery import shared_task
 
-from marketplace import services
+from marketplace import selectors, services
 from scheduler_bridge.slurm.errors import BridgeError
 
 
@@ -63,6 +65,16 @@ def slurm_accounts_reconcile_task() -> int:
     for cluster_id in clusters:
         slurm_accounts_sync_task.delay(cluster_id)
     return len(clusters)
+
+
+@shared_task(time_limit=60, soft_time_limit=50)
+def tenant_leases_scrub_again_task() -> int:
+    """Periodic: scrubs the leases left `ending` with no scrub under way (their scrub's message
+    lost, or its retries given up): the account goes back to the pool only through a scrub."""
+    lease_ids = selectors.tenant_leases_to_scrub_again(quiet_for=datetime.timedelta(minutes=10))
+    for lease_id in lease_ids:
+        tenant_lease_scrub_task.delay(lease_id)
+    return len(lease_ids)
 
 
 @shared_task(bind=True, max_retries=20, time_limit=300, soft_time_limit=280)

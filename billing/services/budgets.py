@@ -29,6 +29,7 @@ from billing.models import (
     Entry,
 )
 from computeshare.errors import ValidationFailed
+from computeshare.queue import enqueue_after_commit
 
 MAX_THRESHOLDS = 10
 
@@ -152,7 +153,9 @@ def _alerts_record(budget: Budget, period: datetime.date, used: Decimal) -> list
         from billing.tasks import budget_alert_notify_task
 
         ids = [alert.pk for alert in alerts]
-        transaction.on_commit(lambda: budget_alert_notify_task.delay(ids))
+        enqueue_after_commit(
+            budget_alert_notify_task, ids, recovered_by="the periodic mail of unmailed alerts"
+        )
     return alerts
 
 

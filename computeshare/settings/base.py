@@ -162,6 +162,15 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "marketplace.tasks.slurm_accounts_reconcile_task",
         "schedule": 900.0,
     },
+    # Work handed to the broker after a commit that Redis did not take (computeshare/queue.py).
+    "budget-alerts-unmailed": {
+        "task": "billing.tasks.budget_alerts_unmailed_notify_task",
+        "schedule": 300.0,
+    },
+    "tenant-leases-scrub-again": {
+        "task": "marketplace.tasks.tenant_leases_scrub_again_task",
+        "schedule": 300.0,
+    },
 }
 
 # --- Jobs --------------------------------------------------------------------------------------
@@ -281,6 +290,7 @@ IPWARE_STRICT = False
 # encrypts, all decrypt. The default is for development only; production refuses to start
 # without its own.
 FIELD_ENCRYPTION_KEY = env("FIELD_ENCRYPTION_KEY", default=DEVELOPMENT_FIELD_ENCRYPTION_KEY)
+
 # --- Owners' clusters --------------------------------------------------------------------------
 # Networks (comma-separated CIDRs) where owners' clusters may be even though the outbound rules
 # deny them (loopback, private, link-local...: computeshare/outbound.py). Empty: only public
@@ -289,7 +299,6 @@ CLUSTER_ALLOWED_NETWORKS = env.list("CLUSTER_ALLOWED_NETWORKS", default=[])
 # How many verifications an organization may ask for (`count/second|minute|hour|day`), counted
 # in the shared cache so that every web process counts together.
 CLUSTER_VERIFY_RATE = env("CLUSTER_VERIFY_RATE", default="20/hour")
-
 
 # --- Money -------------------------------------------------------------------------------------
 PLATFORM_CURRENCY = env("PLATFORM_CURRENCY", default="USD").upper()

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from computeshare.models import User
+from computeshare.queue import enqueue_after_commit
 from marketplace.errors import InvitationExpired, InvitationNotPending, LastAdmin
 from marketplace.models import Invitation, Membership, Organization
 
@@ -94,7 +95,11 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
         if existing is None:
             raise
         return existing
-    transaction.on_commit(lambda: invitation_notify_task.delay(invitation.pk))
+    enqueue_after_commit(
+        invitation_notify_task,
+        invitation.pk,
+        recovered_by="the invitation waits on the invitee's Invitations page unmailed",
+    )
     return invitation
 
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 from billing import services as billing
 from billing.models import ReferenceKind
 from computeshare.errors import PermissionDenied, ValidationFailed
+from computeshare.queue import enqueue_after_commit
 from marketplace import errors
 from marketplace.models import Allocation, Bid, Cluster, Membership, Offer, Organization, Resource
 from marketplace.services.slurm_accounts import slurm_account_plan
@@ -265,7 +266,12 @@ def slurm_accounts_follow(cluster: Cluster, organization_ids: set[int]) -> None:
         if account is not None:
             account_ids.append(account.pk)
     if account_ids:
-        transaction.on_commit(lambda: slurm_accounts_sync_task.delay(cluster.pk, account_ids))
+        enqueue_after_commit(
+            slurm_accounts_sync_task,
+            cluster.pk,
+            account_ids,
+            recovered_by="the periodic reconciliation of Slurm accounts syncs them",
+        )
 
 
 @transaction.atomic

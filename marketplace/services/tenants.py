@@ -22,6 +22,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from computeshare.errors import PermissionDenied
+from computeshare.queue import enqueue_after_commit
 from marketplace import errors, selectors
 from marketplace.models import Cluster, Membership, Organization, TenantAccount, TenantLease
 from scheduler_bridge.slurm.errors import BridgeError
@@ -205,7 +206,9 @@ def tenant_lease_end_start(*, lease_id: int) -> bool:
     _lease_move(lease, TenantLease.Status.ENDING)
     lease.ending_at = timezone.now()
     lease.save(update_fields=["status", "ending_at", "updated_at"])
-    transaction.on_commit(lambda: tenant_lease_scrub_task.delay(lease_id))
+    enqueue_after_commit(
+        tenant_lease_scrub_task, lease_id, recovered_by="the periodic scrub of ending leases"
+    )
     return True
 
 
@@ -312,5 +315,7 @@ def tenant_account_rescrub(*, actor: Membership, account: TenantAccount) -> Tena
     _lease_move(lease, TenantLease.Status.ENDING)
     lease.save(update_fields=["status", "updated_at"])
     lease_id = lease.pk
-    transaction.on_commit(lambda: tenant_lease_scrub_task.delay(lease_id))
+    enqueue_after_commit(
+        tenant_lease_scrub_task, lease_id, recovered_by="the periodic scrub of ending leases"
+    )
     return account

@@ -18,9 +18,9 @@ from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerUnavailable
 
 from computeshare.errors import ValidationFailed
+from computeshare.queue import enqueue_after_commit
 from marketplace.models import (
     Allocation,
     Cluster,
@@ -275,27 +275,12 @@ def job_submit(*, actor: Membership, allocation: Allocation, request: JobRequest
         JobTask(job=job, array_task_id=index, reserved_units=task_units) for index in indices
     )
     JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
-    cluster_id = allocation.cluster_id
-    transaction.on_commit(lambda: _submission_enqueue(cluster_id))
-    return job
-
-
-def _submission_enqueue(cluster_id: int) -> None:
-    """Wakes a worker up to submit the cluster's queued jobs. The job is accepted once it is
-    committed: when the broker cannot take the message (Redis down), the periodic poll submits
-    every queued job, so the client is answered 201 for the job that exists rather than a 500
-    that would make it send the job again."""
     from scheduler_bridge.tasks import cluster_jobs_submit_task
 
-    try:
-        cluster_jobs_submit_task.delay(cluster_id)
-    except BrokerUnavailable as error:
-        logger.warning(
-            "the broker did not take the submission of cluster %s's jobs (%s): the periodic "
-            "poll submits them",
-            cluster_id,
-            error,
-        )
+    enqueue_after_commit(
+        cluster_jobs_submit_task, allocation.cluster_id, recovered_by="the periodic poll submits it"
+    )
+    return job
 
 
 def job_tenant(job: Job) -> Tenant | None:
@@ -588,26 +573,13 @@ def job_cancel(*, actor: Membership, job: Job) -> Job:
     if job.state == JobState.QUEUED and job.submit_attempts == 0 and not being_submitted:
         _end_unsubmitted(job.pk, JobState.CANCELLED, "Cancelled before it reached the cluster.")
     elif job.state != JobState.QUEUED:
-        job_pk = job.pk
-        transaction.on_commit(lambda: _cancel_enqueue(job_pk))
+        from scheduler_bridge.tasks import job_cancel_remote_task
+
+        # Unheard (the broker down), the cancel is repeated by the poll after
+        # CANCEL_REPEAT_AFTER, as for a cancel that the cluster did not act on.
+        enqueue_after_commit(job_cancel_remote_task, job.pk, recovered_by="the poll repeats it")
     job.refresh_from_db()
     return job
-
-
-def _cancel_enqueue(job_id: int) -> None:
-    """Asks a worker to cancel the job on its cluster; when the broker cannot take the message,
-    the poll asks the cluster again (`CANCEL_REPEAT_AFTER`), as for a cancel that went unheard.
-    """
-    from scheduler_bridge.tasks import job_cancel_remote_task
-
-    try:
-        job_cancel_remote_task.delay(job_id)
-    except BrokerUnavailable as error:
-        logger.warning(
-            "the broker did not take the cancellation of job %s (%s): the poll repeats it",
-            job_id,
-            error,
-        )
 
 
 def job_cancel_remote(*, job_id: int) -> bool:

@@ -6,13 +6,20 @@ import schemathesis
 from django.core.signals import request_finished, request_started
 from django.db import close_old_connections
 from hypothesis import HealthCheck, settings
-from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
+from schemathesis.config._checks import PositiveDataAcceptanceConfig
+from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from computeshare.wsgi import application
 from marketplace.models import Membership
 from tests.factories import MembershipFactory, UserFactory, token_for
 
 schema = schemathesis.openapi.from_wsgi("/api/v1/schema/?format=json", application)
+# Schema-valid input may still be refused for what it means (a window in the past, a wrong
+# password, an unknown username: 400; not enough money: 402): documented answers. What the check
+# still catches is valid input refused for its form: 405, 406, 415, 422.
+schema.config.checks.positive_data_acceptance = PositiveDataAcceptanceConfig(
+    expected_statuses=["2xx", "400", "401", "402", "403", "404", "409", "429"]
+)
 
 
 @pytest.fixture(autouse=True)
@@ -35,19 +42,19 @@ def admin_token(db) -> tuple[str, str]:
 
 @schema.parametrize()
 @settings(
-    max_examples=40,
+    max_examples=60,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 def test_api_never_fails_on_generated_input(case, admin_token):
     token, organization_id = admin_token
-    if "organization_id" in (case.path_parameters or {}):
+    # A real organization, so that valid input reaches past the 404; only into valid input, so
+    # that an id the generator broke on purpose stays broken.
+    if "organization_id" in (case.path_parameters or {}) and case.meta.generation.mode.is_positive:
         case.path_parameters["organization_id"] = organization_id
-    # Schema-valid input may still be refused for what it means (a wrong password, an unknown
-    # username): a documented 400, not a failure. Unknown query parameters are ignored, as web
-    # APIs do, and the organization id above replaces any malformed one the generator made, so
-    # "negative data accepted" would report our substitution rather than a fault.
+    # Not "negative data rejected": DRF's CharField takes a number for a string (`"name": 0` is
+    # the name "0"), a leniency every endpoint shares; the hostile-input suite sends wrong types
+    # to every field and checks that none is a 500 or writes on a refusal.
     case.call_and_validate(
-        headers={"Authorization": f"Token {token}"},
-        excluded_checks=[positive_data_acceptance, negative_data_rejection],
+        headers={"Authorization": f"Token {token}"}, excluded_checks=[negative_data_rejection]
     )

@@ -16,8 +16,8 @@ from marketplace.models import (
     Allocation,
     Bid,
     Cluster,
-    Offer,
     ClusterVerification,
+    Offer,
     Resource,
     TenantAccount,
     backend_runs_jobs_as_tenants,
@@ -247,8 +247,35 @@ class VerificationStepSerializer(serializers.Serializer):
 
 
 class VerificationSerializer(serializers.Serializer):
-    steps = VerificationStepSerializer(many=True)
+    """One verification of a cluster, as the worker runs it and once it has ended."""
 
+    id = serializers.UUIDField(source="uuid")
+    status = serializers.ChoiceField(
+        choices=ClusterVerification.Status.choices,
+        source="shown_status",
+        help_text="`running` while a worker verifies (follow the cluster's GET); `succeeded` "
+        "or `failed` once it has ended. A verification no worker finished within a few "
+        "minutes reads `failed`.",
+    )
+    step = serializers.CharField(help_text="The check running now (`Done` once ended).")
+    steps = VerificationStepSerializer(many=True)
+    code = serializers.CharField(
+        source="error_code",
+        help_text="Why it failed, once it has: `cluster_unreachable` (no SSH connection could "
+        "be opened; one reason whatever the cause), `host_key_mismatch`, "
+        "`cluster_misconfigured` (`failed_step` names the check), `cluster_suspended` or "
+        "`internal_error`; empty otherwise.",
+    )
+    detail = serializers.CharField(source="shown_detail")
+    failed_step = serializers.SerializerMethodField(
+        help_text="The key of the step that failed, if one did."
+    )
+    requested_at = serializers.DateTimeField(source="created_at")
+    finished_at = serializers.DateTimeField(allow_null=True)
+
+    def get_failed_step(self, verification: ClusterVerification) -> str | None:
+        failed = [step for step in verification.steps if step.get("status") == "failed"]
+        return failed[-1].get("key") if failed else None
 
 
 class ClusterDetailSerializer(ClusterSerializer):
@@ -264,35 +291,8 @@ class ClusterDetailSerializer(ClusterSerializer):
     OWNER_FIELDS = (*ClusterSerializer.OWNER_FIELDS, "verification")
 
 
-    """One verification of a cluster, as the worker runs it and once it has ended."""
-
-    id = serializers.UUIDField(source="uuid")
-    status = serializers.ChoiceField(
-        choices=ClusterVerification.Status.choices,
-        source="shown_status",
-        help_text="`running` while a worker verifies (follow the cluster's GET); `succeeded` "
-        "or `failed` once it has ended. A verification no worker finished within a few "
-        "minutes reads `failed`.",
-    )
-    step = serializers.CharField(help_text="The check running now (`Done` once ended).")
 class ClusterConnectionSerializer(serializers.Serializer):
-    code = serializers.CharField(
-        source="error_code",
-        help_text="Why it failed, once it has: `cluster_unreachable` (no SSH connection could "
-        "be opened; one reason whatever the cause), `host_key_mismatch`, "
-        "`cluster_misconfigured` (`failed_step` names the check), `cluster_suspended` or "
-        "`internal_error`; empty otherwise.",
-    )
-    detail = serializers.CharField(source="shown_detail")
-    failed_step = serializers.SerializerMethodField(
-        help_text="The key of the step that failed, if one did."
-    )
-    requested_at = serializers.DateTimeField(source="created_at")
-    finished_at = serializers.DateTimeField(allow_null=True)
     """A partial change of how the platform reaches the cluster (PATCH)."""
-    def get_failed_step(self, verification: ClusterVerification) -> str | None:
-        failed = [step for step in verification.steps if step.get("status") == "failed"]
-        return failed[-1].get("key") if failed else None
 
     ssh_host = serializers.CharField(max_length=255, required=False)
     ssh_port = serializers.IntegerField(min_value=1, max_value=65535, required=False)

@@ -32,6 +32,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from computeshare.errors import Throttled
+from computeshare.queue import enqueue_after_commit
 from computeshare.ratelimit import rate_limit_hit
 from marketplace import errors, selectors
 from marketplace.models import Cluster, ClusterVerification, Membership, TenantAccount
@@ -481,7 +482,11 @@ def cluster_verification_start(*, actor: Membership, cluster: Cluster) -> Cluste
     verification = ClusterVerification.objects.create(
         cluster=cluster, requested_by=actor.user, step="Waiting for a worker"
     )
-    transaction.on_commit(lambda: cluster_verification_run_task.delay(verification.pk))
+    enqueue_after_commit(
+        cluster_verification_run_task,
+        verification.pk,
+        recovered_by="it is stale after STALE_AFTER, and the owner may ask again",
+    )
     return verification
 
 

@@ -1,6 +1,7 @@
 from django import forms
 from django.contrib.auth.forms import AuthenticationForm, UserCreationForm
 
+from computeshare import services as computeshare_services
 from computeshare.forms import StyledFormMixin
 from computeshare.models import User
 from marketplace.models import Membership
@@ -52,7 +53,10 @@ class BudgetForm(StyledFormMixin, forms.Form):
 
 
 class ApiTokenForm(StyledFormMixin, forms.Form):
-    name = forms.CharField(max_length=100, help_text="What uses it, to tell your tokens apart.")
+    name = forms.CharField(
+        max_length=computeshare_services.NAME_MAX_LENGTH,
+        help_text="What uses it, to tell your tokens apart.",
+    )
     expires_in_days = forms.TypedChoiceField(
         label="Expires",
         choices=[

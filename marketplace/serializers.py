@@ -4,6 +4,7 @@ services decide."""
 from rest_framework import serializers
 
 from billing.serializers import BudgetSerializer, WalletSerializer
+from computeshare import services as computeshare_services
 from marketplace.models import Invitation, Membership
 
 
@@ -11,11 +12,13 @@ class TokenRequestSerializer(serializers.Serializer):
     username = serializers.CharField(max_length=150)
     password = serializers.CharField(max_length=4096, trim_whitespace=False)
     name = serializers.CharField(
-        max_length=100, default="API log-in", help_text="A name for the new token."
+        max_length=computeshare_services.NAME_MAX_LENGTH,
+        default="API log-in",
+        help_text="A name for the new token.",
     )
     expires_in_days = serializers.IntegerField(
         min_value=1,
-        max_value=3650,
+        max_value=computeshare_services.EXPIRES_IN_DAYS_MAX,
         required=False,
         allow_null=True,
         help_text="The token expires this many days from now; never when not given.",

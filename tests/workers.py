@@ -1,5 +1,6 @@
-"""Real `celery worker` processes on a given database and Redis, for the tests (the session's
-worker, and the fault tests' workers that get killed) and for the benches."""
+"""Real `celery worker` and gunicorn processes on a given database and Redis, for the tests (the
+session's worker, the fault tests' workers that get killed, the live servers) and for the
+benches."""
 
 from __future__ import annotations
 
@@ -10,11 +11,35 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parent.parent
+
+# No proxy, whatever the environment says: every server here is on loopback.
+_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
+def free_loopback_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def process_stop(process: subprocess.Popen[bytes], stop_signal: int = signal.SIGTERM) -> None:
+    """Sends `stop_signal` to the process, if it still runs, and SIGKILL if it has not ended
+    20 s later."""
+    if process.poll() is None:
+        process.send_signal(stop_signal)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
 
 
 def database_url(settings_dict: dict[str, Any]) -> str:
@@ -55,12 +80,7 @@ class WorkerProcess:
         self.process.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+        process_stop(self.process)
 
     def memory_kib(self) -> dict[str, int]:
         """VmRSS (now) and VmHWM (the peak so far) of the worker, in KiB."""
@@ -121,3 +141,81 @@ def worker_start(
             worker.stop()
             raise RuntimeError(f"the Celery worker {name} did not start:\n{worker.log()[-4000:]}")
     return worker
+
+
+class GunicornServer:
+    """`gunicorn computeshare.wsgi` with `options` and the environment given, on a free loopback
+    port, its output in `log_path`; it answers once `wait_ready()` returns. `stop()` sends
+    `stop_signal`: SIGTERM lets requests under way finish, SIGINT is gunicorn's quick shutdown."""
+
+    def __init__(
+        self,
+        environment: dict[str, str],
+        log_path: Path,
+        options: Sequence[str] = (),
+        *,
+        stop_signal: int = signal.SIGTERM,
+        preexec_fn: Callable[[], object] | None = None,
+    ) -> None:
+        self.port = free_loopback_port()
+        self.log_path = log_path
+        self.stop_signal = stop_signal
+        with log_path.open("ab") as log:
+            self.process = subprocess.Popen(
+                [
+                    str(Path(sys.executable).parent / "gunicorn"),
+                    "computeshare.wsgi:application",
+                    f"--bind=127.0.0.1:{self.port}",
+                    *options,
+                ],
+                cwd=REPOSITORY,
+                env=environment,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                preexec_fn=preexec_fn,
+            )
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        """Returns once `/healthz` answers (200, or 503 for a service down): the master listens
+        before its workers have loaded Django. Else stops the server and raises with its log.
+        Slow on a busy 2-CPU machine: importing Django and Celery alone can take 15 s."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.request("GET", "/healthz")[0] in (200, 503):
+                    return
+            except OSError:
+                pass
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(
+                    f"gunicorn did not answer within {timeout:g} s (exit status "
+                    f"{self.process.returncode}):\n{self.log()[-4000:]}"
+                )
+            time.sleep(0.1)
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        body: bytes | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> tuple[int, bytes]:
+        request = urllib.request.Request(  # noqa: S310 (http on loopback only)
+            self.base_url + path, data=body, method=method, headers=headers or {}
+        )
+        try:
+            with _opener.open(request, timeout=30) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as error:
+            return error.code, error.read()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> None:
+        process_stop(self.process, self.stop_signal)

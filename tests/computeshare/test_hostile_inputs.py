@@ -17,8 +17,6 @@ import json
 import re
 import signal
 import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections import Counter
@@ -53,7 +51,7 @@ from tests.factories import (
     funded_organization,
     token_for,
 )
-from tests.workers import REPOSITORY, database_url, worker_environment
+from tests.workers import GunicornServer, database_url, worker_environment
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -136,22 +134,21 @@ def _die_with_parent() -> None:
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+class LiveServer(GunicornServer):
+    """gunicorn as production runs it (threads, so connections are kept alive), two workers,
+    each request's method, path and status in its access log."""
 
-
-@dataclass
-class LiveServer:
-    url: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    access_log_path: Path
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    def __init__(self, environment: dict[str, str], log_path: Path) -> None:
+        self.access_log_path = log_path.with_name("access.log")
+        options = [
+            "--workers=2",
+            "--threads=2",
+            "--timeout=120",
+            "--keep-alive=30",
+            f"--access-logfile={self.access_log_path}",
+            "--access-logformat=%(m)s %(U)s %(s)s",
+        ]
+        super().__init__(environment, log_path, options, preexec_fn=_die_with_parent)
 
     def access_log_size(self) -> int:
         return self.access_log_path.stat().st_size if self.access_log_path.exists() else 0
@@ -168,53 +165,6 @@ class LiveServer:
                         return int(status)
             time.sleep(0.1)
         return 0
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
-
-
-def server_start(log_path: Path, environment: dict[str, str]) -> LiveServer:
-    """gunicorn as production runs it (threads, so connections are kept alive), two workers."""
-    port = _free_port()
-    access_log_path = log_path.with_name("access.log")
-    gunicorn = str(Path(sys.executable).parent / "gunicorn")
-    with log_path.open("ab") as log:
-        process = subprocess.Popen(
-            [
-                gunicorn,
-                "computeshare.wsgi",
-                f"--bind=127.0.0.1:{port}",
-                "--workers=2",
-                "--threads=2",
-                "--timeout=120",
-                "--keep-alive=30",
-                f"--access-logfile={access_log_path}",
-                "--access-logformat=%(m)s %(U)s %(s)s",
-            ],
-            cwd=REPOSITORY,
-            env=environment,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,
-        )
-    server = LiveServer(f"http://127.0.0.1:{port}", process, log_path, access_log_path)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            if requests.get(f"{server.url}/login/", timeout=30).status_code == 200:
-                return server
-        except (requests.ConnectionError, requests.Timeout):
-            pass
-        if process.poll() is not None or time.monotonic() > deadline:
-            server.stop()
-            raise RuntimeError(f"gunicorn did not start:\n{server.log()[-4000:]}")
-        time.sleep(0.2)
 
 
 # --- The data ----------------------------------------------------------------------------------
@@ -525,11 +475,13 @@ class Attack:
         was_reset = False
         try:
             if body is not None and len(body) > BIG:
-                answer = _send_past_the_limit(session, self.server.url, method, path, body, headers)
+                answer = _send_past_the_limit(
+                    session, self.server.base_url, method, path, body, headers
+                )
             else:
                 answer = session.request(
                     method,
-                    self.server.url + path,
+                    self.server.base_url + path,
                     data=body,
                     # As bytes: a header may carry what latin-1 cannot (UTF-8, as clients do).
                     headers={name: value.encode() for name, value in (headers or {}).items()},
@@ -1026,7 +978,8 @@ def live_server_hostile(
         STRIPE_PUBLISHABLE_KEY=localstripe.publishable_key,
         STRIPE_JS_URL=localstripe.js_url,
     )
-    server = server_start(tmp_path / "gunicorn.log", environment)
+    server = LiveServer(environment, tmp_path / "gunicorn.log")
+    server.wait_ready()
     yield server
     server.stop()
     if apps.is_installed("axes"):
@@ -1038,9 +991,9 @@ def live_server_hostile(
 
 def log_in(server: LiveServer, username: str) -> requests.Session:
     session = requests.Session()
-    session.get(f"{server.url}/login/", timeout=30)
+    session.get(f"{server.base_url}/login/", timeout=30)
     answer = session.post(
-        f"{server.url}/login/",
+        f"{server.base_url}/login/",
         data={"username": username, "password": PASSWORD},
         headers=_csrf(session),
         allow_redirects=False,
@@ -1055,7 +1008,7 @@ def test_hostile_input_never_fails_and_refusals_write_nothing(
 ) -> None:
     server = live_server_hostile
     market = market_build()
-    schema = requests.get(f"{server.url}/api/v1/schema/?format=json", timeout=60).json()
+    schema = requests.get(f"{server.base_url}/api/v1/schema/?format=json", timeout=60).json()
     signed_in = log_in(server, market.alice.username)
     started = time.monotonic()
     attack = Attack(server, _snapshot_query())

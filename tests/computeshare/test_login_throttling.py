@@ -5,15 +5,11 @@ and a forged X-Forwarded-For counts for nothing."""
 
 import json
 import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,7 +20,7 @@ from django.test import Client
 from computeshare.login_throttling import LOCKED_OUT_DETAIL
 from computeshare.models import User
 from tests.factories import PASSWORD
-from tests.workers import REPOSITORY, database_url, worker_environment
+from tests.workers import GunicornServer, database_url, worker_environment
 
 LOGIN = "/login/"
 ADMIN_LOGIN = "/admin/login/"
@@ -212,12 +208,6 @@ def test_an_operator_unlocks_an_address(limit_three):
 # --- real server processes --------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _post(port: int, path: str, body: dict[str, str], headers: dict[str, str] | None = None):
     request = urllib.request.Request(
         f"http://127.0.0.1:{port}{path}",
@@ -238,50 +228,27 @@ def servers(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> 
     together: `first` and `second` reached directly, `proxied` behind one trusted proxy."""
     logs = tmp_path_factory.mktemp("gunicorn")
     changes = {"first": {}, "second": {}, "proxied": {"TRUSTED_PROXY_COUNT": "1"}}
-    ports = {name: _free_port() for name in changes}
-    processes = {
-        name: subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "gunicorn"),
-                "computeshare.wsgi:application",
-                f"--bind=127.0.0.1:{ports[name]}",
-                "--workers=1",
-            ],
-            cwd=REPOSITORY,
-            env=worker_environment(
+    servers = {
+        name: GunicornServer(
+            worker_environment(
                 database=database_url(connection.settings_dict),
                 redis=_redis_url(),
                 LOGIN_FAILURE_LIMIT="4",
                 **changes[name],
             ),
-            stdout=(logs / f"{name}.log").open("wb"),
-            stderr=subprocess.STDOUT,
+            logs / f"{name}.log",
+            ["--workers=1"],
+            stop_signal=signal.SIGINT,  # gunicorn's quick shutdown
         )
         for name in changes
     }
     try:
-        for name, process in processes.items():
-            _wait_until_it_answers(process, ports[name], logs / f"{name}.log")
-        yield ports
+        for server in servers.values():
+            server.wait_ready()
+        yield {name: server.port for name, server in servers.items()}
     finally:
-        for process in processes.values():
-            process.send_signal(signal.SIGINT)  # gunicorn's quick shutdown
-        for process in processes.values():
-            process.wait(timeout=20)
-
-
-def _wait_until_it_answers(process: subprocess.Popen[bytes], port: int, log: Path) -> None:
-    # The master listens before its worker has loaded Django: ready once a page answers.
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}{LOGIN}", timeout=5):
-                return
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                output = log.read_text(errors="replace")[-3000:]
-                raise RuntimeError(f"gunicorn did not start:\n{output}") from None
-            time.sleep(0.1)
+        for server in servers.values():
+            server.stop()
 
 
 def _redis_url() -> str:

@@ -13,19 +13,19 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 from typing import Any
 
 import psycopg2
 import redis
 
-from tests.localstripe import free_loopback_port
-from tests.workers import REPOSITORY, WorkerProcess
-
-# No proxy, whatever the environment says: every server here is on loopback.
-_opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+from tests.workers import (
+    REPOSITORY,
+    GunicornServer,
+    WorkerProcess,
+    free_loopback_port,
+    process_stop,
+)
 
 
 def _wait(condition: object, what: str, timeout: float, log: Path | None = None) -> None:
@@ -201,79 +201,19 @@ class PrivatePostgres:
 # --- gunicorn and celery beat -------------------------------------------------------------------
 
 
-class Gunicorn:
-    """`gunicorn computeshare.wsgi` with the environment given, on a free loopback port; it
-    answers once `wait_ready()` returns."""
+class Gunicorn(GunicornServer):
+    """`gunicorn computeshare.wsgi` with the environment given, on a free loopback port, gthread
+    workers of four threads each; it answers once `wait_ready()` returns."""
 
     def __init__(self, environment: dict[str, str], log_path: Path, workers: int = 1) -> None:
-        self.port = free_loopback_port()
-        self.log_path = log_path
-        with log_path.open("ab") as log:
-            self.process = subprocess.Popen(
-                [
-                    str(Path(sys.executable).parent / "gunicorn"),
-                    "computeshare.wsgi:application",
-                    f"--bind=127.0.0.1:{self.port}",
-                    f"--workers={workers}",
-                    "--worker-class=gthread",
-                    "--threads=4",
-                    "--timeout=60",
-                    "--log-level=warning",
-                ],
-                cwd=REPOSITORY,
-                env=environment,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-
-    def wait_ready(self) -> None:
-        try:
-            # Slow on a busy 2-CPU machine: importing Django and Celery alone can take 15 s.
-            _wait(self._answers, "gunicorn did not answer", 120, self.log_path)
-        except BaseException:
-            self.stop()
-            raise
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def _answers(self) -> bool:
-        if self.process.poll() is not None:
-            raise RuntimeError(f"gunicorn exited:\n{self.log()[-3000:]}")
-        try:
-            status, _ = self.request("GET", "/healthz")
-        except OSError:
-            return False
-        return status in (200, 503)
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        body: bytes | None = None,
-        headers: dict[str, str] | None = None,
-    ) -> tuple[int, bytes]:
-        request = urllib.request.Request(  # noqa: S310 (http on loopback only)
-            self.base_url + path, data=body, method=method, headers=headers or {}
-        )
-        try:
-            with _opener.open(request, timeout=30) as response:
-                return response.status, response.read()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        options = [
+            f"--workers={workers}",
+            "--worker-class=gthread",
+            "--threads=4",
+            "--timeout=60",
+            "--log-level=warning",
+        ]
+        super().__init__(environment, log_path, options)
 
 
 class Beat:
@@ -299,13 +239,7 @@ class Beat:
         return self.log_path.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        process_stop(self.process)
 
 
 def worker_start_on(

@@ -65,16 +65,24 @@ def _clean_expires_in_days(expires_in_days: int | None) -> int | None:
 
 @transaction.atomic
 def api_token_create(
-    *, user: User, name: str, expires_in_days: int | None = None
+    *, user: User, name: str, expires_in_days: int | None = None, replace: bool = False
 ) -> tuple[ApiToken, str]:
     """Makes a token for `user` and answers it with its key, which exists nowhere else: only its
     digest is stored. A user has at most `API_TOKENS_PER_USER_MAX` live tokens (neither revoked
     nor expired); the user's row is locked while they are counted, so that concurrent requests
-    cannot pass the limit together."""
+    cannot pass the limit together.
+
+    With `replace`, the user's live tokens of the same name are revoked first: a script that
+    logs in with its password at every run gets a fresh key each time instead of piling tokens
+    up until the limit refuses it."""
     name = _clean_name(name)
     expires_in_days = _clean_expires_in_days(expires_in_days)
     User.objects.select_for_update().filter(pk=user.pk).first()
     now = timezone.now()
+    if replace:
+        ApiToken.objects.filter(user=user, name=name, revoked_at__isnull=True).update(
+            revoked_at=now
+        )
     limit = settings.API_TOKENS_PER_USER_MAX
     if api_token_live_count(user=user, now=now) >= limit:
         raise TokenLimitReached(extra={"limit": limit})

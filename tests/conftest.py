@@ -38,6 +38,7 @@ def _stripe_is_local(localstripe: "LocalStripe", settings: Any) -> None:
     settings.STRIPE_PUBLISHABLE_KEY = localstripe.publishable_key
     settings.STRIPE_JS_URL = localstripe.js_url
 
+
 @pytest.fixture(autouse=True)
 def _no_failed_log_ins_counted() -> None:
     """Every test starts with no failed log-in counted: django-axes keeps its counts in Redis,

@@ -49,6 +49,11 @@ class AuthTokenApi(APIView):
 
     @extend_schema(
         operation_id="auth_token_create",
+        description=(
+            "Logs in with a password and answers a new key for the token named `name` "
+            "(`API log-in` by default); an earlier live token of that name stops working. "
+            "Give each script or machine its own name to keep several keys."
+        ),
         request=TokenRequestSerializer,
         responses={
             200: TokenSerializer,
@@ -72,6 +77,7 @@ class AuthTokenApi(APIView):
             user=user,
             name=payload.validated_data["name"],
             expires_in_days=payload.validated_data.get("expires_in_days"),
+            replace=True,
         )
         return Response(
             TokenSerializer(

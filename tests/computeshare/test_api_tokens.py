@@ -217,6 +217,30 @@ def test_log_in_accepts_a_name_and_an_expiry(api_client, user):
     assert with_key(answer.json()["token"]).get(f"{API}/me/").status_code == 200
 
 
+def test_logging_in_again_under_a_name_replaces_that_names_key_only(api_client, user, settings):
+    """A script that logs in at every run never reaches the limit: each log-in's key replaces
+    the last one of the same name; tokens of other names keep working."""
+    settings.API_TOKENS_PER_USER_MAX = 3
+    _, kept = services.api_token_create(user=user, name="laptop")
+
+    def log_in() -> str:
+        answer = api_client.post(
+            f"{API}/auth/token/",
+            {"username": user.username, "password": PASSWORD},
+            format="json",
+        )
+        assert answer.status_code == 200, answer.json()
+        return answer.json()["token"]
+
+    keys = [log_in() for _ in range(5)]
+
+    assert [with_key(key).get(f"{API}/me/").status_code for key in keys] == [401] * 4 + [200]
+    assert with_key(kept).get(f"{API}/me/").status_code == 200
+    live = ApiToken.objects.filter(user=user, revoked_at__isnull=True)
+    # (and the one the factory made for the tests)
+    assert sorted(live.values_list("name", flat=True)) == ["API log-in", "laptop", "tests"]
+
+
 def test_create_shows_the_key_once_and_the_list_never(user):
     client = client_for(user)
 

@@ -792,7 +792,7 @@ def page_of(route: str, market: Market, organization: str, **changes: str) -> st
 
 # Forms whose first accepted POST ends something the others need (the session, the token, an
 # offer): sent last.
-LAST = ("/logout/", "/account/token/", "/cancel/", "/withdraw/", "/leave/", "/remove/")
+LAST = ("/logout/", "/revoke/", "/cancel/", "/withdraw/", "/leave/", "/remove/")
 
 
 def form_plausible(name: str, value: str, market: Market) -> str:

@@ -30,7 +30,12 @@ from marketplace.models import Allocation, Cluster
 from scheduler_bridge.models import ENDED_STATES, Job, JobRun, JobState, JobTask
 from tests.billing.test_webhook import WEBHOOK, payment_event, signature
 from tests.conftest import wait_for
-from tests.factories import MembershipFactory, allocation_bought, funded_organization
+from tests.factories import (
+    MembershipFactory,
+    allocation_bought,
+    funded_organization,
+    token_for,
+)
 from tests.faults.instances import Beat, Gunicorn, PrivateRedis, worker_start_on
 from tests.scheduler_bridge.faults import ClusterShell
 from tests.workers import WorkerProcess, database_url, worker_environment
@@ -42,18 +47,6 @@ JOBS_DURING_OUTAGE = 4
 TOP_UPS = 5
 TOP_UP_AMOUNT = Decimal("25.00")
 SLEEP_1 = "#!/bin/bash\nsleep 1\n"
-
-
-def token_for(user: object) -> str:
-    """An API key of `user`: the factories' helper once keys are stored hashed, DRF's token
-    until then."""
-    try:
-        from tests.factories import token_for as factories_token_for  # type: ignore[attr-defined]
-    except ImportError:
-        from rest_framework.authtoken.models import Token
-
-        return str(Token.objects.get_or_create(user=user)[0].key)
-    return str(factories_token_for(user))
 
 
 @dataclass

@@ -36,7 +36,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(scope="module")
 def unreachable_task():
-    app = Celery("unreachable", broker="redis://127.0.0.1:9/0")
+    # Not the current app: shared tasks would follow it and publish to port 9 for the rest of
+    # the session.
+    app = Celery("unreachable", broker="redis://127.0.0.1:9/0", set_as_current=False)
     app.conf.broker_connection_retry = False
     app.conf.broker_connection_max_retries = 0
     app.conf.task_publish_retry = False

@@ -42,7 +42,9 @@ def admin_token(db) -> tuple[str, str]:
 
 @schema.parametrize()
 @settings(
-    max_examples=60,
+    # 40 before the edge issue; every example of every operation costs the suite's time (about
+    # 50 ms), and the hostile-input suite covers each field's worst values by hand.
+    max_examples=50,
     deadline=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )

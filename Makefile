@@ -61,9 +61,11 @@ pytest:
 bench: install
 	scripts/test-services
 	scripts/testcluster up
+	rm -f var/bench/figures.jsonl
 	$(BIN)/python bench/ledger.py
 	$(BIN)/python bench/marketplace.py
 	$(BIN)/python bench/jobs.py
+	$(BIN)/python bench/summary.py
 
 # The production shape (docker-compose.yml) built and driven end to end on this machine, then
 # taken down: not part of `make test` or CI (it installs Docker, builds images, needs minutes).

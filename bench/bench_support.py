@@ -1,11 +1,44 @@
 """What the benches share: a scratch database of their own (created, migrated and emptied;
-dropped at the end) on the test settings, and the machine's load."""
+dropped at the end) on the test settings, the machine's load, and the figures of the issue's
+table, which every bench records (`record_figure`) and `bench/summary.py` prints at the end of
+`make bench`."""
 
+import json
 import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-DATABASE = "computeshare_bench"
+# BENCH_DATABASE names another scratch database, so that two people's runs do not share one.
+DATABASE = os.environ.get("BENCH_DATABASE", "computeshare_bench")
+FIGURES = Path(
+    os.environ.get(
+        "BENCH_FIGURES", Path(__file__).resolve().parent.parent / "var" / "bench" / "figures.jsonl"
+    )
+)
+
+
+@dataclass(frozen=True)
+class Figure:
+    """One row of the table: `key` is stable (it orders the summary and names what is missing),
+    `value` and `aim` are as printed ("0.83 of sbatch", ">= 0.8"), `met` says whether the value
+    reaches the aim."""
+
+    key: str
+    label: str
+    value: str
+    aim: str
+    met: bool
+
+
+def record_figure(key: str, label: str, value: str, aim: str, met: bool) -> None:
+    """Appends one figure to the run's file and prints it where it was measured."""
+    figure = Figure(key, label, value, aim, met)
+    FIGURES.parent.mkdir(parents=True, exist_ok=True)
+    with FIGURES.open("a") as figures:
+        figures.write(json.dumps(asdict(figure)) + "\n")
+    print(f"  -> {label}: {value} (aim {aim}): {'met' if met else 'NOT met'}")
 
 
 def bench_database_url(database: str = DATABASE) -> str:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_support import FIGURES  # noqa: E402
+from bench_support import FIGURES
 
 # The rows of the performance issue, in its order. A bench may record more figures than these;
 # they follow, in the order they were recorded.
@@ -57,7 +57,7 @@ def main() -> None:
     print()
     print("Performance, this run:")
     for row in [header, tuple("-" * width for width in widths), *rows]:
-        print("  " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths)))
+        print("  " + " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
     missed = sum(row[3] != "met" for row in rows)
     print(f"  {len(rows) - missed} of {len(rows)} met")
 

@@ -44,3 +44,19 @@ class OutputNotKept(Conflict):
         "This job was submitted on the cluster by one of the team's own jobs: its output went "
         "where that job sent it, not to a folder the platform keeps."
     )
+
+
+class InputFileNameInvalid(ApplicationError):
+    code = "input_file_name_invalid"
+    default_detail = "An input file's name is not a plain path inside the job's folder."
+
+
+class TooManyInputFiles(ApplicationError):
+    code = "too_many_input_files"
+    default_detail = "The job has more input files than allowed."
+
+
+class InputFilesTooLarge(ApplicationError):
+    status_code = 413
+    code = "input_files_too_large"
+    default_detail = "The input files are larger than allowed."

@@ -185,6 +185,25 @@ class Job(Progress):
     # for long becomes `undetermined`.
     last_seen_at = models.DateTimeField(null=True, blank=True)
 
+    class ResultsState(models.TextChoices):
+        WAITING = "waiting", "Waiting for the job to end"
+        COLLECTING = "collecting", "Being fetched from the cluster"
+        READY = "ready", "Ready"
+        FAILED = "failed", "Could not be fetched"
+        EXPIRED = "expired", "Removed after the retention period"
+        NOT_KEPT = "not_kept", "Not kept (a job the team's jobs submitted)"
+
+    # The files the job wrote in its folder, fetched into platform storage once it ended.
+    results_state = models.CharField(
+        max_length=16, choices=ResultsState.choices, default=ResultsState.WAITING
+    )
+    results_truncated = models.BooleanField(default=False)
+    results_detail = models.CharField(max_length=500, blank=True)
+    # When a worker last took the collection, and how many times: a crashed worker's is taken
+    # again after a while, a failed one is tried again with backoff, then marked `failed`.
+    results_claimed_at = models.DateTimeField(null=True, blank=True)
+    results_attempts = models.PositiveSmallIntegerField(default=0)
+
     class Meta:
         ordering = ["-created_at", "-id"]
         indexes = [
@@ -263,6 +282,34 @@ class Job(Progress):
     def estimated_max_cost(self) -> Decimal:
         """The most the job can cost: what it reserved at the allocation's unit price."""
         return money_of(self.reserved_units, self.allocation.unit_price)
+
+
+class JobFile(BaseModel):
+    """One file of a job: an input it was given (staged into its folder on the cluster before
+    sbatch) or a result it wrote there (fetched after it ended). `stored` is the file's name
+    in platform storage, empty once removed (an input after staging, a result after the
+    retention period); name and size stay, for the record."""
+
+    class Kind(models.TextChoices):
+        INPUT = "input", "Input"
+        RESULT = "result", "Result"
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="files")
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    # The path in the job's folder, `/`-separated.
+    name = models.CharField(max_length=1024)
+    size = models.PositiveBigIntegerField()
+    modified_at = models.DateTimeField(null=True, blank=True)
+    stored = models.CharField(max_length=1024, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "kind", "name"], name="job_file_name_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name} of {self.job_id}"
 
 
 class JobTask(Progress):

@@ -209,6 +209,33 @@ LOCAL_BACKEND_ALLOWED = True
 LOCAL_BACKEND_SANDBOX = env("LOCAL_BACKEND_SANDBOX", default="auto")
 # The bubblewrap program: a name looked up on PATH, or a path.
 LOCAL_BACKEND_BWRAP = env("LOCAL_BACKEND_BWRAP", default="bwrap")
+# --- Job input and result files -----------------------------------------------------------
+# Where the platform keeps jobs' files: uploaded inputs until they are staged on the cluster
+# (so that an accepted job's inputs survive a worker's crash), and results fetched from the
+# cluster after the job. A local folder (Django's FileSystemStorage).
+JOB_FILES_ROOT = Path(env("JOB_FILES_ROOT", default=str(BASE_DIR / "var" / "job-files")))
+# Limits of a job's input files (multipart upload on POST /jobs/): per file, per job, count,
+# and how many folders deep a name may go.
+JOB_INPUT_FILE_MAX_BYTES = env.int("JOB_INPUT_FILE_MAX_BYTES", default=64 * 1024 * 1024)
+JOB_INPUT_TOTAL_MAX_BYTES = env.int("JOB_INPUT_TOTAL_MAX_BYTES", default=256 * 1024 * 1024)
+JOB_INPUT_FILES_MAX = env.int("JOB_INPUT_FILES_MAX", default=200)
+JOB_INPUT_PATH_DEPTH = env.int("JOB_INPUT_PATH_DEPTH", default=4)
+# Django refuses a multipart body with more file parts than this before the API can answer
+# `too_many_input_files` with its limit: well above the job's limit.
+DATA_UPLOAD_MAX_NUMBER_FILES = max(100, 4 * JOB_INPUT_FILES_MAX)
+# What the platform fetches of a job's results at most; past it the listing says `truncated`.
+JOB_RESULT_TOTAL_MAX_BYTES = env.int("JOB_RESULT_TOTAL_MAX_BYTES", default=1024 * 1024 * 1024)
+# How long result files are kept after the job ended (then removed; the listing says
+# `expired`).
+JOB_RESULT_RETENTION_DAYS = env.int("JOB_RESULT_RETENTION_DAYS", default=30)
+CELERY_BEAT_SCHEDULE["job-results-collect"] = {
+    "task": "scheduler_bridge.tasks.job_results_sweep_task",
+    "schedule": 60.0,
+}
+CELERY_BEAT_SCHEDULE["job-results-expire"] = {
+    "task": "scheduler_bridge.tasks.job_results_expire_task",
+    "schedule": crontab(hour=4, minute=7),
+}
 CELERY_BEAT_SCHEDULE["jobs-poll"] = {
     "task": "scheduler_bridge.tasks.jobs_poll_task",
     "schedule": JOBS_POLL_INTERVAL_SECONDS,
@@ -364,6 +391,8 @@ SPECTACULAR_SETTINGS = {
         "TopUpStatusEnum": "billing.models.TopUp.Status",
         "ApiTokenStatusEnum": "computeshare.models.ApiToken.Status",
         "InvitationStatusEnum": "marketplace.models.Invitation.Status",
+        "JobResultsStateEnum": "scheduler_bridge.models.Job.ResultsState",
+        "StateEnum": "scheduler_bridge.models.JobState",
     },
 }
 

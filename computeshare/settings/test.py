@@ -1,7 +1,9 @@
 """The test run: real PostgreSQL and Redis on this machine unless the environment says otherwise."""
 
+from pathlib import Path
+
 from computeshare.settings.base import *  # noqa: F403
-from computeshare.settings.base import env
+from computeshare.settings.base import BASE_DIR, env
 from computeshare.settings.insecure import (
     TEST_STRIPE_PUBLISHABLE_KEY,
     TEST_STRIPE_SECRET_KEY,
@@ -38,3 +40,6 @@ LOCAL_BACKEND_SANDBOX = "required"
 # The test cluster (and the demo's) listens on loopback, which the outbound rules deny unless
 # allowed: here only loopback, never the private network.
 CLUSTER_ALLOWED_NETWORKS = env.list("CLUSTER_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])
+# Jobs' files of the test run, apart from a developer's own (the Celery worker of the tests
+# computes the same folder).
+JOB_FILES_ROOT = Path(env("JOB_FILES_ROOT", default=str(BASE_DIR / "var" / "test-job-files")))

@@ -27,14 +27,16 @@ import functools
 import logging
 import os
 import re
+import shutil
 import signal
+import stat
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from scheduler_bridge.backends import local_state
 from scheduler_bridge.backends.arrays import parse_array
@@ -60,8 +62,10 @@ from scheduler_bridge.backends.sandbox import (
     sandbox_check,
 )
 from scheduler_bridge.backends.types import (
+    InputFile,
     JobSpec,
     QueueEntry,
+    ResultFile,
     RunRecord,
     Stream,
     SubmitResult,
@@ -73,6 +77,7 @@ from scheduler_bridge.backends.types import (
 # The local backend spells its states as Slurm does, and reads them with Slurm's one table.
 from scheduler_bridge.slurm.accounting import api_state
 from scheduler_bridge.slurm.errors import BridgeError
+from scheduler_bridge.slurm.jobs import result_file_excluded
 
 PARTITION = "local"
 # `find` answers for jobs submitted this recently, as `sacct` does for "the last days".
@@ -288,6 +293,8 @@ class LocalBackend:
         all the same, with the refusal its supervisor fails every task with."""
         directory = self._job_directory(spec.directory)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for input_file in spec.input_files:
+            _stage_input(directory, input_file)
         local_state.write_atomically(directory / "job.sh", spec.script.encode(), mode=0o700)
         submit_time = now_utc()
         tasks = tuple((first_id + offset, index) for offset, index in enumerate(plan.indices))
@@ -467,6 +474,43 @@ class LocalBackend:
         except FileNotFoundError:
             return b""
 
+    # Files ---------------------------------------------------------------------------------------
+
+    def result_files(self, tenant: Tenant | None, directory: str) -> list[ResultFile]:
+        """Every regular file under the job's directory (links are not followed); `tenant` is
+        ignored (None here)."""
+        root = self._job_directory(directory)
+        found: list[ResultFile] = []
+        for folder, folders, files in os.walk(root):
+            folders.sort()
+            for file_name in sorted(files):
+                path = Path(folder) / file_name
+                name = path.relative_to(root).as_posix()
+                details = path.lstat()
+                if stat.S_ISREG(details.st_mode) and not result_file_excluded(name):
+                    modified = datetime.fromtimestamp(details.st_mtime, UTC)
+                    found.append(ResultFile(name, details.st_size, modified))
+        return sorted(found, key=lambda result: result.name)
+
+    def result_fetch(
+        self,
+        tenant: Tenant | None,
+        directory: str,
+        names: Sequence[str],
+        save: Callable[[str, BinaryIO], None],
+    ) -> None:
+        root = self._job_directory(directory)
+        for name in names:
+            path = root / name
+            # Opened without following a link, in case the job replaced the file by one.
+            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(descriptor, "rb") as handle:
+                save(name, handle)
+
+    def expected_start(self, spec: JobSpec) -> datetime | None:
+        """The local scheduler gives no estimate."""
+        return None
+
     # Cancel --------------------------------------------------------------------------------------
 
     def cancel(self, tenant: Tenant | None, job_ids: Sequence[str]) -> None:
@@ -580,3 +624,12 @@ def _run_record(record: TaskRecord) -> RunRecord:
         partition=PARTITION,
         requested_cpus=record.requested_cpus,
     )
+
+
+def _stage_input(directory: Path, input_file: InputFile) -> None:
+    """Copies one input file into the job's directory (the API checked its name), in chunks."""
+    path = directory / input_file.name
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with input_file.open() as source, open(path, "wb") as target:
+        os.fchmod(target.fileno(), 0o600)
+        shutil.copyfileobj(source, target, 1024 * 1024)

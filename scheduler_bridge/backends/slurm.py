@@ -12,16 +12,20 @@ poll is one squeue for all the tenants, accounting is one sacct per chunk of ids
 from __future__ import annotations
 
 import posixpath
+import shutil
 import stat
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
+from typing import BinaryIO
 
 import paramiko
 
 from scheduler_bridge.backends.types import (
+    InputFile,
     JobSpec,
     QueueEntry,
+    ResultFile,
     RunRecord,
     Stream,
     SubmitResult,
@@ -58,11 +62,14 @@ from scheduler_bridge.slurm.jobs import (
     job_directory_problem,
     only_ended_jobs_refused,
     parse_submission_output,
+    parse_test_only,
     refusal_reason,
+    result_file_excluded,
     sbatch_arguments,
     scancel_arguments,
     spec_problem,
     submission_script,
+    test_only_arguments,
 )
 from scheduler_bridge.slurm.parsers import parse_sbatch_parsable
 from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection
@@ -70,6 +77,12 @@ from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection
 # The submission script gets this much more time per sbatch it runs (about 15 ms each on an
 # idle controller), on top of the command timeout.
 _SECONDS_PER_SUBMISSION = 0.25
+# A job's results: at most this many files, this many folders deep, are listed.
+MAX_RESULT_FILES = 10000
+MAX_RESULT_DEPTH = 16
+# SFTP reads in flight per file (32 KiB each): enough to fill the pipe, bounded in memory.
+_PREFETCH_REQUESTS = 64
+_COPY_CHUNK = 1024 * 1024
 
 
 class SlurmBackend:
@@ -257,6 +270,78 @@ class SlurmBackend:
             except FileNotFoundError:
                 return b""
 
+    # --- Files ----------------------------------------------------------------------------------
+
+    def result_files(self, tenant: Tenant | None, directory: str) -> list[ResultFile]:
+        """Walks the job's directory over SFTP as the tenant: regular files only (a symbolic
+        link is never followed: it could point at another job's files or the tenant's home)."""
+        root, user = self._job_root(tenant, directory)
+        found: list[ResultFile] = []
+        with self.connection.sftp(self.command_timeout, as_user=user) as sftp:
+            pending = [""]
+            while pending and len(found) < MAX_RESULT_FILES:
+                relative = pending.pop()
+                try:
+                    entries = sftp.listdir_attr(
+                        posixpath.join(root, relative) if relative else root
+                    )
+                except FileNotFoundError:
+                    continue
+                for entry in sorted(entries, key=lambda entry: entry.filename):
+                    name = posixpath.join(relative, entry.filename) if relative else entry.filename
+                    mode = entry.st_mode or 0
+                    if stat.S_ISDIR(mode) and name.count("/") < MAX_RESULT_DEPTH:
+                        pending.append(name)
+                    elif stat.S_ISREG(mode) and not result_file_excluded(name):
+                        modified = (
+                            datetime.fromtimestamp(entry.st_mtime, UTC)
+                            if entry.st_mtime is not None
+                            else None
+                        )
+                        found.append(ResultFile(name, entry.st_size or 0, modified))
+        return sorted(found[:MAX_RESULT_FILES], key=lambda result: result.name)
+
+    def result_fetch(
+        self,
+        tenant: Tenant | None,
+        directory: str,
+        names: Sequence[str],
+        save: Callable[[str, BinaryIO], None],
+    ) -> None:
+        root, user = self._job_root(tenant, directory)
+        with self.connection.sftp(self.command_timeout, as_user=user) as sftp:
+            for name in names:
+                with sftp.open(posixpath.join(root, name), "rb") as handle:
+                    # Read ahead, a bounded number of requests at a time: the whole file is
+                    # never in memory, and the round trips overlap.
+                    handle.prefetch(
+                        handle.stat().st_size, max_concurrent_requests=_PREFETCH_REQUESTS
+                    )
+                    save(name, handle)  # type: ignore[arg-type]
+
+    def expected_start(self, spec: JobSpec) -> datetime | None:
+        """`sbatch --test-only` as the tenant, the script on stdin: Slurm's own estimate of
+        when the job would start, nothing submitted."""
+        if spec.tenant is None:
+            return None
+        result = self.connection.run(
+            test_only_arguments(spec),
+            stdin=spec.script.encode(),
+            timeout=self.command_timeout,
+            check=False,
+            as_user=spec.tenant.user,
+        )
+        if result.exit_status != 0:
+            raise _command_error(result)
+        return parse_test_only(result.stderr + "\n" + result.stdout)
+
+    def _job_root(self, tenant: Tenant | None, directory: str) -> tuple[str, str | None]:
+        problem = job_directory_problem(directory)
+        if problem is not None:
+            raise ValueError(problem)
+        home = tenant.home if tenant is not None else self.connection.home
+        return posixpath.join(home, directory), tenant.user if tenant is not None else None
+
     def close(self) -> None:
         """Closes the connection. A pooled connection opens again on its next use."""
         self.connection.close()
@@ -297,6 +382,8 @@ def _write_job_files(
     only, and writes the script (0700) and the environment file (0600, it may hold secrets).
     A file left by an earlier attempt is overwritten."""
     _make_directories(sftp, directory, created)
+    for input_file in spec.input_files:
+        _stage_input(sftp, directory, input_file, created)
     _write_file(sftp, posixpath.join(directory, SCRIPT_FILE), spec.script.encode(), 0o700)
     _write_file(
         sftp,
@@ -331,3 +418,17 @@ def _write_file(sftp: paramiko.SFTPClient, path: str, content: bytes, mode: int)
         handle.chmod(mode)
         handle.set_pipelined(True)
         handle.write(content)
+
+
+def _stage_input(
+    sftp: paramiko.SFTPClient, directory: str, input_file: InputFile, created: set[str]
+) -> None:
+    """Copies one input file into the job's directory (its folders made as needed), the
+    tenant's alone, streamed in chunks from platform storage. A copy left by an earlier attempt
+    is overwritten."""
+    path = posixpath.join(directory, input_file.name)
+    _make_directories(sftp, posixpath.dirname(path), created)
+    with input_file.open() as source, sftp.open(path, "wb") as handle:
+        handle.chmod(0o600)
+        handle.set_pipelined(True)
+        shutil.copyfileobj(source, handle, _COPY_CHUNK)

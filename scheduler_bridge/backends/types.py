@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import BinaryIO, Literal, Protocol
 
 Stream = Literal["stdout", "stderr"]
 
@@ -71,6 +71,25 @@ class Tenant:
 
 
 @dataclass(frozen=True)
+class InputFile:
+    """A file the job finds in its folder when it starts: `name` is its path there (checked by
+    the API: relative, plain parts), `open` opens its content for reading in chunks."""
+
+    name: str
+    size: int
+    open: Callable[[], BinaryIO]
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """A regular file the job left in its folder: its path there, size and modification time."""
+
+    name: str
+    size: int
+    modified_at: datetime | None
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One submission: every resource is an sbatch command-line option the platform builds;
     nothing of the user's reaches an `#SBATCH` line."""
@@ -90,6 +109,8 @@ class JobSpec:
     # Who the job runs as: a leased pool account on a Slurm cluster (`directory` is then
     # relative to its home); None on the local backend.
     tenant: Tenant | None = None
+    # Written into `directory` before sbatch, as the tenant, with the script.
+    input_files: tuple[InputFile, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -212,6 +233,27 @@ class Backend(Protocol):
     ) -> bytes:
         """The last `tail_bytes` of a job's (or array task's) stdout or stderr, read as
         `tenant`; b"" before the file exists."""
+        ...
+
+    def result_files(self, tenant: Tenant | None, directory: str) -> list[ResultFile]:
+        """Every regular file in the job's directory and its subfolders (symbolic links and
+        the platform's script and environment files left out), read as `tenant`."""
+        ...
+
+    def result_fetch(
+        self,
+        tenant: Tenant | None,
+        directory: str,
+        names: Sequence[str],
+        save: Callable[[str, BinaryIO], None],
+    ) -> None:
+        """Opens each named result file as `tenant` and hands it to `save`, which reads it
+        in chunks; one session for the lot."""
+        ...
+
+    def expected_start(self, spec: JobSpec) -> datetime | None:
+        """When the scheduler expects the spec would start if submitted now, without submitting
+        it (`sbatch --test-only`); None when the scheduler gives no estimate."""
         ...
 
     def close(self) -> None: ...

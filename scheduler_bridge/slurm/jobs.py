@@ -4,9 +4,11 @@ jobs (squeue, sacct) is read in `accounting`."""
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from scheduler_bridge.backends.arrays import InvalidArray, parse_array
 from scheduler_bridge.backends.types import (
@@ -71,6 +73,40 @@ def job_directory_problem(directory: str) -> str | None:
     ):
         return f"the job directory {directory!r} is not a plain relative path"
     return None
+
+
+def result_file_excluded(name: str) -> bool:
+    """Whether a file of a job's folder is the platform's own rather than a result: the script
+    and the environment files (stdout and stderr are results)."""
+    return name in (SCRIPT_FILE, ENVIRONMENT_FILE, EXPORT_FILE)
+
+
+def test_only_arguments(spec: JobSpec) -> list[str]:
+    """`sbatch --test-only` with the spec's resources, the script read from stdin: Slurm
+    checks the job and says when it would start, and submits nothing. Run in the tenant's home
+    (no job folder exists yet), its output nowhere."""
+    arguments = sbatch_arguments(spec, "/nonexistent")
+    resources = arguments[: arguments.index("--chdir=/nonexistent")]
+    return [
+        resources[0],
+        "--test-only",
+        *resources[1:],
+        "--output=/dev/null",
+        "--error=/dev/null",
+    ]
+
+
+_EXPECTED_START = re.compile(r"to start at ([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2})")
+
+
+def parse_test_only(text: str) -> datetime:
+    """The start time in what `sbatch --test-only` printed ("sbatch: Job 12 to start at
+    2026-11-26T13:00:05 using 1 processors on nodes c1 in partition debug"), read as UTC (the
+    bridge runs Slurm's commands with TZ=UTC)."""
+    match = _EXPECTED_START.search(text)
+    if match is None:
+        raise UnexpectedOutput(f"sbatch --test-only printed no start time: {text.strip()!r}")
+    return datetime.fromisoformat(match.group(1)).replace(tzinfo=UTC)
 
 
 def environment_file_content(environment: Mapping[str, str]) -> bytes:

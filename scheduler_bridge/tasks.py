@@ -60,3 +60,35 @@ def tenant_leases_end_task() -> int:
         services.tenant_lease_end_if_idle(lease_id=lease_id)
         for lease_id in services.tenant_leases_to_end()
     )
+
+
+@shared_task(time_limit=3600, soft_time_limit=3500)
+def job_results_collect_task(job_id: int) -> int | None:
+    """Enqueued when a job ends: fetches the files it wrote into platform storage. A failed
+    try is taken up again by the sweep, with backoff, then marked `failed`."""
+    try:
+        collected = services.job_results_collect(job_id=job_id)
+    except BridgeError as error:
+        services.job_results_retry_or_fail(
+            job_id=job_id, reason=str(error), transient=error.is_transient
+        )
+        return None
+    except OSError as error:  # a file the cluster would not give, the storage full
+        services.job_results_retry_or_fail(job_id=job_id, reason=str(error), transient=True)
+        return None
+    return collected.files if collected else None
+
+
+@shared_task(time_limit=60, soft_time_limit=50)
+def job_results_sweep_task() -> int:
+    """Periodic: collects the results of ended jobs whose collection task was lost."""
+    jobs = services.jobs_results_to_collect()
+    for job_id in jobs:
+        job_results_collect_task.delay(job_id)
+    return len(jobs)
+
+
+@shared_task(time_limit=600, soft_time_limit=570)
+def job_results_expire_task() -> int:
+    """Nightly: removes result files past their retention period."""
+    return services.jobs_results_expire()

@@ -1,6 +1,12 @@
 """Every write of the jobs app: submission and cancellation (`submission`), following jobs on
 their cluster and settling their usage (`following`)."""
 
+from scheduler_bridge.services.files import (
+    job_results_collect,
+    job_results_retry_or_fail,
+    jobs_results_expire,
+    jobs_results_to_collect,
+)
 from scheduler_bridge.services.following import (
     PollReport,
     Settlement,
@@ -13,6 +19,7 @@ from scheduler_bridge.services.following import (
     job_task_settle,
 )
 from scheduler_bridge.services.leases import tenant_lease_end_if_idle, tenant_leases_to_end
+from scheduler_bridge.services.quotes import Quote, job_quote
 from scheduler_bridge.services.submission import (
     JobRequest,
     allocation_check_open,
@@ -32,6 +39,7 @@ from scheduler_bridge.services.submission import (
 __all__ = [
     "JobRequest",
     "PollReport",
+    "Quote",
     "Settlement",
     "allocation_check_open",
     "cluster_jobs_submit",
@@ -44,7 +52,10 @@ __all__ = [
     "job_mark_submitted",
     "job_output",
     "job_output_check_kept",
+    "job_quote",
     "job_request_check",
+    "job_results_collect",
+    "job_results_retry_or_fail",
     "job_state_from_tasks",
     "job_state_record",
     "job_state_refresh",
@@ -52,6 +63,8 @@ __all__ = [
     "job_task_settle",
     "job_units",
     "jobs_mark_submitted",
+    "jobs_results_expire",
+    "jobs_results_to_collect",
     "tenant_lease_end_if_idle",
     "tenant_leases_to_end",
 ]

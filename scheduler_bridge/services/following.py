@@ -53,6 +53,7 @@ from scheduler_bridge.models import (
     money_of,
 )
 from scheduler_bridge.services.backends import backend_failed, backend_for
+from scheduler_bridge.services.files import job_results_collect_after_commit
 from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record, job_tenant
 from scheduler_bridge.services.tenant_jobs import (
     LeaseWindow,
@@ -740,6 +741,9 @@ def job_state_refresh(*, job_id: int) -> Job:
     job.save(
         update_fields=["state", "state_reason", "started_at", "ended_at", "exit_code", "updated_at"]
     )
+    if state in ENDED_STATES:
+        # The files it wrote in its folder are fetched once its end is committed.
+        job_results_collect_after_commit(job)
     return job
 
 

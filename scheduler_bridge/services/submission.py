@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
@@ -32,9 +33,21 @@ from marketplace.models import (
 from marketplace.services import tenant_lease_take, tenant_slurm_join
 from scheduler_bridge import errors
 from scheduler_bridge.backends.arrays import InvalidArray, parse_array
-from scheduler_bridge.backends.types import Backend, JobSpec, Tenant, environment_name_problem
+from scheduler_bridge.backends.types import (
+    Backend,
+    InputFile,
+    JobSpec,
+    Tenant,
+    environment_name_problem,
+)
+from scheduler_bridge.job_files import InputUpload
 from scheduler_bridge.models import ENDED_STATES, TRANSITIONS, Job, JobEvent, JobState, JobTask
 from scheduler_bridge.services.backends import backend_failed, backend_for
+from scheduler_bridge.services.files import (
+    job_input_files,
+    job_inputs_discard_after_commit,
+    job_inputs_store,
+)
 from scheduler_bridge.slurm.errors import BridgeError
 
 logger = logging.getLogger(__name__)
@@ -218,19 +231,12 @@ def allocation_check_open(allocation: Allocation) -> None:
         raise errors.ClusterNotAvailable(extra={"cluster_status": allocation.cluster.status})
 
 
-@transaction.atomic
-def job_submit(*, actor: Membership, allocation: Allocation, request: JobRequest) -> Job:
-    """Accepts a job: checks it against the allocation, reserves its units and saves it as
-    `queued`; the submission to the cluster starts after the commit. Keeps `used + reserved
-    <= quantity` on the allocation, under its row lock."""
-    allocation = (
-        Allocation.objects.select_for_update(of=("self",))
-        .select_related("cluster", "partition")
-        .get(pk=allocation.pk)
-    )
-    if allocation.organization_id != actor.organization_id:
-        raise ValidationFailed(fields={"allocation": ["No such allocation."]})
-    allocation_check_open(allocation)
+def job_request_sized(
+    allocation: Allocation, request: JobRequest
+) -> tuple[JobRequest, list[int | None], Decimal, Decimal]:
+    """The request as it will run (line ends made Unix), its task indices, the units one task
+    and the whole job reserve; refuses it as a submission would (400, 402
+    `allocation_exhausted`). Shared by the submission and its quote."""
     # Browsers and Windows editors send CR or CRLF line ends, on which bash stumbles (`$'\r'`).
     request = replace(request, script=request.script.replace("\r\n", "\n").replace("\r", "\n"))
     indices = job_request_check(allocation, request)
@@ -243,6 +249,30 @@ def job_submit(*, actor: Membership, allocation: Allocation, request: JobRequest
             f"the allocation has {unreserved.normalize():f} left unreserved.",
             extra={"requested_units": str(units), "unreserved_units": str(unreserved)},
         )
+    return request, indices, task_units, units
+
+
+@transaction.atomic
+def job_submit(
+    *,
+    actor: Membership,
+    allocation: Allocation,
+    request: JobRequest,
+    input_files: Sequence[InputUpload] = (),
+) -> Job:
+    """Accepts a job: checks it against the allocation, reserves its units and saves it as
+    `queued` with its input files in storage (checked by the caller, `input_uploads_check`);
+    the submission to the cluster starts after the commit. Keeps `used + reserved <= quantity`
+    on the allocation, under its row lock."""
+    allocation = (
+        Allocation.objects.select_for_update(of=("self",))
+        .select_related("cluster", "partition")
+        .get(pk=allocation.pk)
+    )
+    if allocation.organization_id != actor.organization_id:
+        raise ValidationFailed(fields={"allocation": ["No such allocation."]})
+    allocation_check_open(allocation)
+    request, indices, task_units, units = job_request_sized(allocation, request)
     # The team's tenant on the cluster: leased with its first allocation there (or now, if that
     # lease has ended meanwhile). 409 when every account is another team's.
     lease = tenant_lease_take(
@@ -275,6 +305,7 @@ def job_submit(*, actor: Membership, allocation: Allocation, request: JobRequest
         JobTask(job=job, array_task_id=index, reserved_units=task_units) for index in indices
     )
     JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
+    job_inputs_store(job, input_files)
     from scheduler_bridge.tasks import cluster_jobs_submit_task
 
     enqueue_after_commit(
@@ -291,7 +322,7 @@ def job_tenant(job: Job) -> Tenant | None:
     return Tenant(user=job.lease.account.username, home=job.lease.account.home)
 
 
-def job_spec(job: Job) -> JobSpec:
+def job_spec(job: Job, input_files: tuple[InputFile, ...] = ()) -> JobSpec:
     return JobSpec(
         name=job.scheduler_name,
         script=job.script,
@@ -308,6 +339,7 @@ def job_spec(job: Job) -> JobSpec:
         # readable by the tenant alone, and removed once sbatch has read it).
         environment={**job.environment, **job.secret_environment},
         tenant=job_tenant(job),
+        input_files=input_files,
     )
 
 
@@ -412,7 +444,9 @@ def _submit_group(backend: Backend, tenant: Tenant | None, claimed: list[tuple[J
     to_submit = [
         job for job in jobs if job.scheduler_name not in found and job.pk not in cancelled_before
     ]
-    results = backend.submit([job_spec(job) for job in to_submit]) if to_submit else []
+    inputs = job_input_files(job.pk for job in to_submit)
+    specs = [job_spec(job, inputs.get(job.pk, ())) for job in to_submit]
+    results = backend.submit(specs) if specs else []
 
     reached = {job.pk: found[job.scheduler_name] for job in jobs if job.scheduler_name in found}
     for job in jobs:
@@ -518,6 +552,8 @@ def jobs_mark_submitted(*, scheduler_job_ids: dict[int, str]) -> int:
         )
         task.state = JobState.SUBMITTED
     JobTask.objects.bulk_update(tasks, ["scheduler_job_id", "state"], batch_size=1000)
+    # Staged with the script: the stored copies of their inputs are not needed any more.
+    job_inputs_discard_after_commit([job.pk for job in jobs])
     return len(jobs)
 
 
@@ -533,12 +569,14 @@ def _end_unsubmitted(job_id: int, state: str, reason: str) -> bool:
     job.ended_at = now
     job.submit_lease_until = None
     job.secret_values_forget()
+    job.results_state = Job.ResultsState.READY  # it never ran: it wrote nothing
     job.save()
     JobTask.objects.filter(job=job).update(
         state=state, state_reason=reason[:500], ended_at=now, is_released=True, updated_at=now
     )
     allocation.reserved -= job.reserved_units
     allocation.save(update_fields=["reserved", "updated_at"])
+    job_inputs_discard_after_commit([job.pk])
     return True
 
 

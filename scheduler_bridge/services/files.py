@@ -1,0 +1,308 @@
+"""Jobs' input and result files: kept in platform storage, staged into the job's folder on the
+cluster with its script, and fetched back once the job has ended.
+
+Inputs are written to storage in the transaction that accepts the job (and removed again if it
+rolls back), so that a job the API accepted has its files until a worker stages them, whatever
+crashes meanwhile; they are removed once the job reached the cluster or ended without it.
+Results are fetched by a task after the job ended, as the job's tenant, up to
+JOB_RESULT_TOTAL_MAX_BYTES, and kept JOB_RESULT_RETENTION_DAYS."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import BinaryIO
+
+from django.conf import settings
+from django.core.files import File
+from django.db import transaction
+from django.utils import timezone
+
+from scheduler_bridge.backends.types import InputFile
+from scheduler_bridge.job_files import InputUpload, job_files_storage, stored_name
+from scheduler_bridge.models import ENDED_STATES, Job, JobFile
+from scheduler_bridge.services.backends import backend_failed, backend_for
+from scheduler_bridge.slurm.errors import BridgeError
+
+logger = logging.getLogger(__name__)
+
+# A collection that a worker took and never finished (it crashed) is taken again after this.
+COLLECT_CLAIM_SECONDS = 900
+# Tries of a collection that fails for want of the cluster (backoff up to 30 min: about 4 h).
+RESULT_ATTEMPTS_MAX = 14
+
+
+def job_inputs_store(job: Job, uploads: Sequence[InputUpload]) -> None:
+    """Saves a just-accepted job's input files in storage and records them, in the caller's
+    transaction, as its last step (every check has passed by then). If a write fails, the
+    files already written are removed and the error rolls the job back."""
+    if not uploads:
+        return
+    storage = job_files_storage()
+    written: list[str] = []
+    try:
+        rows = []
+        for upload in uploads:
+            upload.upload.seek(0)
+            saved = storage.save(
+                stored_name(job.uuid, JobFile.Kind.INPUT, upload.name), File(upload.upload)
+            )
+            written.append(saved)
+            rows.append(
+                JobFile(
+                    job=job,
+                    kind=JobFile.Kind.INPUT,
+                    name=upload.name,
+                    size=upload.size,
+                    stored=saved,
+                )
+            )
+        JobFile.objects.bulk_create(rows)
+    except BaseException:
+        for name in written:
+            storage.delete(name)
+        _folder_remove(job.uuid, JobFile.Kind.INPUT)
+        raise
+
+
+def job_input_files(job_ids: Iterable[int]) -> dict[int, tuple[InputFile, ...]]:
+    """The input files still to stage of each job, as the backends take them (each opened
+    from storage when it is copied)."""
+    storage = job_files_storage()
+    found: dict[int, list[InputFile]] = {}
+    rows = JobFile.objects.filter(job_id__in=list(job_ids), kind=JobFile.Kind.INPUT).exclude(
+        stored=""
+    )
+    for row in rows.order_by("job_id", "name"):
+        opener = partial(_open_stored, storage, row.stored)
+        found.setdefault(row.job_id, []).append(InputFile(row.name, row.size, opener))
+    return {job_id: tuple(files) for job_id, files in found.items()}
+
+
+def _open_stored(storage: object, name: str) -> BinaryIO:
+    return storage.open(name, "rb")  # type: ignore[attr-defined,no-any-return]
+
+
+def job_inputs_discard(job_ids: Sequence[int]) -> None:
+    """Removes the stored inputs of jobs that no longer need them (they reached the cluster,
+    or ended without it); their names and sizes stay on record."""
+    rows = list(
+        JobFile.objects.filter(job_id__in=job_ids, kind=JobFile.Kind.INPUT)
+        .exclude(stored="")
+        .select_related("job")
+    )
+    if not rows:
+        return
+    storage = job_files_storage()
+    for row in rows:
+        storage.delete(row.stored)
+    for job_uuid in {row.job.uuid for row in rows}:
+        _folder_remove(job_uuid, JobFile.Kind.INPUT)
+    JobFile.objects.filter(pk__in=[row.pk for row in rows]).update(
+        stored="", updated_at=timezone.now()
+    )
+
+
+def job_inputs_discard_after_commit(job_ids: Sequence[int]) -> None:
+    """`job_inputs_discard` once the transaction that moved the jobs on has committed."""
+    ids = list(job_ids)
+    if ids:
+        transaction.on_commit(lambda: _discard_quietly(ids))
+
+
+def _discard_quietly(job_ids: list[int]) -> None:
+    try:
+        job_inputs_discard(job_ids)
+    except OSError as error:  # a leftover file is harmless; the job is on its way
+        logger.warning("could not remove the stored inputs of jobs %s: %s", job_ids, error)
+
+
+def _folder_remove(job_uuid: object, kind: str) -> None:
+    storage = job_files_storage()
+    folder = storage.path(f"{kind}s/{job_uuid}")
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+# --- Results -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Collected:
+    files: int
+    bytes: int
+    truncated: bool
+
+
+def job_results_collect_after_commit(job: Job) -> None:
+    """Enqueues the collection of an ended job's results once its end is committed."""
+    from computeshare.queue import enqueue_after_commit
+    from scheduler_bridge.tasks import job_results_collect_task
+
+    enqueue_after_commit(
+        job_results_collect_task, job.pk, recovered_by="the periodic sweep collects them"
+    )
+
+
+def _claim(job_id: int) -> Job | None:
+    """Takes the job's collection for this worker: an ended job waiting for it (not before its
+    backoff after a failed try has passed), or one whose collector has not finished in
+    COLLECT_CLAIM_SECONDS (it crashed)."""
+    now = timezone.now()
+    with transaction.atomic():
+        job = (
+            Job.objects.select_for_update(skip_locked=True, of=("self",))
+            .select_related("cluster", "lease__account")
+            .filter(pk=job_id)
+            .first()
+        )
+        if job is None or job.state not in ENDED_STATES or not _is_due(job, now):
+            return None
+        if job.is_from_tenant:
+            job.results_state = Job.ResultsState.NOT_KEPT
+            job.save(update_fields=["results_state", "updated_at"])
+            return None
+        job.results_state = Job.ResultsState.COLLECTING
+        job.results_claimed_at = now
+        job.results_attempts += 1
+        job.save(
+            update_fields=["results_state", "results_claimed_at", "results_attempts", "updated_at"]
+        )
+    return job
+
+
+def _backoff(attempts: int) -> timedelta:
+    """How long after its last try a failed collection waits: 10 s, doubling, at most 30 min."""
+    return timedelta(seconds=min(1800, 10 * 2 ** max(0, attempts - 1)))
+
+
+def _is_due(job: Job, now: datetime) -> bool:
+    claimed = job.results_claimed_at
+    if job.results_state == Job.ResultsState.WAITING:
+        return claimed is None or claimed + _backoff(job.results_attempts) <= now
+    if job.results_state == Job.ResultsState.COLLECTING:
+        return claimed is None or claimed + timedelta(seconds=COLLECT_CLAIM_SECONDS) <= now
+    return False
+
+
+def job_results_collect(*, job_id: int) -> Collected | None:
+    """Fetches the files an ended job left in its folder into storage, as its tenant: every
+    regular file but the platform's script and environment files, smallest names first, until
+    JOB_RESULT_TOTAL_MAX_BYTES (then `truncated`). Raises the bridge's error when the cluster
+    cannot be read (the task retries; the job stays `collecting` until taken again)."""
+    job = _claim(job_id)
+    if job is None:
+        return None
+    if not job.scheduler_job_id:  # it never reached the cluster: nothing was written
+        _results_record(job, [], truncated=False)
+        return Collected(0, 0, False)
+    from scheduler_bridge.services.submission import job_tenant
+
+    backend = backend_for(job.cluster)
+    tenant = job_tenant(job)
+    try:
+        listed = backend.result_files(tenant, job.directory)
+        kept, total, truncated = [], 0, False
+        for result in listed:
+            if total + result.size > settings.JOB_RESULT_TOTAL_MAX_BYTES:
+                truncated = True
+                continue
+            kept.append(result)
+            total += result.size
+        storage = job_files_storage()
+        _folder_remove(job.uuid, JobFile.Kind.RESULT)
+        saved: dict[str, tuple[str, int]] = {}
+
+        def save(name: str, handle: BinaryIO) -> None:
+            stored = storage.save(
+                stored_name(job.uuid, JobFile.Kind.RESULT, name), File(handle, name=name)
+            )
+            saved[name] = (stored, storage.size(stored))
+
+        backend.result_fetch(tenant, job.directory, [result.name for result in kept], save)
+    except BridgeError as error:
+        backend_failed(job.cluster, error)
+        raise
+    rows = [
+        JobFile(
+            job=job,
+            kind=JobFile.Kind.RESULT,
+            name=result.name,
+            size=saved[result.name][1],
+            modified_at=result.modified_at,
+            stored=saved[result.name][0],
+        )
+        for result in kept
+        if result.name in saved
+    ]
+    _results_record(job, rows, truncated=truncated)
+    return Collected(len(rows), sum(row.size for row in rows), truncated)
+
+
+@transaction.atomic
+def _results_record(job: Job, rows: list[JobFile], *, truncated: bool) -> None:
+    JobFile.objects.filter(job=job, kind=JobFile.Kind.RESULT).delete()
+    JobFile.objects.bulk_create(rows)
+    Job.objects.filter(pk=job.pk).update(
+        results_state=Job.ResultsState.READY,
+        results_truncated=truncated,
+        results_detail="",
+        updated_at=timezone.now(),
+    )
+
+
+def job_results_retry_or_fail(*, job_id: int, reason: str, transient: bool) -> None:
+    """After a failed try: a transient failure (the cluster unreachable) waits for the sweep to
+    try again after its backoff, up to RESULT_ATTEMPTS_MAX tries; anything else, or the last
+    try, marks the collection `failed` with the reason."""
+    job = Job.objects.filter(pk=job_id, results_state=Job.ResultsState.COLLECTING).first()
+    if job is None:
+        return
+    again = transient and job.results_attempts < RESULT_ATTEMPTS_MAX
+    Job.objects.filter(pk=job_id, results_state=Job.ResultsState.COLLECTING).update(
+        results_state=Job.ResultsState.WAITING if again else Job.ResultsState.FAILED,
+        results_detail=reason[:500],
+        updated_at=timezone.now(),
+    )
+
+
+def jobs_results_to_collect() -> list[int]:
+    """Ended jobs of the last retention period whose results wait to be collected (the task
+    enqueued at their end was lost, or a try failed and its backoff has passed), or whose
+    collector vanished."""
+    now = timezone.now()
+    since = now - timedelta(days=settings.JOB_RESULT_RETENTION_DAYS)
+    candidates = Job.objects.filter(
+        state__in=ENDED_STATES,
+        ended_at__gte=since,
+        results_state__in=[Job.ResultsState.WAITING, Job.ResultsState.COLLECTING],
+    ).only("pk", "results_state", "results_claimed_at", "results_attempts")
+    return [job.pk for job in candidates[:2000] if _is_due(job, now)][:500]
+
+
+def jobs_results_expire() -> int:
+    """Removes the result files of jobs that ended more than JOB_RESULT_RETENTION_DAYS ago;
+    their listing then says `expired`."""
+    before = timezone.now() - timedelta(days=settings.JOB_RESULT_RETENTION_DAYS)
+    jobs = list(
+        Job.objects.filter(ended_at__lt=before, results_state=Job.ResultsState.READY).values_list(
+            "pk", "uuid"
+        )[:1000]
+    )
+    storage = job_files_storage()
+    for job_id, job_uuid in jobs:
+        for stored in (
+            JobFile.objects.filter(job_id=job_id, kind=JobFile.Kind.RESULT)
+            .exclude(stored="")
+            .values_list("stored", flat=True)
+        ):
+            storage.delete(stored)
+        _folder_remove(job_uuid, JobFile.Kind.RESULT)
+        JobFile.objects.filter(job_id=job_id, kind=JobFile.Kind.RESULT).update(stored="")
+        Job.objects.filter(pk=job_id).update(
+            results_state=Job.ResultsState.EXPIRED, updated_at=timezone.now()
+        )
+    return len(jobs)

@@ -4,11 +4,17 @@ house order: visible (404), allowed (403), state (409), input (400), then the se
 from __future__ import annotations
 
 import io
+import json
 from typing import Any
 
-from django.http import HttpResponse
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import status
+from django.http import FileResponse, HttpResponse, StreamingHttpResponse
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    inline_serializer,
+)
+from rest_framework import serializers, status
 from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -23,18 +29,29 @@ from computeshare.api import (
 )
 from computeshare.csv_export import csv_writer
 from computeshare.errors import NotFound, ValidationFailed
+from computeshare.parsers import JSONParser
 from marketplace import selectors as market_selectors
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace.api.money import RANGE_PARAMETERS, time_range
 from marketplace.models import Allocation
 from scheduler_bridge import selectors, services
-from scheduler_bridge.models import JobState
+from scheduler_bridge.job_files import (
+    INPUT_FIELD,
+    JobMultiPartParser,
+    input_uploads_check,
+    input_uploads_of,
+    job_files_storage,
+    tar_gz_stream,
+)
+from scheduler_bridge.models import Job, JobState
 from scheduler_bridge.serializers import (
     USAGE_CSV_COLUMNS,
     JobCreateSerializer,
     JobDetailSerializer,
     JobFilterSerializer,
     JobOutputQuerySerializer,
+    JobQuoteSerializer,
+    JobResultFileSerializer,
     JobSerializer,
     UsageRowSerializer,
     usage_csv_row,
@@ -64,6 +81,8 @@ class CSVRenderer(PlainTextRenderer):
 
 def _allocation_named_in_body(request: Request) -> Allocation:
     body = request.data if isinstance(request.data, dict) else {}
+    if hasattr(body, "getlist"):  # a form: the last value, as the serializer reads it
+        body = {"allocation": body.get("allocation")}
     try:
         return market_selectors.allocation_get_for_user(request.user, body.get("allocation"))
     except NotFound as error:
@@ -71,9 +90,48 @@ def _allocation_named_in_body(request: Request) -> Allocation:
 
 
 JOB_ERRORS = {**ERRORS, 402: ErrorSerializer}
+_JSON_FIELDS = ("environment", "secret_environment")
+
+
+def _job_body(request: Request) -> dict[str, Any]:
+    """The job's fields, from a JSON body or from a multipart form (each field a form field,
+    the variables as JSON object strings, the files apart)."""
+    data = request.data
+    if not hasattr(data, "getlist"):
+        return data if isinstance(data, dict) else {}
+    body: dict[str, Any] = {key: data.get(key) for key in data if key != INPUT_FIELD}
+    problems: dict[str, list[str]] = {}
+    for key in _JSON_FIELDS:
+        if isinstance(body.get(key), str):
+            try:
+                body[key] = json.loads(body[key])
+            except ValueError:
+                problems[key] = ["In a form, a JSON object of names to strings."]
+    if problems:
+        raise ValidationFailed(fields=problems)
+    return body
+
+
+class JobMultipartSchema(JobCreateSerializer):
+    """The multipart form of POST /jobs/: the JSON body's fields plus the input files."""
+
+    environment = serializers.CharField(
+        required=False, help_text="A JSON object of names to strings."
+    )
+    secret_environment = serializers.CharField(
+        required=False, help_text="A JSON object of names to strings (write-only)."
+    )
+    input_files = serializers.ListField(
+        child=serializers.FileField(),
+        required=False,
+        help_text="Zero or more files; each part's filename is its path in the job's folder "
+        "(relative, `/`-separated, at most JOB_INPUT_PATH_DEPTH levels of [A-Za-z0-9._-]+).",
+    )
 
 
 class JobListCreateApi(APIView):
+    parser_classes = [JSONParser, JobMultiPartParser]
+
     @extend_schema(
         operation_id="jobs_list",
         responses={200: paginated(JobSerializer), **LIST_ERRORS},
@@ -110,11 +168,19 @@ class JobListCreateApi(APIView):
 
     @extend_schema(
         operation_id="jobs_create",
-        request=JobCreateSerializer,
-        responses={201: JobDetailSerializer, **JOB_ERRORS},
+        request={
+            "application/json": JobCreateSerializer,
+            "multipart/form-data": JobMultipartSchema,
+        },
+        responses={201: JobDetailSerializer, 413: ErrorSerializer, **JOB_ERRORS},
         parameters=[IDEMPOTENCY_KEY],
         description="Accepts a job on an allocation: it reserves cores (or GPUs) x time limit x "
-        "tasks units and is queued; a worker submits it to the cluster.",
+        "tasks units and is queued; a worker submits it to the cluster. As multipart/form-data "
+        "it also takes input files (field `input_files`, each part's filename its path in the "
+        "job's folder), staged into that folder as the team's tenant before sbatch. A refused "
+        "file writes nothing: 400 `input_file_name_invalid` (extra `name`), 400 "
+        "`too_many_input_files` (extra `limit`), 413 `input_files_too_large` (extra "
+        "`limit_bytes`, and `name` for a file over the per-file limit).",
     )
     def post(self, request: Request) -> Response:
         def create() -> Response:
@@ -122,10 +188,15 @@ class JobListCreateApi(APIView):
             actor = market_selectors.membership_in(request.user, allocation.organization_id)
             assert actor is not None  # the allocation is visible only to its members
             services.allocation_check_open(allocation)
-            data = validated(JobCreateSerializer, request.data)
+            data = validated(JobCreateSerializer, _job_body(request))
             data.pop("allocation")
+            uploads = input_uploads_of(request.FILES) if hasattr(request.data, "getlist") else []
+            input_uploads_check(uploads)
             job = services.job_submit(
-                actor=actor, allocation=allocation, request=services.JobRequest(**data)
+                actor=actor,
+                allocation=allocation,
+                request=services.JobRequest(**data),
+                input_files=uploads,
             )
             return Response(
                 JobDetailSerializer(selectors.job_get_for_user(request.user, job.uuid)).data,
@@ -133,6 +204,30 @@ class JobListCreateApi(APIView):
             )
 
         return idempotent(request, create)
+
+
+class JobQuoteApi(APIView):
+    @extend_schema(
+        operation_id="jobs_quote",
+        request=JobCreateSerializer,
+        responses={200: JobQuoteSerializer, **JOB_ERRORS},
+        description="Quotes a job without submitting it or holding anything: the same body "
+        "and the same refusals as POST /jobs/ (400, 402 `allocation_exhausted`, 409 "
+        "`allocation_not_active`). `expected_start` is Slurm's own estimate (`sbatch "
+        "--test-only` as the team's tenant, `expected_start_source` `slurm`), or null with "
+        "`unavailable` and the reason in `expected_start_detail`.",
+    )
+    def post(self, request: Request) -> Response:
+        allocation = _allocation_named_in_body(request)
+        actor = market_selectors.membership_in(request.user, allocation.organization_id)
+        assert actor is not None
+        services.allocation_check_open(allocation)
+        data = validated(JobCreateSerializer, request.data)
+        data.pop("allocation")
+        quote = services.job_quote(
+            actor=actor, allocation=allocation, request=services.JobRequest(**data)
+        )
+        return Response(JobQuoteSerializer(quote).data)
 
 
 class JobDetailApi(APIView):
@@ -238,4 +333,120 @@ class UsageApi(APIView):
         response["Content-Disposition"] = (
             f'attachment; filename="usage-{membership.organization.uuid}.csv"'
         )
+        return response
+
+
+class BinaryRenderer(BaseRenderer):
+    """Lets a client ask for the files' own types; the views answer the bytes themselves."""
+
+    media_type = "application/octet-stream"
+    format = "bin"
+    charset = None
+
+    def render(
+        self, data: Any, accepted_media_type: str | None = None, renderer_context: Any = None
+    ) -> bytes:
+        return data if isinstance(data, bytes) else json.dumps(data).encode()
+
+
+class GzipRenderer(BinaryRenderer):
+    media_type = "application/gzip"
+    format = "tar.gz"
+
+
+RESULTS_STATE_HELP = (
+    "`waiting` (the job has not ended: the list is empty), `collecting` (being fetched from "
+    "the cluster), `ready`, `failed` (see `detail`), `expired` (removed after "
+    "JOB_RESULT_RETENTION_DAYS), `not_kept` (a job of `origin` `tenant`)."
+)
+
+
+class JobFilesApi(APIView):
+    @extend_schema(
+        operation_id="jobs_files_list",
+        parameters=PAGE_PARAMETERS,
+        responses={
+            200: inline_serializer(
+                name="PaginatedJobResultFileList",
+                fields={
+                    "count": serializers.IntegerField(),
+                    "next": serializers.URLField(allow_null=True),
+                    "previous": serializers.URLField(allow_null=True),
+                    "results": JobResultFileSerializer(many=True),
+                    "state": serializers.ChoiceField(
+                        choices=Job.ResultsState.choices, help_text=RESULTS_STATE_HELP
+                    ),
+                    "truncated": serializers.BooleanField(
+                        help_text="True when the job wrote more than JOB_RESULT_TOTAL_MAX_BYTES: "
+                        "the files past it (by name) were not kept."
+                    ),
+                    "detail": serializers.CharField(),
+                },
+            ),
+            **LIST_ERRORS,
+        },
+        description="The files the job wrote in its folder (stdout and stderr among them, the "
+        "platform's script and environment files left out), fetched once it has ended. Before "
+        "that the list is empty and `state` says why (never a 409): a client waits for `ready`.",
+    )
+    def get(self, request: Request, job_id: str) -> Response:
+        job = selectors.job_get_for_user(request.user, job_id)
+        files = selectors.job_result_files(job)
+        response = paginated_response(request, self, files, JobResultFileSerializer)
+        response.data["state"] = job.results_state
+        response.data["truncated"] = job.results_truncated
+        response.data["detail"] = job.results_detail
+        return response
+
+
+class JobFileDownloadApi(APIView):
+    renderer_classes = [JSONRenderer, BinaryRenderer]
+
+    @extend_schema(
+        operation_id="jobs_files_retrieve",
+        responses={
+            (200, "application/octet-stream"): OpenApiResponse(
+                bytes, description="The file, streamed."
+            ),
+            401: ErrorSerializer,
+            404: ErrorSerializer,
+        },
+        description="One result file, streamed as an attachment. 404 `not_found` for a name "
+        "that is not among the job's results.",
+    )
+    def get(self, request: Request, job_id: str, name: str) -> FileResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        row = selectors.job_result_file(job, name)
+        response = FileResponse(
+            job_files_storage().open(row.stored, "rb"),
+            as_attachment=True,
+            filename=row.name.rsplit("/", 1)[-1],
+            content_type="application/octet-stream",
+        )
+        return response
+
+
+class JobFilesArchiveApi(APIView):
+    renderer_classes = [JSONRenderer, GzipRenderer]
+
+    @extend_schema(
+        operation_id="jobs_files_archive",
+        responses={
+            (200, "application/gzip"): OpenApiResponse(
+                bytes, description="Every result file as one tar.gz, streamed as it is built."
+            ),
+            401: ErrorSerializer,
+            404: ErrorSerializer,
+        },
+        description="Every result file of the job as one tar.gz archive, built while it is "
+        "sent (no Content-Length). Empty (a valid archive of no files) before the results "
+        "are `ready`.",
+    )
+    def get(self, request: Request, job_id: str) -> StreamingHttpResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        rows = list(selectors.job_result_files(job))
+        response = StreamingHttpResponse(
+            tar_gz_stream(job_files_storage(), rows), content_type="application/gzip"
+        )
+        response["Content-Disposition"] = f'attachment; filename="job-{job.uuid}-results.tar.gz"'
         return response

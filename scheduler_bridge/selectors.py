@@ -12,7 +12,7 @@ from django.db.models import Prefetch, Q, QuerySet
 from computeshare.errors import NotFound
 from computeshare.models import User
 from marketplace.models import Membership, Organization
-from scheduler_bridge.models import Job, JobEvent, JobRun, JobState, JobTask
+from scheduler_bridge.models import Job, JobEvent, JobFile, JobRun, JobState, JobTask
 
 
 def job_list_for_user(user: User) -> QuerySet[Job]:
@@ -107,3 +107,21 @@ def job_usage_list(
             Q(started_at__lt=until) | Q(started_at__isnull=True, created_at__lt=until)
         )
     return jobs
+
+
+def job_result_files(job: Job) -> QuerySet[JobFile]:
+    """The result files of a job kept in storage, by name."""
+    return (
+        JobFile.objects.filter(job=job, kind=JobFile.Kind.RESULT)
+        .exclude(stored="")
+        .order_by("name")
+    )
+
+
+def job_result_file(job: Job, name: str) -> JobFile:
+    """One result file of the job by its path in the job's folder; `NotFound` otherwise (a
+    name that escapes the folder is simply not among them)."""
+    row = job_result_files(job).filter(name=name).first()
+    if row is None:
+        raise NotFound("The job has no such result file.")
+    return row

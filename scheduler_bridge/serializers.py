@@ -12,7 +12,7 @@ from rest_framework import serializers
 from billing.serializers import Money
 from computeshare.numbers import WholeNumber
 from marketplace.serializers_market import Units, units_text
-from scheduler_bridge.models import Job, JobState, JobTask
+from scheduler_bridge.models import Job, JobFile, JobState, JobTask
 
 
 class JobCreateSerializer(serializers.Serializer):
@@ -158,7 +158,25 @@ class JobSerializer(serializers.Serializer):
         return EfficiencySerializer({"cpu": job.efficiency}).data
 
 
+class JobInputFileSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="Its path in the job's folder.")
+    size = serializers.IntegerField(help_text="Bytes.")
+
+
+class JobResultFileSerializer(JobInputFileSerializer):
+    modified_at = serializers.DateTimeField(allow_null=True)
+
+
 class JobDetailSerializer(JobSerializer):
+    input_files = serializers.SerializerMethodField(
+        help_text="The files the job was given, staged into its folder before it started."
+    )
+    results_state = serializers.ChoiceField(
+        choices=Job.ResultsState.choices,
+        help_text="Where its result files are: `waiting` until it ends, `collecting`, `ready` "
+        "(GET /jobs/{id}/files/), `failed`, `expired`, or `not_kept` for a job of `origin` "
+        "`tenant`.",
+    )
     tasks = serializers.SerializerMethodField(help_text="Per array task; empty for a plain job.")
     history = JobEventSerializer(source="events", many=True)
     environment = serializers.DictField(child=serializers.CharField())
@@ -176,6 +194,11 @@ class JobDetailSerializer(JobSerializer):
         if job.is_from_tenant:
             data["script"] = None
         return data
+
+    @extend_schema_field(JobInputFileSerializer(many=True))
+    def get_input_files(self, job: Job) -> list[dict[str, Any]]:
+        files = job.files.filter(kind=JobFile.Kind.INPUT).order_by("name")
+        return JobInputFileSerializer(files, many=True).data
 
     @extend_schema_field(JobTaskSerializer(many=True))
     def get_tasks(self, job: Job) -> list[dict[str, Any]]:
@@ -251,3 +274,26 @@ def usage_csv_row(job: Job) -> list[str]:
         job.origin,
         job.scheduler_job_id,
     ]
+
+
+class JobQuoteSerializer(serializers.Serializer):
+    reserved_units = Units(help_text="What the job would reserve of the allocation.")
+    estimated_max_cost = Money(help_text="The most it can cost: its units at the unit price.")
+    currency = serializers.CharField()
+    allocation_remaining_after = Units(
+        help_text="The allocation's unreserved units once this job reserved its own."
+    )
+    budget_remaining_after = Money(
+        allow_null=True,
+        help_text="What is left of this month's budget after the job; null without a budget. "
+        "A job draws on its allocation's hold, which its purchase already counted against "
+        "the budget: the job itself commits nothing new.",
+    )
+    wallet_balance = Money(help_text="The wallet's available balance.")
+    expected_start = serializers.DateTimeField(
+        allow_null=True, help_text="When Slurm expects the job would start if submitted now."
+    )
+    expected_start_source = serializers.ChoiceField(choices=["slurm", "unavailable"])
+    expected_start_detail = serializers.CharField(
+        help_text="Why there is no estimate, when there is none; empty otherwise."
+    )

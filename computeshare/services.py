@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from computeshare import token_cache
 from computeshare.errors import (
     AuthenticationFailed,
     TokenExpired,
@@ -80,9 +81,9 @@ def api_token_create(
     User.objects.select_for_update().filter(pk=user.pk).first()
     now = timezone.now()
     if replace:
-        ApiToken.objects.filter(user=user, name=name, revoked_at__isnull=True).update(
-            revoked_at=now
-        )
+        replaced = ApiToken.objects.filter(user=user, name=name, revoked_at__isnull=True)
+        token_cache.forget(list(replaced.values_list("digest", flat=True)))
+        replaced.update(revoked_at=now)
     limit = settings.API_TOKENS_PER_USER_MAX
     if api_token_live_count(user=user, now=now) >= limit:
         raise TokenLimitReached(extra={"limit": limit})
@@ -115,6 +116,7 @@ def api_token_revoke(*, token: ApiToken) -> ApiToken:
     """Revokes the token from now on; revoking a revoked token changes nothing (its first
     revocation time stays)."""
     now = timezone.now()
+    token_cache.forget([token.digest])
     ApiToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)
     token.refresh_from_db(fields=["revoked_at"])
     return token
@@ -124,16 +126,26 @@ def api_token_authenticate(*, key: str) -> ApiToken:
     """The live token whose key this is, with its user (who must be active), or
     `AuthenticationFailed` (`TokenExpired`, `TokenRevoked` once the key itself is right).
 
-    Marks the token used, at most once per `LAST_USED_RESOLUTION`: the update is conditional, so
-    concurrent requests write it once, and a request within the minute writes nothing."""
+    A token that authenticated recently comes from the shared cache (computeshare.token_cache:
+    no query; revocation and changes to the user mark it stale at once), else from the
+    database. Marks the token used, at most once per `LAST_USED_RESOLUTION`: the update is
+    conditional, so concurrent requests write it once, and a request within the minute writes
+    nothing."""
     if not _KEY_SHAPE.fullmatch(key):
         raise AuthenticationFailed()
+    digest = api_token_digest(key)
+    now = timezone.now()
+    cached = token_cache.get(digest)
+    if cached is not None:
+        # Cached only while live; it may have expired since.
+        if cached.is_expired(now):
+            raise TokenExpired()
+        return cached
     token = (
         ApiToken.objects.select_related("user").filter(prefix=key[: ApiToken.LOOKUP_LENGTH]).first()
     )
-    if token is None or not hmac.compare_digest(token.digest, api_token_digest(key)):
+    if token is None or not hmac.compare_digest(token.digest, digest):
         raise AuthenticationFailed()
-    now = timezone.now()
     if token.is_revoked:
         raise TokenRevoked()
     if token.is_expired(now):
@@ -145,4 +157,5 @@ def api_token_authenticate(*, key: str) -> ApiToken:
             Q(last_used_at__isnull=True) | Q(last_used_at__lte=now - LAST_USED_RESOLUTION)
         ).update(last_used_at=now)
         token.last_used_at = now
+    token_cache.add(token, now=now, last_used_resolution=LAST_USED_RESOLUTION)
     return token

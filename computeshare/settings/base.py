@@ -354,6 +354,13 @@ DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", default="ComputeShare <noreply@co
 # --- API ---------------------------------------------------------------------------------------
 # A user may hold this many live API tokens (neither revoked nor expired) at once.
 API_TOKENS_PER_USER_MAX = env.int("API_TOKENS_PER_USER_MAX", default=20)
+# A token that authenticated is kept this long in the shared cache (computeshare.token_cache),
+# so that the next requests with it query nothing for it; revocation still takes effect at
+# once. Off without Redis: a per-process cache could not learn of a revocation elsewhere.
+API_TOKEN_CACHE_SECONDS = env.int("API_TOKEN_CACHE_SECONDS", default=60 if REDIS_URL else 0)
+# How long a process reuses the count of a filtered offers list that has further pages
+# (computeshare.api.LookAheadPaginator); the last page's count, and every `next`, stay exact.
+OFFER_LIST_COUNT_CACHE_SECONDS = env.int("OFFER_LIST_COUNT_CACHE_SECONDS", default=5)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
         "computeshare.authentication.ApiTokenAuthentication",

@@ -14,6 +14,10 @@ DATABASES = {
     "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/computeshare"),
 }
 DATABASES["default"]["CONN_MAX_AGE"] = 0
+# The tests edit tokens' rows and offers directly and count each endpoint's queries: no caches
+# between requests, except in the tests of those caches, which turn them on.
+API_TOKEN_CACHE_SECONDS = 0
+OFFER_LIST_COUNT_CACHE_SECONDS = 0
 REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/15")
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}

@@ -511,3 +511,120 @@ def test_the_page_needs_a_signed_in_user(client):
 
     assert answer.status_code == 302
     assert answer["Location"].startswith(reverse("login"))
+
+
+# --- the shared cache of recently used tokens ----------------------------------------------------
+
+
+@pytest.fixture
+def token_cache_on(settings):
+    """The cache as deployed (the test settings turn it off)."""
+    settings.API_TOKEN_CACHE_SECONDS = 60
+
+
+def token_queries(client: APIClient, path: str = f"{API}/me/") -> tuple[int, int]:
+    """The answer's status and how many of its queries read or wrote the tokens' table."""
+    with CaptureQueriesContext(connection) as queries:
+        answer = client.get(path)
+    return answer.status_code, sum(
+        "computeshare_apitoken" in query["sql"] for query in queries.captured_queries
+    )
+
+
+def test_a_recently_used_token_comes_from_the_cache(user, token_cache_on):
+    _, key = services.api_token_create(user=user, name="laptop")
+    client = with_key(key)
+
+    # The first request reads the token and writes its first use; the next ones neither.
+    assert token_queries(client) == (200, 2)
+    assert token_queries(client) == (200, 0)
+    answer = client.get(f"{API}/me/")
+    assert answer.json()["username"] == user.username
+
+
+def test_revoking_a_cached_token_takes_effect_at_once(user, token_cache_on):
+    laptop, laptop_key = services.api_token_create(user=user, name="laptop")
+    _, ci_key = services.api_token_create(user=user, name="ci")
+    assert token_queries(with_key(laptop_key)) == (200, 2)
+    assert token_queries(with_key(laptop_key)) == (200, 0)
+
+    revoke = with_key(ci_key).delete(f"{API}/auth/tokens/{laptop.uuid}/")
+    answer = with_key(laptop_key).get(f"{API}/me/")
+
+    assert revoke.status_code == 204
+    assert answer.status_code == 401
+    assert answer.json()["code"] == "token_revoked"
+    # Still refused later: a revoked token is never cached again.
+    assert with_key(laptop_key).get(f"{API}/me/").json()["code"] == "token_revoked"
+    assert token_queries(with_key(ci_key))[0] == 200
+
+
+def test_logging_in_again_under_a_name_ends_the_cached_key_at_once(
+    api_client, user, token_cache_on
+):
+    login = {"username": user.username, "password": PASSWORD, "name": "cron"}
+    first = api_client.post(f"{API}/auth/token/", login, format="json").json()["token"]
+    assert token_queries(with_key(first)) == (200, 2)
+    assert token_queries(with_key(first)) == (200, 0)
+
+    second = api_client.post(f"{API}/auth/token/", login, format="json").json()["token"]
+
+    assert with_key(first).get(f"{API}/me/").json()["code"] == "token_revoked"
+    assert with_key(second).get(f"{API}/me/").status_code == 200
+
+
+def test_deactivating_or_deleting_the_user_ends_cached_tokens_at_once(user, token_cache_on):
+    _, key = services.api_token_create(user=user, name="laptop")
+    assert token_queries(with_key(key)) == (200, 2)
+
+    user.is_active = False
+    user.save()
+    assert with_key(key).get(f"{API}/me/").status_code == 401
+
+    user.is_active = True
+    user.save()
+    assert with_key(key).get(f"{API}/me/").status_code == 200
+    user.delete()
+    assert with_key(key).get(f"{API}/me/").json()["code"] == "authentication_failed"
+
+
+def test_an_edited_token_and_an_expired_one_are_not_served_from_the_cache(user, token_cache_on):
+    token, key = services.api_token_create(user=user, name="laptop", expires_in_days=1)
+    assert token_queries(with_key(key)) == (200, 2)
+
+    # An admin's edit (a save) marks it stale: the new expiry applies at once.
+    token.created_at = timezone.now() - timedelta(days=2)
+    token.expires_at = timezone.now() - timedelta(seconds=1)
+    token.save()
+
+    assert with_key(key).get(f"{API}/me/").json()["code"] == "token_expired"
+
+
+def test_a_stale_read_cannot_put_a_revoked_token_back(user, token_cache_on):
+    """A request that read the token just before its revocation committed adds it after the
+    revocation marked it stale: the mark wins."""
+    from computeshare import token_cache
+
+    token, key = services.api_token_create(user=user, name="laptop")
+    read_before = services.api_token_authenticate(key=key)  # read and cached
+    services.api_token_revoke(token=token)
+    token_cache.add(read_before, now=timezone.now(), last_used_resolution=timedelta(minutes=1))
+
+    assert token_cache.get(token.digest) is None
+    assert with_key(key).get(f"{API}/me/").json()["code"] == "token_revoked"
+
+
+def test_the_cache_keeps_a_token_no_longer_than_its_next_write_of_last_use(user, token_cache_on):
+    from computeshare import token_cache
+
+    token, _ = services.api_token_create(user=user, name="laptop")
+    now = timezone.now()
+    minute = timedelta(minutes=1)
+
+    token.last_used_at = now - timedelta(seconds=59, milliseconds=500)
+    token_cache.add(token, now=now, last_used_resolution=minute)
+    assert token_cache.get(token.digest) is None  # due within the second: not cached
+
+    token.last_used_at = now - timedelta(seconds=30)
+    token_cache.add(token, now=now, last_used_resolution=minute)
+    assert token_cache.get(token.digest) is not None

@@ -1,12 +1,18 @@
 """API plumbing shared by every app: the error shape, pagination and Idempotency-Key replays."""
 
+import functools
 import json
 import logging
+import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any, cast
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
 from django.core.exceptions import ValidationError as DjangoValidationError
+from django.core.paginator import EmptyPage, Page, Paginator
 from django.db import IntegrityError, transaction
 from django.http import Http404, HttpRequest, JsonResponse
 from django.utils.crypto import salted_hmac
@@ -56,6 +62,79 @@ class Pagination(PageNumberPagination):
         return size
 
 
+class _Counts:
+    """Counts of lists by key, each reused for a few seconds, in this process only (a dict, no
+    round trip), the most recent 512."""
+
+    def __init__(self, size: int = 512) -> None:
+        self._size = size
+        self._entries: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str, seconds: float) -> int | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None or time.monotonic() - entry[0] >= seconds:
+                return None
+            return entry[1]
+
+    def put(self, key: str, count: int) -> None:
+        with self._lock:
+            self._entries[key] = (time.monotonic(), count)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+LIST_COUNTS = _Counts()
+
+
+class LookAheadPaginator(Paginator):
+    """Reads one row past the page, so that whether a next page exists is always exact and a
+    page that ends the list knows the list's count without counting. Only a page with more
+    after it needs the count: that one is reused for `OFFER_LIST_COUNT_CACHE_SECONDS` under
+    `count_key` (the list's filters), so a busy list is not counted on every request; it may
+    then be that many seconds old, never less than the rows seen."""
+
+    def __init__(self, object_list: Any, per_page: int, *, count_key: str) -> None:
+        super().__init__(object_list, per_page)
+        self.count_key = count_key
+
+    def page(self, number: Any) -> Page:
+        try:
+            if isinstance(number, float) and not number.is_integer():
+                raise ValueError
+            number = int(number)
+        except (TypeError, ValueError):
+            return super().page(number)  # Django's own refusal: PageNotAnInteger
+        if number < 1:
+            raise EmptyPage(self.error_messages["min_page"])
+        bottom = (number - 1) * self.per_page
+        rows = list(self.object_list[bottom : bottom + self.per_page + 1])
+        more = len(rows) > self.per_page
+        rows = rows[: self.per_page]
+        if not rows and number > 1:
+            raise EmptyPage(self.error_messages["no_results"])
+        # With more after the page: at least the rows seen and one; else exactly the rows seen.
+        count = max(self._recent_count(), bottom + len(rows) + 1) if more else bottom + len(rows)
+        # `count` and `num_pages` are cached properties: set before anything reads them.
+        self.__dict__["count"] = count
+        self.__dict__.pop("num_pages", None)
+        return Page(rows, number, self)
+
+    def _recent_count(self) -> int:
+        seconds = settings.OFFER_LIST_COUNT_CACHE_SECONDS
+        count = LIST_COUNTS.get(self.count_key, seconds) if seconds > 0 else None
+        if count is None:
+            count = cast(Any, self.object_list).count()
+            LIST_COUNTS.put(self.count_key, count)
+        return count
+
+
 def validated(serializer_class: type[serializers.BaseSerializer], data: Any) -> dict[str, Any]:
     """The serializer's validated data, or 400 `invalid` with every field's messages."""
     payload = serializer_class(data=data)
@@ -69,9 +148,16 @@ def paginated_response(
     queryset: Any,
     serializer_class: type[serializers.BaseSerializer],
     context: dict[str, Any] | None = None,
+    count_key: str | None = None,
 ) -> Response:
-    """One page of `queryset`, serialized, in the shape `Pagination` renders."""
+    """One page of `queryset`, serialized, in the shape `Pagination` renders. With `count_key`
+    (what identifies the list, such as its filters), the page comes from `LookAheadPaginator`:
+    the count of a busy list is reused for a few seconds."""
     paginator = Pagination()
+    if count_key is not None:
+        paginator.django_paginator_class = functools.partial(  # type: ignore[assignment]
+            LookAheadPaginator, count_key=count_key
+        )
     page: Any = paginator.paginate_queryset(queryset, request, view=view)
     data = serializer_class(page, many=True, context=context or {}).data
     return paginator.get_paginated_response(data)

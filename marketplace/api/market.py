@@ -309,7 +309,13 @@ class OfferListCreateApi(APIView):
                     for name, messages in filters.errors.items()
                 }
             )
-        return paginated_response(request, self, selectors.offer_rows(filters.qs), OfferSerializer)
+        return paginated_response(
+            request,
+            self,
+            selectors.offer_rows(filters.qs),
+            OfferSerializer,
+            count_key=f"offers:{sorted(filters.form.cleaned_data.items())!r}",
+        )
 
     @extend_schema(
         operation_id="offers_create",

@@ -199,3 +199,63 @@ def test_offer_list_stays_flat_with_bids_and_sales(buyer, partitions):
         services.offer_buy(actor=team, offer=offer, quantity=1)
 
     assert_flat(buyer.user, f"{API}/offers/", 3)
+
+
+# --- the offers list's count, reused for a few seconds -------------------------------------------
+
+
+@pytest.fixture
+def counts_reused(settings):
+    """The count cache as deployed (the test settings turn it off), empty."""
+    from computeshare.api import LIST_COUNTS
+
+    settings.OFFER_LIST_COUNT_CACHE_SECONDS = 5
+    LIST_COUNTS.clear()
+    yield
+    LIST_COUNTS.clear()
+
+
+def test_offer_list_reuses_a_busy_lists_count_and_keeps_pages_exact(
+    buyer, partitions, counts_reused
+):
+    offers_on(partitions)
+    client = client_for(buyer.user)
+    path = f"{API}/offers/?resource=cpu&page_size=100"
+    matching = Offer.objects.filter(resource="cpu").count()
+    assert matching > 100
+
+    with CaptureQueriesContext(connection) as first:
+        counted = client.get(path).json()
+    with CaptureQueriesContext(connection) as second:
+        reused = client.get(path).json()
+    # The token, the count, the page; then the token and the page.
+    assert (len(first), len(second)) == (3, 2)
+    assert counted["count"] == reused["count"] == matching
+
+    # New offers: a page with more after it may show the count of a few seconds ago...
+    offers_on(partitions)
+    assert client.get(path).json()["count"] == matching
+    # ...but `next` and the last page's count are exact, and never fewer than the rows seen.
+    total = Offer.objects.filter(resource="cpu").count()
+    last_page = -(-total // 100)
+    last = client.get(f"{path}&page={last_page}").json()
+    assert last["count"] == total
+    assert last["next"] is None
+    assert client.get(f"{path}&page={last_page - 1}").json()["next"] is not None
+    assert client.get(f"{path}&page={last_page + 1}").status_code == 404
+    # Other filters are counted on their own.
+    assert client.get(f"{API}/offers/?page_size=100").json()["count"] == Offer.objects.count()
+
+
+def test_offer_list_one_page_is_counted_from_its_rows(buyer, partitions, counts_reused):
+    offers_on(partitions)
+    client = client_for(buyer.user)
+
+    with CaptureQueriesContext(connection) as queries:
+        answer = client.get(f"{API}/offers/?page_size=200&partition=debug").json()
+
+    # The token and the page: the page's rows are all there is.
+    assert len(queries) == 2
+    debug = Offer.objects.filter(partition__name="debug").count()
+    assert answer["count"] == len(answer["results"]) == debug
+    assert answer["next"] is None

@@ -9,5 +9,9 @@ import os
 from computeshare.settings.test import *  # noqa: F403
 from computeshare.settings.test import DATABASES
 
+# The caches between requests as deployed (the test settings turn them off).
+API_TOKEN_CACHE_SECONDS = 60
+OFFER_LIST_COUNT_CACHE_SECONDS = 5
+
 ROOT_URLCONF = "bench_urls"
 DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("BENCH_CONN_MAX_AGE", "0"))

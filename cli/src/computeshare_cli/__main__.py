@@ -1,0 +1,3 @@
+from computeshare_cli.main import main
+
+main()

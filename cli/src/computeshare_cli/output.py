@@ -1,0 +1,100 @@
+"""How answers are shown: Rich tables for people, the API's own JSON for scripts (`--json`).
+Tables and progress go to the terminal; errors and progress go to stderr, so that stdout holds
+only what a script would read."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from computeshare_cli.errors import CliError, error_text
+
+# Piped output is not cut to 80 columns: a script or a pager gets whole ids.
+stdout = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 240)
+stderr = Console(stderr=True)
+ISO_TIME = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)?")
+
+
+def json_print(data: Any) -> None:
+    """The data as JSON on stdout, nothing else (no colour, no wrapping)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
+    sys.stdout.flush()
+
+
+def table_print(
+    rows: Iterable[dict[str, Any]],
+    columns: Sequence[tuple[str, str]],
+    *,
+    title: str | None = None,
+    empty: str = "Nothing to show.",
+) -> None:
+    """`columns` are (heading, key) pairs; a key may be dotted (`wallet.available`)."""
+    table = Table(title=title, header_style="bold")
+    for heading, key in columns:
+        table.add_column(heading, overflow="fold", no_wrap=key in ("id", "job"))
+    count = 0
+    for row in rows:
+        table.add_row(*(cell(value_at(row, key)) for _, key in columns))
+        count += 1
+    if count:
+        stdout.print(table)
+    else:
+        stderr.print(empty)
+
+
+def fields_print(data: dict[str, Any], keys: Sequence[tuple[str, str]], title: str) -> None:
+    """One object as a two-column table of its fields."""
+    table = Table(title=title, show_header=False, box=None, padding=(0, 2, 0, 0))
+    table.add_column(style="bold")
+    table.add_column(overflow="fold")
+    for label, key in keys:
+        table.add_row(label, cell(value_at(data, key)))
+    stdout.print(table)
+
+
+def value_at(data: Any, key: str) -> Any:
+    for part in key.split("."):
+        if not isinstance(data, dict):
+            return None
+        data = data.get(part)
+    return data
+
+
+def cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(cell(item) for item in value)
+    if isinstance(value, str) and (match := ISO_TIME.fullmatch(value)):
+        zone = match[5] or ""
+        return f"{match[1]} {match[2]}" + ("" if zone in ("Z", "+00:00") else zone)
+    return str(value)
+
+
+def error_print(error: CliError, *, as_json: bool) -> None:
+    if as_json:
+        sys.stderr.write(json.dumps({"error": error.as_json()}) + "\n")
+        return
+    stderr.print(
+        f"[bold red]Error:[/bold red] {escape(error_text(error))}", highlight=False, soft_wrap=True
+    )
+
+
+def size_text(size: int | None) -> str:
+    if size is None:
+        return "-"
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"

@@ -51,6 +51,8 @@ from computeshare_cli.parsing import (
 F = TypeVar("F", bound=Callable[..., Any])
 
 ENDED = {"completed", "failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preempted"}
+# The job's `results_state` while its files are not yet where the API serves them.
+RESULTS_PENDING = {"waiting", "collecting"}
 STATES = [
     "queued",
     "submitted",
@@ -416,8 +418,9 @@ def jobs_wait(state: State, job_id: str, interval: float) -> None:
 
 
 def job_wait(state: State, job_id: str, *, interval: float) -> dict[str, Any]:
-    """Polls the job until it has ended, showing how many of its tasks have (a plain job is
-    one task). Ctrl-C stops the waiting, not the job."""
+    """Polls the job until it has ended and its result files are collected (so that a
+    download right after finds them), showing how many of its tasks have ended (a plain job
+    is one task). Ctrl-C stops the waiting, not the job."""
     client = state.client()
     progress = Progress(
         TextColumn("[bold]{task.fields[state]}"),
@@ -442,8 +445,11 @@ def job_wait(state: State, job_id: str, *, interval: float) -> dict[str, Any]:
             detail = ", ".join(
                 f"{counts[name]} {name}" for name in ("running", "pending") if counts.get(name)
             )
-            progress.update(bar, total=total, completed=ended, state=job["state"], detail=detail)
-            if job["state"] in ENDED:
+            shown = job["state"]
+            if job["state"] in ENDED and job.get("results_state") in RESULTS_PENDING:
+                shown, detail = f"{job['state']}, collecting its files", ""
+            progress.update(bar, total=total, completed=ended, state=shown, detail=detail)
+            if job["state"] in ENDED and job.get("results_state") not in RESULTS_PENDING:
                 return job
             time.sleep(interval)
 
@@ -517,10 +523,20 @@ def jobs_cancel(state: State, job_id: str) -> None:
 @pass_state
 def jobs_files(state: State, job_id: str) -> None:
     """The files the job left in its folder, with their sizes."""
-    rows = list(state.client().paginate(f"/jobs/{job_id}/files/"))
+    client = state.client()
+    first = client.get(f"/jobs/{job_id}/files/", {"page_size": 1})
+    rows = list(client.paginate(f"/jobs/{job_id}/files/"))
     if state.as_json:
-        json_print(rows)
+        json_print(
+            {key: first.get(key) for key in ("state", "truncated", "detail")} | {"results": rows}
+        )
         return
+    if first.get("state") not in (None, "ready"):
+        stderr.print(f"Result files: {first['state']}. {first.get('detail') or ''}".rstrip())
+    if first.get("truncated"):
+        stderr.print(
+            "The job wrote more than the platform keeps: the files past the limit are missing."
+        )
     table_print(
         ({**row, "size_text": size_text(row.get("size"))} for row in rows),
         [("name", "name"), ("size", "size_text"), ("bytes", "size"), ("modified", "modified_at")],
@@ -544,6 +560,13 @@ def jobs_files(state: State, job_id: str) -> None:
     type=click.Path(dir_okay=False, path_type=Path),
     help="With --all: keep the .tar.gz as this file instead of unpacking it.",
 )
+@click.option(
+    "--results-timeout",
+    type=click.FloatRange(min=0),
+    default=300,
+    show_default=True,
+    help="Seconds to wait for the files of a job that just ended to be collected.",
+)
 @pass_state
 def jobs_download(
     state: State,
@@ -552,6 +575,7 @@ def jobs_download(
     everything: bool,
     output_dir: Path,
     archive: Path | None,
+    results_timeout: float,
 ) -> None:
     """Download result files by NAME, or --all of them, streamed to disk."""
     if everything == bool(names):
@@ -559,6 +583,7 @@ def jobs_download(
     if archive and not everything:
         raise ArgumentError("--archive goes with --all.")
     client = state.client()
+    _results_ready(client, job_id, timeout=results_timeout)
     written: list[Path] = []
     if everything:
         if archive:
@@ -575,6 +600,30 @@ def jobs_download(
         json_print([str(path) for path in written])
     else:
         stderr.print(f"{len(written)} file(s) written under {output_dir}.")
+
+
+def _results_ready(client: ApiClient, job_id: str, *, timeout: float) -> None:
+    """Returns once the job's result files can be downloaded: at once when they are `ready`,
+    after waiting while they are collected; else a conflict naming their state."""
+    deadline = time.monotonic() + timeout
+    while True:
+        job = client.get(f"/jobs/{job_id}/")
+        results = job.get("results_state", "ready")
+        if results == "ready":
+            return
+        is_coming = results == "collecting" or (results == "waiting" and job["state"] in ENDED)
+        if is_coming and time.monotonic() < deadline:
+            time.sleep(1.0)
+            continue
+        detail = {
+            "waiting": "The job has not ended: its files come once it has "
+            "(`computeshare jobs wait`).",
+            "collecting": "The job's files are still being collected; try again shortly.",
+            "failed": "Collecting the job's files failed.",
+            "expired": "The job's files were removed after the retention period.",
+            "not_kept": "The platform keeps no files of a job its own jobs submitted.",
+        }.get(results, f"The job's files are {results}.")
+        raise CliError(detail, code=f"results_{results}", exit_code=ExitCode.CONFLICT, status=None)
 
 
 def _bar(quiet: bool) -> Progress:

@@ -18,7 +18,7 @@ from computeshare_cli.errors import CliError, error_text
 
 # Piped output is not cut to 80 columns: a script or a pager gets whole ids.
 stdout = Console(soft_wrap=False, width=None if sys.stdout.isatty() else 240)
-stderr = Console(stderr=True)
+stderr = Console(stderr=True, width=None if sys.stderr.isatty() else 240)
 ISO_TIME = re.compile(r"(\d{4}-\d\d-\d\d)T(\d\d:\d\d)(:\d\d(\.\d+)?)?(Z|[+-]\d\d:\d\d)?")
 
 
@@ -51,7 +51,8 @@ def table_print(
 
 def fields_print(data: dict[str, Any], keys: Sequence[tuple[str, str]], title: str) -> None:
     """One object as a two-column table of its fields."""
-    table = Table(title=title, show_header=False, box=None, padding=(0, 2, 0, 0))
+    stdout.print(title, style="bold", highlight=False)
+    table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
     table.add_column(style="bold")
     table.add_column(overflow="fold")
     for label, key in keys:

@@ -15,7 +15,9 @@ from tests.workers import worker_start as start
 
 __all__ = ["WorkerProcess", "drop_database", "load_average", "prepare_django", "worker_start"]
 
-DATABASE = "computeshare_bench_jobs"
+# Its own scratch database beside the other benches' (BENCH_DATABASE names theirs), so that two
+# people's runs on this machine never share one.
+DATABASE = f"{bench_support.DATABASE}_jobs"
 # A Redis database of its own (the tests default to 15): the worker's queue is the bench's only.
 REDIS_URL = os.environ.get("BENCH_JOBS_REDIS_URL", "redis://127.0.0.1:6379/11")
 

@@ -92,8 +92,9 @@ class SudoCost:
 
     @property
     def per_batch_ms(self) -> float:
-        """Per tenant and submission batch: one SFTP session and one command."""
-        return self.per_command_ms + self.per_session_ms
+        """Per tenant and submission batch: one command (the files travel in it; the SFTP
+        session of outputs and staged files is not in a batch's path)."""
+        return self.per_command_ms
 
 
 def _timed_command(connection: SSHConnection, as_user: str | None) -> float:

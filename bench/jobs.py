@@ -11,16 +11,16 @@ scratch database `computeshare_bench_jobs` (DATABASE_URL's server), uses Redis d
    with Nagle's algorithm on (paramiko's default: a command then waits for the login node's
    delayed ACKs, which cost more than sudo), and an SFTP session opened as the service user (its
    subsystem), as the service user with sftp-server on a plain channel, and as a tenant
-   (sftp-server under sudo, as the bridge opens it), 20 of each; hence "sudo adds X ms per
-   command, Y ms per SFTP session, so Z ms per submission batch" (one SFTP session and one
-   command per tenant per batch);
+   (sftp-server under sudo, as the bridge opens it to read outputs), 20 of each; hence "sudo
+   adds X ms per command, Y ms per SFTP session, so Z ms per submission batch" (one command
+   per tenant per batch: it writes the jobs' files as well as running sbatch);
 2. submitting 200 tiny jobs (`true`, 1 CPU, 1 minute) as tenants, side by side: sbatch in a
    loop on the login node as a tenant (the loop under one sudo, timed inside it: the physical
    limit; the median of 3 rounds, taking turns with the bridge's), a naive loop opening a
    paramiko connection per job, one OpenSSH process per job (a sample), one sudo'd command per
    job on a kept connection, and the bridge: `SlurmBackend.submit` with the jobs arriving
-   together, of one tenant and spread over the fixed pool's 4 tenants (4 SFTP sessions and 4
-   commands a batch), and `cluster_jobs_submit`
+   together, of one tenant and spread over the fixed pool's 4 tenants (4 commands a batch),
+   and `cluster_jobs_submit`
    with as many queued job rows of one team. The aims: the bridge, sudo in its path, at least
    0.5 of plain sbatch's rate (printed as ratios) and at least 5 times the naive loop's; and
    what each tenant beyond the first adds to a batch, beside sudo's measured share;
@@ -175,7 +175,7 @@ def print_sudo(cost: SudoCost, batch_jobs: int) -> None:
         f"   sudo adds {cost.per_command_ms:.1f} ms per command, {cost.per_session_ms:.1f} ms "
         f"per SFTP session ({cost.per_session_sudo_ms:.1f} ms of it sudo's own, the rest "
         f"starting sftp-server rather than the subsystem), so {cost.per_batch_ms:.1f} ms per "
-        f"submission batch (one SFTP session and one command per tenant per batch): "
+        f"submission batch (one command per tenant per batch, which writes the files too): "
         f"{cost.per_batch_ms / batch_jobs:.2f} ms a job in a batch of {batch_jobs} of one tenant"
     )
     print(
@@ -218,9 +218,9 @@ def print_submission(
         "sftp-server under sudo; conns: new SSH connections)"
     )
     print(
-        f"   (SlurmBackend.submit, one tenant: the SFTP session and the files "
-        f"{1000 * bridge_counts.sftp_seconds / bridge.jobs:.1f} ms a job, the one sudo'd command "
-        f"running every sbatch {1000 * bridge_counts.command_seconds / bridge.jobs:.1f} ms a job)"
+        f"   (SlurmBackend.submit, one tenant: the one sudo'd command writing the files and "
+        f"running every sbatch {1000 * bridge_counts.command_seconds / bridge.jobs:.1f} ms a job, "
+        f"SFTP {1000 * bridge_counts.sftp_seconds / bridge.jobs:.1f} ms a job)"
     )
     print(
         f"   (accepting the {service.jobs} rows with job_submit took "

@@ -1,13 +1,15 @@
 """The Slurm backend: a cluster's login node over one SSH connection (commands and SFTP).
 
 Everything done for a team runs as its tenant (the pool account it leases), through sudo: its
-job directories are in the tenant's home, written over an SFTP session started as the tenant,
-and its sbatch and scancel run as the tenant. The service user itself only reads the queue and
-accounting, for every tenant at once.
+job directories are in the tenant's home, written by the submission script that runs its
+sbatch calls as the tenant (input files are staged, and outputs read, over an SFTP session
+started as the tenant), and its scancel runs as the tenant. The service user itself only reads
+the queue and accounting, for every tenant at once.
 
 Each call is a fixed, small number of remote commands whatever the number of jobs: a batch of
-one tenant's submissions is one SFTP session plus one shell script running every sbatch, a
-poll is one squeue for all the tenants, accounting is one sacct per chunk of ids."""
+one tenant's submissions is one shell script writing the files and running every sbatch (plus
+one SFTP session when there are input files to stage), a poll is one squeue for all the
+tenants, accounting is one sacct per chunk of ids."""
 
 from __future__ import annotations
 
@@ -54,10 +56,8 @@ from scheduler_bridge.slurm.errors import (
     UnexpectedOutput,
 )
 from scheduler_bridge.slurm.jobs import (
-    ENVIRONMENT_FILE,
-    SCRIPT_FILE,
+    Submission,
     SubmissionOutcome,
-    environment_file_content,
     is_transient_message,
     job_directory_problem,
     only_ended_jobs_refused,
@@ -106,8 +106,9 @@ class SlurmBackend:
     # --- Submission -----------------------------------------------------------------------------
 
     def submit(self, specs: Sequence[JobSpec]) -> list[SubmitResult]:
-        """Submits every spec as its tenant: one tenant's specs share one SFTP session (their
-        scripts and environments) and one remote command (all their sbatch calls). A spec
+        """Submits every spec as its tenant: one tenant's specs share one remote command (their
+        scripts and environments written, and all their sbatch calls), and one SFTP session
+        before it when some have input files to stage. A spec
         Slurm refuses gets its reason (transient when the controller did not answer) without
         touching the others. When the outcome of a tenant's batch is unclear (the command
         failed, the connection dropped, the output is unreadable), this raises a transient
@@ -134,14 +135,49 @@ class SlurmBackend:
         return finished
 
     def _submit_as(self, tenant: Tenant, specs: list[JobSpec]) -> list[SubmitResult]:
+        """One remote command as the tenant writes the batch's scripts and variables and runs
+        its sbatch calls (`submission_script`); an SFTP session is opened before it only when
+        some spec has input files to stage."""
         results: list[SubmitResult | None] = [None] * len(specs)
-        submissions: list[tuple[int, str, list[str]]] = []
+        if any(spec.input_files for spec in specs):
+            self._stage_inputs(tenant, specs, results)
+        submissions: list[tuple[int, Submission]] = []
+        for index, spec in enumerate(specs):
+            if results[index] is not None:
+                continue
+            directory = posixpath.join(tenant.home, spec.directory)
+            submissions.append(
+                (
+                    index,
+                    Submission(
+                        directory=directory,
+                        arguments=sbatch_arguments(spec, directory),
+                        script=spec.script,
+                        environment=spec.environment,
+                    ),
+                )
+            )
+        if submissions:
+            outcomes = self._run_sbatches(tenant, [submission for _, submission in submissions])
+            for (index, _), outcome in zip(submissions, outcomes, strict=True):
+                results[index] = outcome_result(specs[index].name, outcome)
+        return [result for result in results if result is not None]
+
+    def _stage_inputs(
+        self, tenant: Tenant, specs: list[JobSpec], results: list[SubmitResult | None]
+    ) -> None:
+        """Copies the specs' input files into their job directories over one SFTP session as
+        the tenant; a spec whose files cannot be written gets its refusal in `results`."""
         with self.connection.sftp(self.command_timeout, as_user=tenant.user) as sftp:
             created: set[str] = {tenant.home}
             for index, spec in enumerate(specs):
+                if not spec.input_files:
+                    continue
                 directory = posixpath.join(tenant.home, spec.directory)
                 try:
-                    _write_job_files(sftp, directory, spec, created)
+                    _make_directories(sftp, directory, created)
+                    for input_file in spec.input_files:
+                        _stage_input(sftp, directory, input_file, created)
                 except OSError as error:
                     channel = sftp.get_channel()
                     if (
@@ -154,22 +190,12 @@ class SlurmBackend:
                     results[index] = SubmitResult(
                         spec.name, None, error=f"cannot write the job files in {directory}: {error}"
                     )
-                    continue
-                submissions.append((index, directory, sbatch_arguments(spec, directory)))
-        if submissions:
-            for (index, _, _), outcome in zip(
-                submissions, self._run_sbatches(tenant, submissions), strict=True
-            ):
-                results[index] = outcome_result(specs[index].name, outcome)
-        return [result for result in results if result is not None]
 
     def _run_sbatches(
-        self, tenant: Tenant, submissions: list[tuple[int, str, list[str]]]
+        self, tenant: Tenant, submissions: list[Submission]
     ) -> list[SubmissionOutcome]:
         token = f"@@computeshare-{uuid.uuid4().hex}@@"
-        script = submission_script(
-            [(directory, arguments) for _, directory, arguments in submissions], token
-        )
+        script = submission_script(submissions, token)
         timeout = self.command_timeout + _SECONDS_PER_SUBMISSION * len(submissions)
         try:
             result = self.connection.run(
@@ -373,24 +399,6 @@ def outcome_result(name: str, outcome: SubmissionOutcome) -> SubmitResult:
     except UnexpectedOutput as error:
         # sbatch said yes but no id can be read: the job may exist, so this is no refusal.
         raise SubmissionUnclear(f"sbatch accepted {name} without a readable id: {error}") from error
-
-
-def _write_job_files(
-    sftp: paramiko.SFTPClient, directory: str, spec: JobSpec, created: set[str]
-) -> None:
-    """Creates the job directory (and its missing parents, `mkdir -p`) readable by the tenant
-    only, and writes the script (0700) and the environment file (0600, it may hold secrets).
-    A file left by an earlier attempt is overwritten."""
-    _make_directories(sftp, directory, created)
-    for input_file in spec.input_files:
-        _stage_input(sftp, directory, input_file, created)
-    _write_file(sftp, posixpath.join(directory, SCRIPT_FILE), spec.script.encode(), 0o700)
-    _write_file(
-        sftp,
-        posixpath.join(directory, ENVIRONMENT_FILE),
-        environment_file_content(spec.environment),
-        0o600,
-    )
 
 
 def _make_directories(sftp: paramiko.SFTPClient, directory: str, created: set[str]) -> None:

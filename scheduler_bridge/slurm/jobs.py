@@ -23,10 +23,11 @@ from scheduler_bridge.slurm.errors import UnexpectedOutput
 # --- Job specs ----------------------------------------------------------------------------------
 
 SCRIPT_FILE = "job.sh"
-# The spec's variables as NAME=value records ended by NUL, written over SFTP.
+# Where the spec's variables were written before the submission script wrote the export file
+# itself: kept a platform name (no input file may take it) for the folders of those jobs.
 ENVIRONMENT_FILE = "job.environment"
-# The job's whole environment as `sbatch --export-file` reads it, built on the login node from
-# its PATH, HOME, USER and LOGNAME and ENVIRONMENT_FILE.
+# The job's whole environment as `sbatch --export-file` reads it, written on the login node
+# from its PATH, HOME, USER and LOGNAME and the spec's variables (`submission_script`).
 EXPORT_FILE = "job.export"
 
 
@@ -109,12 +110,6 @@ def parse_test_only(text: str) -> datetime:
     return datetime.fromisoformat(match.group(1)).replace(tzinfo=UTC)
 
 
-def environment_file_content(environment: Mapping[str, str]) -> bytes:
-    """The spec's variables as `--export-file` reads them: `NAME=value` records, each ended by
-    NUL, so that a value may hold any character but NUL (line breaks, quotes, `$(...)`)."""
-    return b"".join(f"{name}={value}".encode() + b"\x00" for name, value in environment.items())
-
-
 def sbatch_arguments(spec: JobSpec, job_directory: str) -> list[str]:
     """The sbatch command line of one spec, `job_directory` being the absolute path of its
     directory. Every resource is an option here, so nothing depends on the script's text.
@@ -169,39 +164,69 @@ class SubmissionOutcome:
     stderr: str
 
 
-def submission_script(submissions: Sequence[tuple[str, list[str]]], token: str) -> str:
-    """A /bin/sh script that runs every sbatch of a batch (each given as its job's absolute
-    directory and `sbatch_arguments`), one after the other, and prints each one's stdout, stderr
-    and exit status between lines carrying `token` (unguessable, so that no output can forge a
-    marker). An sbatch that fails does not stop the others."""
+@dataclass(frozen=True)
+class Submission:
+    """One job of a batch as the submission script takes it: its absolute directory, its
+    `sbatch_arguments`, its script's text and its variables."""
+
+    directory: str
+    arguments: list[str]
+    script: str
+    environment: Mapping[str, str]
+
+
+def submission_script(submissions: Sequence[Submission], token: str) -> str:
+    """A /bin/sh script, run as the tenant, that writes every job's files and runs every sbatch
+    of a batch, one after the other, printing each one's stdout, stderr and exit status between
+    lines carrying `token` (unguessable, so that no output can forge a marker). A job whose
+    files cannot be written, or whose sbatch fails, does not stop the others.
+
+    The files travel inside the script (its stdin), not over an SFTP session: a session is a
+    second process started under sudo, and each file over SFTP was four round trips (open,
+    chmod, write, close), which made the files cost more than the sbatch calls. Here a job's
+    files cost no process at all: `printf` is a shell builtin (so a value is never on a command
+    line either), and the directories and modes are one `mkdir` and one `chmod` a batch."""
     lines = [
         # The export file may hold secrets; the jobs inherit this umask too, so their files are
-        # the service user's alone unless a job says otherwise.
+        # the tenant's alone unless a job says otherwise. Directories `mkdir -p` makes on the
+        # way are 0700 by it too.
         "umask 077",
         "scratch=$(mktemp -d) || exit 70",
         "trap 'rm -rf \"$scratch\"' EXIT",
         # Resolved once under the clean PATH: no job's variables are in sbatch's environment.
         "sbatch=$(command -v sbatch) || { echo 'sbatch is not on the PATH' >&2; exit 71; }",
     ]
-    for index, (directory, arguments) in enumerate(submissions):
-        spec_environment = shlex.quote(f"{directory}/{ENVIRONMENT_FILE}")
+    directories = [submission.directory for submission in submissions]
+    # A directory that cannot be made shows in its own job's outcome (its script cannot be
+    # written), so this says nothing itself.
+    lines += [
+        f"mkdir -p -m 0700 -- {shlex.join(chunk)} 2>/dev/null || :"
+        for chunk in _chunks(directories)
+    ]
+    for index, submission in enumerate(submissions):
+        directory = submission.directory
+        script_file = shlex.quote(f"{directory}/{SCRIPT_FILE}")
         export_file = shlex.quote(f"{directory}/{EXPORT_FILE}")
+        variables = [f"{name}={value}" for name, value in submission.environment.items()]
         # The job starts from the login node's PATH, HOME, USER and LOGNAME, then the spec's
-        # variables (of two definitions of a name in an export file, the last one wins).
-        prepare = (
-            "{ printf 'PATH=%s\\0HOME=%s\\0USER=%s\\0LOGNAME=%s\\0' "
-            '"$PATH" "$HOME" "$USER" "$LOGNAME" && { [ ! -s '
-            + spec_environment
-            + " ] || cat "
-            + spec_environment
-            + "; }; }"
+        # variables (of two definitions of a name in an export file, the last one wins), each
+        # record ended by NUL so that a value may hold any character but NUL.
+        export = (
+            "printf 'PATH=%s\\0HOME=%s\\0USER=%s\\0LOGNAME=%s\\0' "
+            '"$PATH" "$HOME" "$USER" "$LOGNAME"'
+        )
+        if variables:
+            export = f"{{ {export} && printf '%s\\0' {shlex.join(variables)}; }}"
+        write = (
+            f"printf '%s' {shlex.quote(submission.script)} >{script_file} && {export} "
+            f">{export_file} || {{ printf 'cannot write the job files in %s\\n' "
+            f"{shlex.quote(directory)} >&2; exit 73; }}"
         )
         # Each sbatch costs the login node a fork and an exec; everything else here is a shell
-        # builtin unless there is something to copy (variables, an error), because a `cat` per
-        # job was a third of the batch's time. `$(...)` drops the trailing line breaks of
+        # builtin unless there is an error to copy. `$(...)` drops the trailing line breaks of
         # sbatch's output, which the `printf` puts back as one: `--parsable` prints one line.
         lines += [
-            f'out=$({{ {prepare} >{export_file} && "$sbatch" {shlex.join(arguments[1:])}; }}'
+            f'out=$({{ {write}; "$sbatch" {shlex.join(submission.arguments[1:])}; }}'
             ' </dev/null 2>"$scratch/err")',
             "status=$?",
             f"printf '\\n%s\\n' {shlex.quote(f'{token} stdout {index}')}",
@@ -210,18 +235,28 @@ def submission_script(submissions: Sequence[tuple[str, list[str]]], token: str) 
             '[ ! -s "$scratch/err" ] || cat "$scratch/err"',
             f"printf '\\n%s %s\\n' {shlex.quote(f'{token} exit {index}')} \"$status\"",
         ]
+    # The script is the tenant's alone and executable, as a job's script file is expected to be:
+    # one `chmod` for the batch, after sbatch has read them (it needs only to read them).
     # The jobs' variables, secret ones among them, stay on the cluster only until sbatch has
     # read them: Slurm keeps each job's environment itself from then on. One `rm` for the batch;
     # a file it leaves (an sbatch that never ran) is written again by the next attempt, and the
     # tenant's home is scrubbed when the lease ends.
-    variable_files = [
-        f"{directory}/{name}"
-        for directory, _ in submissions
-        for name in (ENVIRONMENT_FILE, EXPORT_FILE)
-    ]
-    if variable_files:
-        lines.append(f"rm -f -- {shlex.join(variable_files)} || :")
+    scripts = [f"{directory}/{SCRIPT_FILE}" for directory in directories]
+    exports = [f"{directory}/{EXPORT_FILE}" for directory in directories]
+    lines += [f"chmod 0700 -- {shlex.join(chunk)} 2>/dev/null || :" for chunk in _chunks(scripts)]
+    lines += [f"rm -f -- {shlex.join(chunk)} || :" for chunk in _chunks(exports)]
     return "\n".join(lines) + "\n"
+
+
+# Paths per mkdir, chmod or rm of a batch: well under any system's limit of a command line.
+_PATHS_PER_COMMAND = 500
+
+
+def _chunks(paths: list[str]) -> list[list[str]]:
+    return [
+        paths[start : start + _PATHS_PER_COMMAND]
+        for start in range(0, len(paths), _PATHS_PER_COMMAND)
+    ]
 
 
 def parse_submission_output(text: str, token: str, count: int) -> list[SubmissionOutcome]:

@@ -11,8 +11,8 @@ from scheduler_bridge.backends.types import JobSpec
 from scheduler_bridge.slurm.accounting import valid_job_ids
 from scheduler_bridge.slurm.errors import UnexpectedOutput
 from scheduler_bridge.slurm.jobs import (
+    Submission,
     SubmissionOutcome,
-    environment_file_content,
     is_transient_message,
     only_ended_jobs_refused,
     parse_submission_output,
@@ -82,12 +82,6 @@ def test_a_plain_job_has_no_gpu_account_or_array_option():
     assert "--error=/home/u/d/stderr.txt" in arguments
 
 
-def test_the_environment_file_holds_any_value_but_nul():
-    content = environment_file_content({"A": "x'y\"$(id)`id`;\nline ü", "EMPTY": ""})
-
-    assert content == "A=x'y\"$(id)`id`;\nline ü\0EMPTY=\0".encode()
-
-
 @pytest.mark.parametrize(
     ("changes", "problem"),
     [
@@ -127,18 +121,28 @@ def test_specs_with_hostile_but_harmless_text_are_accepted(changes):
     assert spec_problem(spec(**changes)) is None
 
 
-def test_the_submission_script_quotes_every_argument():
+def test_the_submission_script_quotes_every_argument_and_every_file_it_writes():
     hostile = spec(name="cs-$(touch /tmp/x);`id`'\"")
     arguments = sbatch_arguments(hostile, "/home/u/jobs/a b")
+    job_script = "#!/bin/bash\necho '$(id)' \"$HOME\"\n"
+    value = "x'y\"$(id)`id`;\nline ü"
 
-    script = submission_script([("/home/u/jobs/a b", arguments)], "@@token@@")
+    script = submission_script(
+        [Submission("/home/u/jobs/a b", arguments, job_script, {"A": value, "EMPTY": ""})],
+        "@@token@@",
+    )
 
     assert shlex.quote("--job-name=cs-$(touch /tmp/x);`id`'\"") in script
     assert "'--chdir=/home/u/jobs/a b'" in script
+    assert f"printf '%s' {shlex.quote(job_script)} >'/home/u/jobs/a b/job.sh'" in script
+    # The variables, each a NUL-ended record, after the login node's four.
     assert (
-        "[ ! -s '/home/u/jobs/a b/job.environment' ] || cat '/home/u/jobs/a b/job.environment'; };"
-        " } >'/home/u/jobs/a b/job.export'" in script
-    )
+        "printf '%s\\0' "
+        + shlex.join([f"A={value}", "EMPTY="])
+        + "; } >'/home/u/jobs/a b/job.export'"
+    ) in script
+    assert "mkdir -p -m 0700 -- '/home/u/jobs/a b'" in script
+    assert "rm -f -- '/home/u/jobs/a b/job.export'" in script
 
 
 def test_recorded_submission_output_gives_each_sbatch_its_own_outcome():

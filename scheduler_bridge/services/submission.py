@@ -17,7 +17,8 @@ from decimal import ROUND_CEILING, Decimal
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import CharField, F, OuterRef, Q, Subquery, Value
+from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
@@ -508,7 +509,11 @@ def job_mark_submitted(*, job_id: int, scheduler_job_id: str) -> bool:
 def jobs_mark_submitted(*, scheduler_job_ids: dict[int, str]) -> int:
     """Records the scheduler's ids of jobs that reached the cluster (job pk -> id), in one
     transaction for the whole batch: a batch of 200 is a handful of statements, not 1,200.
-    Jobs no longer queued are left alone; returns how many were marked."""
+    What every job of the batch gets alike is one plain UPDATE, and only what differs goes
+    row by row (the id, and the secrets' values forgotten where there are some): a
+    `bulk_update` of every field built a CASE of 200 branches per field, which took longer
+    than the sbatch calls themselves. Jobs no longer queued are left alone; returns how many
+    were marked."""
     if not scheduler_job_ids:
         return 0
     now = timezone.now()
@@ -516,44 +521,48 @@ def jobs_mark_submitted(*, scheduler_job_ids: dict[int, str]) -> int:
         Job.objects.select_for_update()
         .filter(pk__in=scheduler_job_ids, state=JobState.QUEUED)
         .order_by("pk")
+        .only("pk", "state", "secret_environment")
     )
-    events = []
+    if not jobs:
+        return 0
+    if JobState.SUBMITTED not in TRANSITIONS[JobState.QUEUED]:
+        raise ValueError("a job cannot go from queued to submitted")
+    pks = [job.pk for job in jobs]
+    with_secrets = []
     for job in jobs:
-        if JobState.SUBMITTED not in TRANSITIONS[job.state]:
-            raise ValueError(f"a job cannot go from {job.state} to submitted")
-        job.state = JobState.SUBMITTED
-        job.state_reason = ""
         job.scheduler_job_id = scheduler_job_ids[job.pk]
-        job.submitted_at = job.last_seen_at = job.updated_at = now
-        job.submit_lease_until = None
-        # The job is on the cluster, and is never submitted again: its secret values go.
-        job.secret_values_forget()
-        events.append(JobEvent(job=job, state=JobState.SUBMITTED, at=now))
-    Job.objects.bulk_update(
-        jobs,
-        [
-            "state",
-            "state_reason",
-            "scheduler_job_id",
-            "submitted_at",
-            "last_seen_at",
-            "submit_lease_until",
-            "secret_environment",
-            "updated_at",
-        ],
+        if job.secret_environment:
+            # The job is on the cluster, and is never submitted again: its secret values go.
+            job.secret_values_forget()
+            with_secrets.append(job)
+    Job.objects.filter(pk__in=pks).update(
+        state=JobState.SUBMITTED,
+        state_reason="",
+        submitted_at=now,
+        last_seen_at=now,
+        submit_lease_until=None,
+        updated_at=now,
     )
-    JobEvent.objects.bulk_create(events)
-    by_pk = {job.pk: job for job in jobs}
-    tasks = list(JobTask.objects.filter(job_id__in=by_pk))
-    for task in tasks:
-        array_id = by_pk[task.job_id].scheduler_job_id
-        task.scheduler_job_id = (
-            array_id if task.array_task_id is None else f"{array_id}_{task.array_task_id}"
-        )
-        task.state = JobState.SUBMITTED
-    JobTask.objects.bulk_update(tasks, ["scheduler_job_id", "state"], batch_size=1000)
+    Job.objects.bulk_update(jobs, ["scheduler_job_id"])
+    if with_secrets:
+        Job.objects.bulk_update(with_secrets, ["secret_environment"])
+    JobEvent.objects.bulk_create(
+        JobEvent(job=job, state=JobState.SUBMITTED, at=now) for job in jobs
+    )
+    # A task's id is its job's, and `ID_INDEX` for an array's task: read from the rows just
+    # written rather than sent back row by row.
+    job_id = Subquery(Job.objects.filter(pk=OuterRef("job_id")).values("scheduler_job_id")[:1])
+    tasks = JobTask.objects.filter(job_id__in=pks)
+    tasks.filter(array_task_id__isnull=True).update(
+        state=JobState.SUBMITTED, scheduler_job_id=job_id, updated_at=now
+    )
+    tasks.filter(array_task_id__isnull=False).update(
+        state=JobState.SUBMITTED,
+        scheduler_job_id=Concat(job_id, Value("_"), Cast("array_task_id", CharField())),
+        updated_at=now,
+    )
     # Staged with the script: the stored copies of their inputs are not needed any more.
-    job_inputs_discard_after_commit([job.pk for job in jobs])
+    job_inputs_discard_after_commit(pks)
     return len(jobs)
 
 

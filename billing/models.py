@@ -52,6 +52,11 @@ class Account(BaseModel):
     ORGANIZATION_KINDS = (Kind.AVAILABLE, Kind.HELD, Kind.EARNINGS)
     PLATFORM_KINDS = (Kind.FEES, Kind.STRIPE_CLEARING, Kind.ADJUSTMENTS)
     NEVER_NEGATIVE = (Kind.AVAILABLE, Kind.HELD, Kind.EARNINGS, Kind.FEES)
+    # Each platform account is this many rows (ADR 10): a transaction posts to the shard of the
+    # organization it is about, so that charges of different teams never wait on one `fees`
+    # row. The platform's balance of a kind is the sum of its shards. Raising the number later
+    # is harmless (new shards open empty); lowering it leaves old shards to be summed.
+    PLATFORM_SHARDS = 16
 
     organization = models.ForeignKey(
         "marketplace.Organization",
@@ -63,6 +68,8 @@ class Account(BaseModel):
     kind = models.CharField(max_length=32, choices=Kind.choices)
     currency = models.CharField(max_length=3)
     balance = money_field(default=ZERO)
+    # Which of the platform account's rows this is; always 0 for an organization's accounts.
+    shard = models.PositiveSmallIntegerField(default=0)
 
     class Meta:
         ordering = ["id"]
@@ -73,9 +80,13 @@ class Account(BaseModel):
                 name="account_unique_kind_per_organization",
             ),
             models.UniqueConstraint(
-                fields=["kind"],
+                fields=["kind", "shard"],
                 condition=Q(organization__isnull=True),
-                name="account_unique_platform_kind",
+                name="account_unique_platform_kind_shard",
+            ),
+            models.CheckConstraint(
+                condition=Q(organization__isnull=True) | Q(shard=0),
+                name="account_only_platform_accounts_are_sharded",
             ),
             models.CheckConstraint(
                 condition=(
@@ -96,8 +107,9 @@ class Account(BaseModel):
         ]
 
     def __str__(self) -> str:
-        owner = self.organization or "platform"
-        return f"{owner}: {self.get_kind_display()}"
+        if self.organization_id is None:
+            return f"platform: {self.get_kind_display()} (shard {self.shard})"
+        return f"{self.organization}: {self.get_kind_display()}"
 
 
 class Hold(BaseModel):

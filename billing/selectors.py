@@ -37,6 +37,15 @@ def wallet_get(organization: Any) -> Wallet:
     )
 
 
+def platform_balance(kind: str) -> Decimal:
+    """The platform's balance of one of its accounts (`fees`, `stripe_clearing`,
+    `adjustments`): the sum of the account's shards (ADR 10)."""
+    total = Account.objects.filter(organization__isnull=True, kind=kind).aggregate(
+        total=Sum("balance")
+    )["total"]
+    return total if total is not None else ZERO
+
+
 @dataclass(frozen=True)
 class BudgetStatus:
     monthly_limit: Decimal | None

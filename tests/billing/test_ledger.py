@@ -39,12 +39,7 @@ D = Decimal
 
 
 def platform_balance(kind: str) -> Decimal:
-    balance = (
-        Account.objects.filter(organization__isnull=True, kind=kind)
-        .values_list("balance", flat=True)
-        .first()
-    )
-    return balance if balance is not None else D(0)
+    return selectors.platform_balance(kind)
 
 
 def fees() -> Decimal:

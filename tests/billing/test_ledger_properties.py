@@ -105,12 +105,7 @@ class World:
         self.serial = 0
 
     def fees(self) -> Decimal:
-        balance = (
-            Account.objects.filter(organization__isnull=True, kind=Account.Kind.FEES)
-            .values_list("balance", flat=True)
-            .first()
-        )
-        return balance if balance is not None else ZERO
+        return selectors.platform_balance(Account.Kind.FEES)
 
     def reference(self, kind: str) -> str:
         self.serial += 1

@@ -21,7 +21,7 @@ D = Decimal
 
 
 def fees() -> Decimal:
-    return Account.objects.get(organization__isnull=True, kind=Account.Kind.FEES).balance
+    return selectors.platform_balance(Account.Kind.FEES)
 
 
 def place(organization: Any, amount: str) -> Hold:

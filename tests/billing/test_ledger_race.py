@@ -10,8 +10,8 @@ import pytest
 
 from billing import selectors, services
 from billing.errors import HoldTooSmall, InsufficientFunds
-from billing.models import Account, Hold, ReferenceKind, Transaction
-from billing.services.ledger import accounts_open
+from billing.models import Account, Entry, Hold, ReferenceKind, Transaction
+from billing.services.ledger import accounts_open, platform_shard
 from tests.concurrency import kinds, run_together
 from tests.factories import OrganizationFactory
 
@@ -178,4 +178,52 @@ def test_two_organizations_paying_each_other_at_once_never_deadlock(platform_acc
     for organization, wallet in ((a, wallet_a), (b, wallet_b)):
         open_holds = Hold.objects.filter(organization=organization, status=Hold.Status.OPEN)
         assert sum(hold.amount for hold in open_holds) == wallet.held
+    assert selectors.ledger_verify() == []
+
+
+def test_charges_of_many_teams_at_once_spread_the_fees_over_shards_and_sum_exactly(
+    platform_accounts,
+):
+    """ADR 10: no row is locked by every charge. Twelve teams (and a thirteenth sharing a
+    shard with the first) are charged at once, twice each, to one owner: each team's fee lands
+    on its own shard of the platform's fees account, the shards sum to every fee exactly, and
+    each shard's cached balance agrees with its entries."""
+    owner = opened_organization()
+    teams = [opened_organization() for _ in range(12)]
+    same_shard = OrganizationFactory()
+    while platform_shard(same_shard.pk) != platform_shard(teams[0].pk):
+        same_shard = OrganizationFactory()
+    services.wallet_open(same_shard)
+    teams.append(same_shard)
+    holds = []
+    for team in teams:
+        services.wallet_credit(
+            organization=team, amount=D("100"), idempotency_reference=f"pi{team.pk}"
+        )
+        holds.append(place(team, "50"))
+
+    def capture(hold: Hold, number: int) -> Callable[[], Any]:
+        return lambda: services.hold_capture(
+            hold=hold,
+            amount=D("7.654321"),
+            payee=owner,
+            idempotency_reference=f"job:{hold.pk}:{number}",
+        )
+
+    outcomes = run_together([capture(hold, number) for hold in holds for number in range(2)])
+
+    assert kinds(outcomes) == {"Transaction": 26}, outcomes
+    fee = services.platform_fee(D("7.654321"))
+    assert fee == D("0.765432")
+    assert fees() == fee * 26
+    assert selectors.wallet_get(owner).earnings == (D("7.654321") - fee) * 26
+    fee_rows = Entry.objects.filter(kind=Entry.Kind.FEE).values_list(
+        "transaction__organization_id", "account__organization_id", "account__shard"
+    )
+    assert {(payer, shard) for payer, _, shard in fee_rows} == {
+        (team.pk, platform_shard(team.pk)) for team in teams
+    }
+    assert {platform_account for _, platform_account, _ in fee_rows} == {None}
+    # Teams of different shards share no fee row; only a team of the same shard shares one.
+    assert len({shard for _, _, shard in fee_rows}) == len({platform_shard(t.pk) for t in teams})
     assert selectors.ledger_verify() == []

@@ -12,6 +12,7 @@ from billing.services.ledger import (
 from billing.services.ledger import (
     hold_capture,
     hold_place,
+    hold_place_within,
     hold_release,
     hold_resize,
     holds_settle,
@@ -36,6 +37,7 @@ __all__ = [
     "budget_set",
     "hold_capture",
     "hold_place",
+    "hold_place_within",
     "hold_release",
     "hold_resize",
     "holds_settle",

@@ -204,9 +204,12 @@ def _post(
         )
     Entry.objects.bulk_create(entries)
     now = timezone.now()
-    for account in changed.values():
-        # One plain UPDATE per account: cheaper than bulk_update's CASE for two or three rows.
-        Account.objects.filter(pk=account.pk).update(balance=account.balance, updated_at=now)
+    if connection.vendor == "postgresql" and len(changed) > 1:
+        # One round trip for the two or three balances, not one each.
+        _balances_write_rows(list(changed), [account.balance for account in changed.values()], now)
+    else:
+        for account in changed.values():
+            Account.objects.filter(pk=account.pk).update(balance=account.balance, updated_at=now)
     return posted
 
 
@@ -318,6 +321,30 @@ def hold_place(
     """Moves `amount` from the organization's available balance to held. Refused, writing
     nothing, with `InsufficientFunds` when available is short and `BudgetExceeded` when this
     month's committed plus spent money would pass the budget."""
+    return hold_place_within(
+        organization=organization,
+        amount=amount,
+        reference_kind=reference_kind,
+        reference=reference,
+        idempotency_reference=idempotency_reference,
+        memo=memo,
+    )
+
+
+def hold_place_within(
+    *,
+    organization: Any,
+    amount: Any,
+    reference_kind: str,
+    reference: UUID | None = None,
+    idempotency_reference: str | None = None,
+    memo: str = "",
+) -> Hold:
+    """`hold_place` in the caller's open transaction, without a savepoint of its own (two
+    round trips less, for a bid): a refusal rolls back the caller's transaction with it, so
+    only for a caller that lets the error end its transaction."""
+    if not connection.in_atomic_block:
+        raise AssertionError("hold_place_within needs the caller's transaction")
     amount = _positive(amount)
     accounts = _lock(_wallet_keys(organization))
     if (done := _replayed(idempotency_reference)) is not None:

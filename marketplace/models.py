@@ -500,8 +500,9 @@ class Offer(BaseModel):
     """A lot of `quantity` whole units of one resource on one partition, usable during the
     window, sold by buy-now while the auction is open and by a sealed-bid uniform-price auction
     when it closes. `units_sold` is every unit allocated so far, so `quantity - units_sold` is
-    what is still for sale; `bid_count` and `units_bid` are the public aggregate demand, kept
-    under the offer's row lock together with the bids they count."""
+    what is still for sale; `bid_count` and `units_bid` are the public aggregate demand: the
+    sum of the offer's `OfferDemand` rows, copied here after each bid (and set from the bids
+    themselves when the auction clears)."""
 
     class Status(models.TextChoices):
         OPEN = "open", "Open"
@@ -592,6 +593,30 @@ class Offer(BaseModel):
 
     def accepts_orders_at(self, moment: datetime) -> bool:
         return self.is_open and moment < self.auction_closes_at
+
+
+class OfferDemand(models.Model):
+    """The open bids on an offer counted in a few rows rather than one: a bid adds itself to
+    the row of its organization's shard, in its own transaction, so that bids of different
+    teams in an auction's closing rush do not wait on each other for one counter. The offer's
+    `bid_count` and `units_bid` are these rows summed (`marketplace.services.offers`)."""
+
+    SHARDS = 8
+
+    offer = models.ForeignKey(Offer, on_delete=models.CASCADE, related_name="demand")
+    shard = models.PositiveSmallIntegerField()
+    bid_count = models.PositiveIntegerField(default=0)
+    units_bid = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["offer", "shard"], name="offer_demand_one_row_per_shard"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.offer}: shard {self.shard}, {self.bid_count} bids"
 
 
 class Bid(BaseModel):

@@ -113,13 +113,16 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
         batch_size=1_000,
     )
     if seats is not None:
-        for organization_id in dict.fromkeys(row[6] for row in winners.values()):
-            seats.lease_for(offer.cluster, organization_id)
+        seats.leases_for_all(offer.cluster, (row[6] for row in winners.values()))
     offer.status = Offer.Status.CLEARED
     offer.clearing_price = price
     offer.units_sold += clearing.units_sold
     offer.units_sold_at_auction = clearing.units_sold
     offer.cleared_at = now
+    # The demand figures as the bids have them: bids publish theirs after their commit, and one
+    # that committed just before this clearing may not have yet.
+    offer.bid_count = len(rows)
+    offer.units_bid = sum(row[2] for row in rows)
     offer.save(
         update_fields=[
             "status",
@@ -127,6 +130,8 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
             "units_sold",
             "units_sold_at_auction",
             "cleared_at",
+            "bid_count",
+            "units_bid",
             "updated_at",
         ]
     )

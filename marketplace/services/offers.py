@@ -1,17 +1,25 @@
 """Offers, buy-now purchases and sealed bids.
 
-Lock order, shared with the auction's clearing: the offer row first, then the bid, then
-billing's locks (holds, then wallet accounts). Holding the offer's lock while a purchase or bid
-is checked and written is what keeps `units_sold <= quantity` and the public demand figures
-exact when many teams act at once."""
+Lock order, shared with the auction's clearing: the offer row first, then the bid, then the
+organization's row (a purchase's tenant lease, a capped bid), then billing's locks (holds, then
+wallet accounts). Holding the offer's lock while a purchase is checked and written is what keeps
+`units_sold <= quantity` when many teams act at once.
+
+A bid changes nothing the offer's row says about what is sold, so it takes the offer's lock in
+share mode (`FOR KEY SHARE`): bids in an auction's closing rush run side by side, while the
+clearing, a purchase, a withdrawal or a cancellation (`FOR UPDATE`) waits for the bids in
+flight and is waited for by the next ones. A bid counts itself in its shard's `OfferDemand`
+row; the offer's public `bid_count` and `units_bid` are those rows summed, copied onto the offer
+after the bid's commit (`_demand_publish`)."""
 
 import uuid
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from django.db import transaction
-from django.db.models import F, Sum
+from django.db import connection, transaction
+from django.db.models import F, OuterRef, Subquery, Sum
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from billing import services as billing
@@ -19,7 +27,16 @@ from billing.models import ReferenceKind
 from computeshare.errors import PermissionDenied, ValidationFailed
 from computeshare.queue import enqueue_after_commit
 from marketplace import errors
-from marketplace.models import Allocation, Bid, Cluster, Membership, Offer, Organization, Resource
+from marketplace.models import (
+    Allocation,
+    Bid,
+    Cluster,
+    Membership,
+    Offer,
+    OfferDemand,
+    Organization,
+    Resource,
+)
 from marketplace.services.slurm_accounts import slurm_account_plan
 from marketplace.services.tenants import tenant_lease_take
 
@@ -187,10 +204,11 @@ def offer_cancel(*, actor: Membership, offer: Offer) -> Offer:
     offer = _lock_offer(offer)
     if not offer.is_open:
         raise errors.OfferNotOpen(extra={"status": offer.status})
-    if offer.bid_count or offer.units_sold:
-        raise errors.OfferHasBids(
-            extra={"bid_count": offer.bid_count, "units_sold": offer.units_sold}
-        )
+    # Counted from the demand rows, not the offer's published figure: a bid that has committed
+    # may not have published it yet.
+    bids = OfferDemand.objects.filter(offer=offer).aggregate(bids=Sum("bid_count"))["bids"] or 0
+    if bids or offer.units_sold:
+        raise errors.OfferHasBids(extra={"bid_count": bids, "units_sold": offer.units_sold})
     offer.status = Offer.Status.CANCELLED
     offer.save(update_fields=["status", "updated_at"])
     return offer
@@ -319,15 +337,47 @@ def offer_buy(*, actor: Membership, offer: Offer, quantity: Any) -> Allocation:
 # --- Bids --------------------------------------------------------------------------------------
 
 
-@transaction.atomic
 def bid_place(
     *, actor: Membership, offer: Offer, quantity: Any, price: Any, min_quantity: Any = None
 ) -> Bid:
     """Places a sealed bid of `price` per unit for up to `quantity` units (at least
     `min_quantity`), holding `price x quantity` on the wallet until the auction clears or the
-    bid is withdrawn. The price must reach the reserve."""
+    bid is withdrawn. The price must reach the reserve.
+
+    In its own transaction, the offer's demand figures are published right after the commit;
+    inside a caller's transaction, in it (the caller's commit decides)."""
+    in_callers_transaction = connection.in_atomic_block
+    with transaction.atomic():
+        bid = _bid_write(
+            actor=actor, offer=offer, quantity=quantity, price=price, min_quantity=min_quantity
+        )
+        if in_callers_transaction:
+            _demand_publish(bid.offer_id)
+    if not in_callers_transaction:
+        _demand_publish_soon(bid.offer_id)
+    return bid
+
+
+def _share_offer(offer: Offer) -> Offer:
+    """The offer, read after taking its row lock in share mode (`FOR KEY SHARE`: bids do not
+    wait on each other, the clearing's `FOR UPDATE` waits on them). Elsewhere than on
+    PostgreSQL, the exclusive lock."""
+    if connection.vendor != "postgresql":
+        return _lock_offer(offer)
+    table = Offer._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT 1 FROM {table} WHERE id = %s FOR KEY SHARE",  # noqa: S608 - our own table
+            [offer.pk],
+        )
+    return Offer.objects.select_related("cluster", "partition").get(pk=offer.pk)
+
+
+def _bid_write(
+    *, actor: Membership, offer: Offer, quantity: Any, price: Any, min_quantity: Any
+) -> Bid:
     _require_admin(actor, "bid")
-    offer = _lock_offer(offer)
+    offer = _share_offer(offer)
     _open_for_orders(offer, actor)
     problems: dict[str, list[str]] = {}
     units = minimum = bid_price = None
@@ -352,9 +402,14 @@ def bid_place(
     if problems:
         raise ValidationFailed(fields=problems)
     assert units is not None and minimum is not None and bid_price is not None
+    if offer.max_per_buyer is not None:
+        # Bids share the offer's lock: one team's bids on a capped offer wait for each other
+        # here, on the team's row, so that two of them never both fit under the cap.
+        Organization.objects.select_for_update().filter(pk=actor.organization_id).first()
     _check_cap(offer, actor, units)
     bid_id = uuid.uuid4()
-    hold = billing.hold_place(
+    # Inside this service's own atomic block: a refusal ends it, no savepoint needed.
+    hold = billing.hold_place_within(
         organization=actor.organization,
         amount=_hold_amount(bid_price, units),
         reference_kind=ReferenceKind.BID,
@@ -371,10 +426,73 @@ def bid_place(
         min_quantity=minimum,
         hold=hold,
     )
-    Offer.objects.filter(pk=offer.pk).update(
-        bid_count=F("bid_count") + 1, units_bid=F("units_bid") + units, updated_at=timezone.now()
-    )
+    _demand_add(offer.pk, actor.organization_id, units)
     return bid
+
+
+def _demand_add(offer_id: int, organization_id: int, units: int) -> None:
+    """Counts one more bid of `units` in the row of the organization's shard (creating it)."""
+    table = OfferDemand._meta.db_table
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {table} (offer_id, shard, bid_count, units_bid) "  # noqa: S608
+            "VALUES (%s, %s, 1, %s) ON CONFLICT (offer_id, shard) DO UPDATE SET "
+            f"bid_count = {table}.bid_count + 1, "
+            f"units_bid = {table}.units_bid + EXCLUDED.units_bid",
+            [offer_id, organization_id % OfferDemand.SHARDS, units],
+        )
+
+
+def _demand_publish(offer_id: int) -> None:
+    """Copies the sum of the offer's demand rows onto the open offer. The offer's row is
+    locked first and summed by the next statement, which therefore sees every bid committed
+    before the lock was granted: publishers write in lock order, each a sum at least as recent
+    as the one before, so the last one leaves the exact figures."""
+    locked = (
+        Offer.objects.select_for_update(no_key=True)
+        .filter(pk=offer_id, status=Offer.Status.OPEN)
+        .values_list("pk", flat=True)
+        .first()
+    )
+    if locked is None:  # cleared (the clearing counts its bids itself) or cancelled
+        return
+    rows = OfferDemand.objects.filter(offer_id=OuterRef("pk")).values("offer_id")
+    Offer.objects.filter(pk=offer_id).update(
+        bid_count=Coalesce(Subquery(rows.annotate(total=Sum("bid_count")).values("total")), 0),
+        units_bid=Coalesce(Subquery(rows.annotate(total=Sum("units_bid")).values("total")), 0),
+        updated_at=timezone.now(),
+    )
+
+
+def _demand_publish_soon(offer_id: int) -> None:
+    """`_demand_publish` in a transaction of its own that does not wait for the disk
+    (`synchronous_commit = off`): it holds the offer's row only for the update, not for a
+    flush, so a rush of bids is not serialised here. The figures are derived from the demand
+    rows, which are durable with the bids: should a crash lose this commit, the next bid,
+    withdrawal or the clearing writes them again."""
+    if connection.vendor != "postgresql" or connection.in_atomic_block:
+        with transaction.atomic():
+            _demand_publish(offer_id)
+        return
+    # On PostgreSQL in one round trip: the three statements of one simple query run as one
+    # (implicit) transaction, each with a snapshot of its own, so the UPDATE sums what was
+    # committed before the lock was granted. The row is held for the server's time only.
+    with connection.cursor() as cursor:
+        cursor.execute(_PUBLISH_SQL, {"offer": offer_id, "now": timezone.now()})
+
+
+_PUBLISH_SQL = """
+SET LOCAL synchronous_commit = off;
+SELECT 1 FROM marketplace_offer WHERE id = %(offer)s AND status = 'open' FOR NO KEY UPDATE;
+UPDATE marketplace_offer
+SET bid_count = coalesce(demand.bids, 0), units_bid = coalesce(demand.units, 0),
+    updated_at = %(now)s
+FROM (
+    SELECT sum(bid_count) AS bids, sum(units_bid) AS units
+    FROM marketplace_offerdemand WHERE offer_id = %(offer)s
+) AS demand
+WHERE marketplace_offer.id = %(offer)s AND marketplace_offer.status = 'open'
+"""
 
 
 @transaction.atomic
@@ -394,9 +512,8 @@ def bid_withdraw(*, actor: Membership, bid: Bid) -> Bid:
     bid.status = Bid.Status.WITHDRAWN
     bid.withdrawn_at = timezone.now()
     bid.save(update_fields=["status", "withdrawn_at", "updated_at"])
-    Offer.objects.filter(pk=offer.pk).update(
-        bid_count=F("bid_count") - 1,
-        units_bid=F("units_bid") - bid.quantity,
-        updated_at=timezone.now(),
+    OfferDemand.objects.filter(offer=offer, shard=bid.organization_id % OfferDemand.SHARDS).update(
+        bid_count=F("bid_count") - 1, units_bid=F("units_bid") - bid.quantity
     )
+    _demand_publish(offer.pk)
     return bid

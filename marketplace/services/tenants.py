@@ -118,6 +118,36 @@ class TenantSeats:
             self.free.insert(0, account)
         return lease
 
+    def leases_for_all(self, cluster: Cluster, organization_ids: Iterable[int]) -> None:
+        """`lease_for` for every winner of a clearing, in two statements rather than four
+        round trips per team: the new teams' leases are inserted at once, skipping any that a
+        purchase of the same team committed meanwhile (the unique index on active leases), and
+        the accounts that did get a lease are marked leased. An account whose team had a lease
+        already stays as it is, free."""
+        teams = [pk for pk in dict.fromkeys(organization_ids) if pk not in self.held]
+        if not teams:
+            return
+        if len(teams) > len(self.free):
+            raise AssertionError("more new winners than the clearing locked free accounts for")
+        accounts, self.free = self.free[: len(teams)], self.free[len(teams) :]
+        TenantLease.objects.bulk_create(
+            [
+                TenantLease(account=account, cluster=cluster, organization_id=organization_id)
+                for account, organization_id in zip(accounts, teams, strict=True)
+            ],
+            ignore_conflicts=True,
+        )
+        leased = TenantLease.objects.filter(
+            account__in=accounts, status=TenantLease.Status.ACTIVE
+        ).values("account_id")
+        TenantAccount.objects.filter(pk__in=leased, status=TenantAccount.Status.AVAILABLE).update(
+            status=TenantAccount.Status.LEASED, status_detail="", updated_at=timezone.now()
+        )
+        unused = {account.pk for account in accounts} - set(
+            leased.values_list("account_id", flat=True)
+        )
+        self.free[:0] = [account for account in accounts if account.pk in unused]
+
 
 def tenant_seats_lock(*, cluster: Cluster, organization_ids: Iterable[int]) -> TenantSeats | None:
     """For a clearing, in its transaction: which bidding teams hold a lease on the cluster, and

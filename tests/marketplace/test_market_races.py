@@ -124,6 +124,39 @@ def test_one_team_bidding_at_once_never_passes_the_cap_per_buyer():
     assert billing_selectors.ledger_verify() == []
 
 
+def test_a_closing_rush_of_many_teams_and_a_withdrawal_keeps_every_hold_and_figure_exact():
+    """Bids share the offer's lock (FOR KEY SHARE) and count themselves in shard rows: twelve
+    teams bidding twice each at once, while one withdraws an earlier bid, all succeed (no
+    deadlock), every hold is price x quantity, and the published demand figures count exactly
+    the open bids."""
+    offer = OfferFactory(quantity=1_000, reserve_price=D("1.00"))
+    members = teams(12)
+    early = services.bid_place(actor=members[0], offer=offer, quantity=7, price="1.10")
+
+    def bid(member: Membership, number: int) -> Callable[[], Any]:
+        return lambda: services.bid_place(
+            actor=member, offer=offer, quantity=number + 1, price=f"1.{number:02}"
+        )
+
+    calls = [bid(member, index % 10) for index, member in enumerate(members * 2)]
+    calls.append(lambda: services.bid_withdraw(actor=members[0], bid=early))
+    outcomes = run_together(calls)
+
+    assert kinds(outcomes) == {"Bid": 25}, outcomes
+    open_bids = Bid.objects.filter(offer=offer, status=Bid.Status.OPEN).select_related("hold")
+    assert open_bids.count() == 24
+    assert all(b.hold.amount == b.hold.placed == b.price * b.quantity for b in open_bids)
+    offer.refresh_from_db()
+    assert (offer.bid_count, offer.units_bid) == (24, sum(b.quantity for b in open_bids))
+    for member in members:
+        held = sum(
+            (b.hold.amount for b in open_bids if b.organization_id == member.organization_id),
+            D(0),
+        )
+        assert wallets([member]) == [(D(100) - held, held)]
+    assert billing_selectors.ledger_verify() == []
+
+
 # --- Clearing ------------------------------------------------------------------------------------
 
 

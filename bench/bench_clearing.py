@@ -15,11 +15,14 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from bench_support import analyze, load_average
+from bench_support import analyze, load_average, record_figure
 from bench_trace import Trace, traced
 
 SIZES = (1_000, 10_000, 100_000)
 MAX_TEAMS = 2_000
+# The cluster's pool of tenant accounts: a Slurm cluster serves at most this many teams at
+# once, so a clearing without a pool would sell nothing (and measure only releases).
+TENANT_ACCOUNTS = 500
 RESERVE = Decimal("1.00")
 TEAM_FUNDS = Decimal("10000000")
 
@@ -38,7 +41,7 @@ def market_setup() -> Market:
     from billing.models import Account
     from billing.services.ledger import accounts_open
     from computeshare.models import User
-    from marketplace.models import Cluster, Membership, Organization, Partition
+    from marketplace.models import Cluster, Membership, Organization, Partition, TenantAccount
 
     owner = Organization.objects.create(name="Bench owner")
     billing.wallet_open(owner)
@@ -54,6 +57,14 @@ def market_setup() -> Market:
     )
     partition = Partition.objects.create(
         cluster=cluster, name="batch", nodes=64, cpus=4_096, gpus=0
+    )
+    TenantAccount.objects.bulk_create(
+        [
+            TenantAccount(
+                cluster=cluster, username=f"tenant{index:03d}", home=f"/home/t{index:03d}"
+            )
+            for index in range(TENANT_ACCOUNTS)
+        ]
     )
     teams = Organization.objects.bulk_create(
         [Organization(name=f"Team {index:04d}") for index in range(MAX_TEAMS)]
@@ -159,7 +170,7 @@ def _place_in_bulk(market: Market, offer: Any, specs: list[BidSpec]) -> None:
     from django.utils import timezone
 
     from billing.models import Account, Entry, Hold, ReferenceKind, Transaction
-    from marketplace.models import Bid, Offer
+    from marketplace.models import Bid, Offer, OfferDemand
 
     batch = 5_000
     where = f"{market.cluster.name}/{market.partition.name}"
@@ -247,6 +258,17 @@ def _place_in_bulk(market: Market, offer: Any, specs: list[BidSpec]) -> None:
                 for spec, bid_id, hold in zip(specs, bid_ids, holds, strict=True)
             ],
             batch_size=batch,
+        )
+        demand: dict[int, list[int]] = {}
+        for spec in specs:
+            row = demand.setdefault(spec.team_id % OfferDemand.SHARDS, [0, 0])
+            row[0] += 1
+            row[1] += spec.quantity
+        OfferDemand.objects.bulk_create(
+            [
+                OfferDemand(offer=offer, shard=shard, bid_count=bids, units_bid=units)
+                for shard, (bids, units) in demand.items()
+            ]
         )
         Offer.objects.filter(pk=offer.pk).update(
             bid_count=F("bid_count") + len(specs),
@@ -491,6 +513,15 @@ def print_clearing(runs: list[ClearingRun]) -> None:
         )
     aim = all(run.clear / run.load <= 3 for run in runs)
     print(f"   aim clear/load <= 3 at every N: {'met' if aim else 'NOT met'}")
+    for run in runs:
+        ratio = run.clear / run.load
+        record_figure(
+            f"clearing.{run.bids}",
+            f"clearing / loading the bids, {run.bids:,} bids",
+            f"{ratio:.2f}" + ("" if not run.checks else " (checks failed)"),
+            "<= 3",
+            ratio <= 3 and not run.checks,
+        )
     for run in runs:
         if run.managed is not None:
             print(

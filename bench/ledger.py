@@ -2,14 +2,16 @@
 
     make bench        (or: .venv/bin/python bench/ledger.py [--operations 400])
 
-It migrates a scratch database `computeshare_bench` on the local PostgreSQL (DATABASE_URL's
-server), empties it, and prints:
+It migrates a scratch database (bench_support: BENCH_DATABASE, default `computeshare_bench`)
+on the local PostgreSQL (DATABASE_URL's server), empties it, and prints:
 
-1. hold_place + hold_capture pairs per second, serially and from 8 threads, once with 8
-   organizations (contention only on the platform's fees account) and once with one
-   organization (every thread waits on the same wallet);
-2. reading a balance from the cached account row against summing the account's entries, at
-   the size the run leaves behind (the reason ADR 4 caches balances);
+1. hold_place + hold_capture pairs per second from real processes, each with its own database
+   connection: one process against 8 processes on 8 organizations (each paying its own owner),
+   the same 8 paying one owner, and 8 on one organization (every process waits on the same
+   wallet); and how many rows every charge locks (ADR 10: none, the platform's accounts are
+   sharded);
+2. reading the platform's fees from its cached shard rows against summing its entries, at the
+   size the run leaves behind (the reason ADR 4 caches balances);
 3. a signed Stripe webhook: a first delivery (verify, store, credit) against a duplicate
    (verify, count, nothing more).
 """
@@ -18,139 +20,176 @@ import argparse
 import hashlib
 import hmac
 import json
-import os
+import multiprocessing
 import statistics
 import sys
-import threading
 import time
 import uuid
-from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPOSITORY))
+BENCH = Path(__file__).resolve().parent
+sys.path[:0] = [str(REPOSITORY), str(BENCH)]
 
+from bench_support import load_average, prepare_django, record_figure  # noqa: E402
 
-def _bench_database_url() -> str:
-    base = os.environ.get("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/computeshare")
-    parts = urlsplit(base)
-    return urlunsplit(parts._replace(path="/computeshare_bench"))
-
-
-def _prepare_django() -> None:
-    os.environ["DJANGO_SETTINGS_MODULE"] = "computeshare.settings.test"
-    os.environ["DATABASE_URL"] = _bench_database_url()
-    import psycopg2
-
-    parts = urlsplit(os.environ["DATABASE_URL"])
-    admin = psycopg2.connect(
-        host=parts.hostname, port=parts.port or 5432, user=parts.username, dbname="postgres"
-    )
-    admin.autocommit = True
-    with admin.cursor() as cursor:
-        cursor.execute("SELECT 1 FROM pg_database WHERE datname = 'computeshare_bench'")
-        if cursor.fetchone() is None:
-            cursor.execute("CREATE DATABASE computeshare_bench")
-    admin.close()
-
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-    from django.test.utils import setup_test_environment
-
-    setup_test_environment()  # lets the test client talk to the webhook view
-
-    call_command("migrate", verbosity=0)
-    # TRUNCATE, which the entries' append-only trigger allows; the platform's accounts are
-    # opened again by the first service that needs them.
-    call_command("flush", interactive=False, verbosity=0)
+WORKERS = 8
 
 
 def _rate(count: int, seconds: float) -> str:
     return f"{count / seconds:8.0f}/s"
 
 
-def _timed_threads(workers: int, work: Callable[[int], None]) -> float:
-    from django.db import connection
-
-    barrier = threading.Barrier(workers + 1)
-    errors: list[BaseException] = []
-
-    def run(index: int) -> None:
-        try:
-            barrier.wait()
-            work(index)
-        except BaseException as error:  # reported below, the bench must not hide it
-            errors.append(error)
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(workers)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    elapsed = time.perf_counter() - started
-    if errors:
-        raise errors[0]
-    return elapsed
-
-
-def bench_holds(operations: int) -> None:
+def _pairs(payer_id: int, payee_id: int, count: int, tag: str) -> None:
+    """`count` hold_place + hold_capture pairs of `payer_id`'s wallet, charged to `payee_id`."""
     from billing import services
     from billing.models import ReferenceKind
     from marketplace.models import Organization
 
-    owner = Organization.objects.create(name=f"Owner {uuid.uuid4().hex[:6]}")
-    services.wallet_open(owner)
-
-    def team(name: str) -> Organization:
-        organization = Organization.objects.create(name=f"{name} {uuid.uuid4().hex[:6]}")
-        services.wallet_open(organization)
-        services.wallet_credit(
-            organization=organization,
-            amount=Decimal("1000000"),
-            idempotency_reference=f"bench-credit-{organization.uuid}",
+    payer = Organization.objects.get(pk=payer_id)
+    payee = Organization.objects.get(pk=payee_id)
+    for index in range(count):
+        hold = services.hold_place(
+            organization=payer, amount=Decimal("2.5"), reference_kind=ReferenceKind.BID
         )
-        return organization
+        services.hold_capture(
+            hold=hold,
+            amount=Decimal("1.234567"),
+            payee=payee,
+            idempotency_reference=f"bench-{tag}-{index}",
+        )
 
-    def pairs(organization: Organization, count: int, tag: str) -> None:
-        for index in range(count):
-            hold = services.hold_place(
-                organization=organization, amount=Decimal("2.5"), reference_kind=ReferenceKind.BID
-            )
-            services.hold_capture(
-                hold=hold,
-                amount=Decimal("1.234567"),
-                payee=owner,
-                idempotency_reference=f"bench-{tag}-{index}",
-            )
 
-    serial_team = team("Serial")
+def _worker(barrier: Any, errors: Any, payer_id: int, payee_id: int, count: int, tag: str) -> None:
+    """One process: its own connection (opened before the start line), then the pairs."""
+    from django.db import connection
+
+    try:
+        connection.ensure_connection()
+        barrier.wait()
+        _pairs(payer_id, payee_id, count, tag)
+    except BaseException as error:  # reported by the parent: the bench must not hide it
+        errors.put(f"{tag}: {error!r}")
+        raise
+    finally:
+        connection.close()
+
+
+def _timed_processes(jobs: list[tuple[int, int, int, str]]) -> float:
+    """Runs each job (payer, payee, pairs, tag) in a forked process of its own, all started
+    together; the seconds from the start line until the last one is done."""
+    from django.db import connections
+
+    connections.close_all()  # a forked child must open its own connection, never share ours
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(len(jobs) + 1)
+    errors = context.Queue()
+    processes = [context.Process(target=_worker, args=(barrier, errors, *job)) for job in jobs]
+    for process in processes:
+        process.start()
+    barrier.wait()
     started = time.perf_counter()
-    pairs(serial_team, operations, "serial")
-    serial = time.perf_counter() - started
+    for process in processes:
+        process.join()
+    elapsed = time.perf_counter() - started
+    if not errors.empty() or any(process.exitcode for process in processes):
+        raise RuntimeError(f"a bench process failed: {errors.get(timeout=1)}")
+    return elapsed
 
-    workers = 8
-    per_worker = max(1, operations // workers)
-    teams = [team(f"Parallel {i}") for i in range(workers)]
-    spread = _timed_threads(workers, lambda i: pairs(teams[i], per_worker, f"spread-{i}"))
-    shared_team = team("Shared")
-    shared = _timed_threads(workers, lambda i: pairs(shared_team, per_worker, f"shared-{i}"))
 
-    done = per_worker * workers
-    print("1. hold_place + hold_capture pairs (each pair is two transactions)")
-    print(
-        f"   serial, one organization           {operations:6d} pairs  {_rate(operations, serial)}"
+def _rows_every_charge_locks(tag: str) -> int:
+    """How many rows every charge of the run whose references start `bench-<tag>` locked: the
+    accounts its entries are on that are the same for all of them (each charge's hold is its
+    own). A charge locks its hold and exactly the accounts it writes entries on."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            """
+            WITH charges AS (
+                SELECT id FROM billing_transaction
+                WHERE kind = 'charge' AND idempotency_reference LIKE %s
+            )
+            SELECT count(*) FROM (
+                SELECT entry.account_id FROM billing_entry AS entry
+                JOIN charges ON charges.id = entry.transaction_id
+                GROUP BY entry.account_id
+                HAVING count(DISTINCT entry.transaction_id) = (SELECT count(*) FROM charges)
+            ) AS shared
+            """,
+            [f"bench-{tag}-%"],
+        )
+        (count,) = cursor.fetchone()
+    return int(count)
+
+
+def bench_holds(operations: int) -> None:
+    from billing import services
+    from marketplace.models import Organization
+
+    def organization(name: str, funds: Decimal = Decimal(0)) -> int:
+        created = Organization.objects.create(name=f"{name} {uuid.uuid4().hex[:6]}")
+        services.wallet_open(created)
+        if funds:
+            services.wallet_credit(
+                organization=created,
+                amount=funds,
+                idempotency_reference=f"bench-credit-{created.uuid}",
+            )
+        return created.pk
+
+    funds = Decimal(1_000_000)
+    owners = [organization(f"Owner {index}") for index in range(WORKERS)]
+    serial_team = organization("Serial", funds)
+    teams = [organization(f"Parallel {index}", funds) for index in range(WORKERS)]
+    shared_team = organization("Shared", funds)
+    per_worker = max(1, operations // WORKERS)
+    done = per_worker * WORKERS
+
+    serial = _timed_processes([(serial_team, owners[0], operations, "serial")])
+    spread = _timed_processes(
+        [(teams[i], owners[i], per_worker, f"spread-{i}") for i in range(WORKERS)]
     )
-    print(f"   8 threads, 8 organizations         {done:6d} pairs  {_rate(done, spread)}")
-    print(f"   8 threads, one organization        {done:6d} pairs  {_rate(done, shared)}")
-    print(f"   8 organizations vs serial          {serial / operations * done / spread:6.2f}x")
+    one_owner = _timed_processes(
+        [(teams[i], owners[0], per_worker, f"one-owner-{i}") for i in range(WORKERS)]
+    )
+    shared = _timed_processes(
+        [(shared_team, owners[i], per_worker, f"shared-{i}") for i in range(WORKERS)]
+    )
+    machine_load = load_average()
+    ratio = serial / operations * done / spread
+    shared_rows = _rows_every_charge_locks("spread")
+    shared_one_owner = _rows_every_charge_locks("one-owner")
+
+    print("1. hold_place + hold_capture pairs (each pair is two transactions), real processes")
+    rows = [
+        ("1 process, one organization", operations, serial),
+        (f"{WORKERS} processes, {WORKERS} payers to {WORKERS} owners", done, spread),
+        (f"{WORKERS} processes, {WORKERS} payers to one owner", done, one_owner),
+        (f"{WORKERS} processes, one organization", done, shared),
+    ]
+    for label, count, seconds in rows:
+        print(f"   {label:<38} {count:6d} pairs  {_rate(count, seconds)}")
+    print(f"   {WORKERS} organizations / 1 process{ratio:16.2f}x")
+    to_one_owner = serial / operations * done / one_owner
+    print(f"   {WORKERS} payers to one owner / 1 process{to_one_owner:10.2f}x")
+    print(
+        f"   rows every charge locks: {shared_rows} ({WORKERS} payers to {WORKERS} owners), "
+        f"{shared_one_owner} (to one owner: its earnings)"
+    )
+    print(f"   {machine_load}")
+    record_figure(
+        "money.processes",
+        f"hold + capture pairs, {WORKERS} processes on {WORKERS} organizations / 1 process",
+        f"{ratio:.2f}",
+        ">= 3",
+        ratio >= 3,
+    )
+    record_figure(
+        "money.shared_rows", "rows every charge must lock", str(shared_rows), "0", shared_rows == 0
+    )
 
 
 def bench_balance_reads(repeat: int = 200) -> None:
@@ -158,14 +197,14 @@ def bench_balance_reads(repeat: int = 200) -> None:
 
     from billing.models import Account, Entry
 
-    fees = Account.objects.get(organization__isnull=True, kind=Account.Kind.FEES)
-    entries = Entry.objects.filter(account=fees).count()
+    fees = Account.objects.filter(organization__isnull=True, kind=Account.Kind.FEES)
+    entries = Entry.objects.filter(account__in=fees).count()
 
     def cached() -> Decimal:
-        return Account.objects.values_list("balance", flat=True).get(pk=fees.pk)
+        return fees.aggregate(total=Sum("balance"))["total"]
 
     def summed() -> Decimal:
-        return Entry.objects.filter(account=fees).aggregate(total=Sum("amount"))["total"]
+        return Entry.objects.filter(account__in=fees).aggregate(total=Sum("amount"))["total"]
 
     assert cached() == summed()
     timings = {}
@@ -176,7 +215,11 @@ def bench_balance_reads(repeat: int = 200) -> None:
             read()
             samples.append(time.perf_counter() - started)
         timings[name] = statistics.median(samples)
-    print(f"2. reading the fees balance ({entries} entries on the account), median of {repeat}")
+    shards = fees.count()
+    print(
+        f"2. reading the fees balance ({entries} entries on its {shards} shards), "
+        f"median of {repeat}"
+    )
     for name, seconds in timings.items():
         print(f"   {name:<34} {seconds * 1e6:8.0f} µs")
     ratio = timings["sum of entries"] / timings["cached row"]
@@ -252,7 +295,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--operations", type=int, default=400)
     arguments = parser.parse_args()
-    _prepare_django()
+    prepare_django()
     from billing.selectors import ledger_verify
 
     bench_holds(arguments.operations)

@@ -12,7 +12,9 @@ server), empties it, drops it at the end (unless --keep), and prints:
 2. the offers list under load: a gunicorn server on loopback answering the API's
    `GET /api/v1/offers/` against a bare Django view of the same page (bench_urls.py), both on
    the same server, from 8 keep-alive client threads (the aim: the API at least half as
-   fast), and the SQL queries the API makes for a page of 10 and of 200 (the aim: equal).
+   fast), and the SQL queries the API makes for a page of 10 and of 200 (the aim: equal);
+3. the closing rush (bench_bids.py): `bid_place` on one offer from 4 processes against one
+   (the aim: at least 4x), with the checks that every hold is exact afterwards.
 
 Benchmarks print figures; they never pass or fail.
 """
@@ -29,6 +31,7 @@ BENCH = Path(__file__).resolve().parent
 # The repository first: this file's own name would otherwise hide the `marketplace` app.
 sys.path[:0] = [str(REPOSITORY), str(BENCH)]
 
+from bench_bids import bench_rush, print_rush  # noqa: E402
 from bench_clearing import SIZES, bench_clearing, market_setup, print_clearing  # noqa: E402
 from bench_offers import bench_offers_list  # noqa: E402
 from bench_support import drop_database, prepare_django  # noqa: E402
@@ -45,7 +48,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--profile", action="store_true", help="cProfile the largest clearing")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
-    parser.add_argument("--only", choices=["clearing", "offers"], help="run one part only")
+    parser.add_argument("--bids", type=int, default=800, help="bids in the closing rush")
+    parser.add_argument("--only", choices=["clearing", "offers", "bids"], help="run one part only")
     arguments = parser.parse_args()
     begun = time.perf_counter()
     # WhiteNoise warns once that `collectstatic` never ran; the API does not serve files.
@@ -54,7 +58,7 @@ def main() -> None:
     # Seeded, so that two runs bid the same: figures to compare, not secrets.
     rng = random.Random(SEED)  # noqa: S311
     try:
-        if arguments.only != "offers":
+        if arguments.only in (None, "clearing"):
             market = market_setup()
             sizes = SIZES[:-1] if arguments.quick else SIZES
             runs = [
@@ -63,10 +67,13 @@ def main() -> None:
             ]
             print_clearing(runs)
             print()
-        if arguments.only != "clearing":
+        if arguments.only in (None, "offers"):
             bench_offers_list(
                 rng, arguments.seconds, arguments.clients, arguments.workers, arguments.threads
             )
+        if arguments.only in (None, "bids"):
+            print()
+            print_rush(bench_rush(arguments.bids))
     finally:
         if not arguments.keep:
             drop_database()

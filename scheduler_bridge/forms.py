@@ -131,6 +131,22 @@ class SecretTextarea(forms.Textarea):
         return None
 
 
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    """Several files in one field (Django's FileField takes one)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("widget", MultipleFileInput())
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data: Any, initial: Any = None) -> list[Any]:
+        files = data if isinstance(data, list | tuple) else [data] if data else []
+        return [super(MultipleFileField, self).clean(file, initial) for file in files]
+
+
 class JobSubmitForm(JobSizesForm):
     name = forms.CharField(label="Name", max_length=200, initial="hello")
     script = forms.CharField(
@@ -184,6 +200,13 @@ class JobSubmitForm(JobSizesForm):
         ),
     )
 
+    input_files = MultipleFileField(
+        label="Input files",
+        required=False,
+        help_text="Optional: files the job finds in its folder (its working directory) when it "
+        "starts, under their own names. For folders, use the API or the command-line client.",
+    )
+
     field_order = [
         "name",
         "script",
@@ -195,6 +218,7 @@ class JobSubmitForm(JobSizesForm):
         "array",
         "environment",
         "secret_environment",
+        "input_files",
     ]
 
     def clean_environment(self) -> dict[str, str]:

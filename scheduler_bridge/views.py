@@ -19,7 +19,13 @@ from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.core.paginator import Page, Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import (
+    FileResponse,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseRedirect,
+    StreamingHttpResponse,
+)
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
@@ -40,12 +46,24 @@ from marketplace import selectors as market_selectors
 from marketplace.models import Allocation, Membership, Resource
 from scheduler_bridge import errors, selectors, services
 from scheduler_bridge.forms import JobFilterForm, JobSizesForm, JobSubmitForm
-from scheduler_bridge.models import Job, JobState, money_of
+from scheduler_bridge.job_files import (
+    InputUpload,
+    input_uploads_check,
+    job_files_storage,
+    tar_gz_stream,
+)
+from scheduler_bridge.models import Job, JobFile, JobState, money_of
 
 PAGE_SIZE = 50
 OUTPUT_TAIL_BYTES = 64 * 1024
 # Refusals of a submission that concern the whole form: shown on top of it, with their status.
 SHOWN_ON_FORM = (PaymentRequired, Conflict)
+# Refusals of the input files: shown beside their field.
+INPUT_FILE_ERRORS = (
+    errors.InputFileNameInvalid,
+    errors.TooManyInputFiles,
+    errors.InputFilesTooLarge,
+)
 
 
 # --- Figures --------------------------------------------------------------------------------------
@@ -155,9 +173,9 @@ class JobSubmitView(LoginRequiredMixin, View):
         }
         return render(request, self.template_name, context, status=status)
 
-    def _form(self, allocation: Allocation, data: Any = None) -> JobSubmitForm:
+    def _form(self, allocation: Allocation, data: Any = None, files: Any = None) -> JobSubmitForm:
         initial = {"gpus": 1} if allocation.resource == Resource.GPU else {}
-        return JobSubmitForm(data, has_gpus=has_gpus(allocation), initial=initial)
+        return JobSubmitForm(data, files, has_gpus=has_gpus(allocation), initial=initial)
 
     def get(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
         allocation, _ = active_allocation(request, allocation_id)
@@ -165,13 +183,21 @@ class JobSubmitView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
         allocation, actor = active_allocation(request, allocation_id)
-        form = self._form(allocation, request.POST)
+        form = self._form(allocation, request.POST, request.FILES)
         if not form.is_valid():
             return self._render(request, allocation, form, status=400)
+        uploads = [
+            InputUpload(name=upload.name or "", upload=upload)
+            for upload in form.cleaned_data.get("input_files") or []
+        ]
         try:
+            input_uploads_check(uploads)
             job = services.job_submit(
-                actor=actor, allocation=allocation, request=form.job_request()
+                actor=actor, allocation=allocation, request=form.job_request(), input_files=uploads
             )
+        except INPUT_FILE_ERRORS as error:
+            form.add_error("input_files", error.detail)
+            return self._render(request, allocation, form, status=error.status_code)
         except errors.SbatchDirectiveNotAllowed as error:
             lines = ", ".join(str(number) for number in error.extra.get("lines", []))
             form.add_error("script", f"{error.detail} Lines: {lines}.")
@@ -207,6 +233,36 @@ class JobEstimateView(LoginRequiredMixin, View):
             "currency": settings.PLATFORM_CURRENCY,
         }
         return render(request, "jobs/_estimate.html", context)
+
+
+@method_decorator(sensitive_post_parameters("secret_environment"), name="post")
+class JobQuoteView(LoginRequiredMixin, View):
+    """The quote beside the form, asked for with a button (it runs `sbatch --test-only` on the
+    cluster, too slow to follow every key): the reservation and cost, what the allocation and
+    the budget keep, and when Slurm expects the job would start."""
+
+    def post(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
+        allocation, actor = active_allocation(request, allocation_id)
+        form = JobSubmitForm(request.POST, has_gpus=has_gpus(allocation))
+        context: dict[str, Any] = {"currency": settings.PLATFORM_CURRENCY}
+        if not form.is_valid():
+            field, problems = next(iter(form.errors.items()))
+            label = form.fields[field].label if field in form.fields else ""
+            context["problem"] = f"{label}: {problems[0]}" if label else str(problems[0])
+        else:
+            try:
+                context["quote"] = services.job_quote(
+                    actor=actor, allocation=allocation, request=form.job_request()
+                )
+            except ValidationFailed as error:
+                fields = error.extra.get("fields") or {}
+                context["problem"] = next(
+                    (f"{name}: {messages[0]}" for name, messages in fields.items() if messages),
+                    error.detail,
+                )
+            except ApplicationError as error:
+                context["problem"] = refusal_text(error)
+        return render(request, "jobs/_quote.html", context)
 
 
 # --- The list of jobs --------------------------------------------------------------------------
@@ -283,10 +339,59 @@ def job_context(job: Job) -> dict[str, Any]:
     }
 
 
+# States in which a job's result files may still change: the files card asks again.
+_RESULTS_UNSETTLED = (Job.ResultsState.WAITING, Job.ResultsState.COLLECTING)
+_RESULTS_SHOWN = 200
+
+
+def job_files_context(job: Job) -> dict[str, Any]:
+    results = selectors.job_result_files(job)
+    return {
+        "job": job,
+        "input_files": list(job.files.filter(kind=JobFile.Kind.INPUT).order_by("name")),
+        "result_files": list(results[:_RESULTS_SHOWN]),
+        "result_count": results.count(),
+        "results_unsettled": job.results_state in _RESULTS_UNSETTLED,
+    }
+
+
+@method_decorator(never_cache, name="dispatch")
+class JobFilesView(LoginRequiredMixin, View):
+    """The job's files card: its inputs and, once fetched, its results with download links;
+    fetched again every few seconds until the results are settled."""
+
+    def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        return render(request, "jobs/_files.html", job_files_context(job))
+
+
+class JobFileDownloadView(LoginRequiredMixin, View):
+    def get(self, request: HttpRequest, job_id: str, name: str) -> FileResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        row = selectors.job_result_file(job, name)
+        return FileResponse(
+            job_files_storage().open(row.stored, "rb"),
+            as_attachment=True,
+            filename=row.name.rsplit("/", 1)[-1],
+            content_type="application/octet-stream",
+        )
+
+
+class JobFilesArchiveView(LoginRequiredMixin, View):
+    def get(self, request: HttpRequest, job_id: str) -> StreamingHttpResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        rows = list(selectors.job_result_files(job))
+        response = StreamingHttpResponse(
+            tar_gz_stream(job_files_storage(), rows), content_type="application/gzip"
+        )
+        response["Content-Disposition"] = f'attachment; filename="job-{job.uuid}-results.tar.gz"'
+        return response
+
+
 class JobDetailView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
         job = selectors.job_get_for_user(request.user, job_id)
-        return render(request, "jobs/detail.html", job_context(job))
+        return render(request, "jobs/detail.html", {**job_context(job), **job_files_context(job)})
 
 
 @method_decorator(never_cache, name="dispatch")

@@ -80,8 +80,8 @@ _SECONDS_PER_SUBMISSION = 0.25
 # A job's results: at most this many files, this many folders deep, are listed.
 MAX_RESULT_FILES = 10000
 MAX_RESULT_DEPTH = 16
-# SFTP reads in flight per file (32 KiB each): enough to fill the pipe, bounded in memory.
-_PREFETCH_REQUESTS = 64
+# SFTP reads in flight per file (32 KiB each, 8 MiB in all): enough to fill the pipe, bounded.
+_PREFETCH_REQUESTS = 256
 _COPY_CHUNK = 1024 * 1024
 
 

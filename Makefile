@@ -10,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 UV := $(VENV)/bin/uv
 BIN := $(VENV)/bin
 
-.PHONY: help install demo test test-services lint typecheck migrations-check pytest bench clean \
+.PHONY: help install demo test test-services lint typecheck migrations-check pytest bench loadtest clean \
 	compose-check
 
 help:
@@ -74,3 +74,12 @@ compose-check:
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .pytest_cache .ruff_cache .mypy_cache
+
+# The site under load (bench/loadtest/run.py): 50 simulated people (Locust) browse, bid, buy and
+# run tiny jobs against gunicorn, a Celery worker and beat, PostgreSQL, Redis and the Slurm test
+# cluster, for 150 s (LOADTEST_ARGS="--seconds 600" for longer); prints p50/p95/p99 per kind of
+# request, the errors and the machine's load. Figures, not pass or fail.
+loadtest: install
+	scripts/test-services
+	scripts/testcluster up
+	$(BIN)/python bench/loadtest/run.py $(LOADTEST_ARGS)

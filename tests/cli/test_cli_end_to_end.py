@@ -6,18 +6,24 @@ results downloaded and checked byte for byte, and its cost what the API says."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
 import shutil
+import stat
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 from django.db import connection
 
+from billing.selectors import ledger_verify
 from marketplace.models import Membership
 from scheduler_bridge.models import Job
 from tests.factories import PASSWORD, MembershipFactory, allocation_bought, funded_organization
@@ -39,6 +45,9 @@ mkdir -p results
   sha256sum blob.bin | cut -d' ' -f1
 } > "results/task-$i.txt"
 echo "task $i done"
+# Every tenth task lasts a second: Slurm meters whole seconds, and the cost checked below
+# should not be zero.
+if (( i % 10 == 0 )); then sleep 1; fi
 """
 
 
@@ -74,6 +83,130 @@ def run(
         timeout=timeout,
         check=False,
     )
+
+
+@pytest.mark.timeout(420)
+def test_an_array_with_input_files_from_submit_to_results(
+    cli_server, on_testcluster, poller, tmp_path
+):
+    # Given a member of a team with an allocation on the real test cluster,
+    cluster = on_testcluster(pool="fixed")
+    team = funded_organization("1000", name="Terminal Team")
+    member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
+    allocation = allocation_bought(
+        team, partition=cluster.partitions.get(), quantity=400, price="3.00"
+    )
+    home = tmp_path / "home"
+    rng = random.Random(16)
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    lines = "".join(f"{rng.getrandbits(128):032x}\n" for _ in range(TASKS))
+    (inputs / "lines.txt").write_text(lines)
+    blob = rng.randbytes(3 * 1024 * 1024 + 17)
+    (inputs / "blob.bin").write_bytes(blob)
+    script = tmp_path / "sweep.sh"
+    script.write_text(JOB_SCRIPT)
+
+    # when they log in with the client,
+    login = run(
+        "login",
+        "--url",
+        cli_server.base_url,
+        "--username",
+        member.username,
+        "--password-stdin",
+        home=home,
+        stdin=PASSWORD + "\n",
+    )
+    assert login.returncode == 0, login.stderr
+    config = home / "config.json"
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    assert json.loads(config.read_text())["organization"] == str(team.uuid)
+
+    # ask for a quote, then submit the array with its inputs and follow it to the end,
+    sizes = ["--allocation", str(allocation.uuid), "--time", "2", "--array", f"0-{TASKS - 1}"]
+    quote = run("--json", "jobs", "quote", str(script), *sizes, home=home)
+    assert quote.returncode == 0, quote.stderr
+    quoted = json.loads(quote.stdout)
+    assert quoted["expected_start_source"] in ("slurm", "unavailable")
+    started = time.monotonic()
+    submit = run(
+        "jobs",
+        "submit",
+        str(script),
+        *sizes,
+        "--input",
+        str(inputs / "blob.bin"),
+        "--input",
+        f"{inputs / 'lines.txt'}:data/lines.txt",
+        "--wait",
+        "--interval",
+        "1",
+        home=home,
+        timeout=240,
+    )
+    waited = time.monotonic() - started
+    assert submit.returncode == 0, submit.stderr
+    [job] = Job.objects.filter(organization=team, origin=Job.Origin.PLATFORM)
+    assert job.reserved_units == Decimal(quoted["reserved_units"])
+    assert job.estimated_max_cost == Decimal(quoted["estimated_max_cost"])
+    assert f"Job {job.uuid} completed ({TASKS} completed)" in submit.stderr
+    assert f"{TASKS}/{TASKS}" in submit.stderr  # the progress bar's last state
+
+    # list its files and download every one,
+    listed = json.loads(run("--json", "jobs", "files", str(job.uuid), home=home).stdout)
+    assert listed["state"] == "ready"
+    names = {row["name"] for row in listed["results"]}
+    assert {f"results/task-{index}.txt" for index in range(TASKS)} <= names
+    assert {"blob.bin", "data/lines.txt"} <= names
+    results = tmp_path / "results"
+    download = run("jobs", "download", str(job.uuid), "--all", "-o", str(results), home=home)
+    assert download.returncode == 0, download.stderr
+
+    # then each task's result is what it computed from the inputs, byte for byte,
+    digest = hashlib.sha256(blob).hexdigest()
+    for index, line in enumerate(lines.splitlines()):
+        written = (results / "results" / f"task-{index}.txt").read_bytes()
+        assert written == f"{line}\n{digest}\n".encode(), index
+    # the inputs came back as they went,
+    assert (results / "blob.bin").read_bytes() == blob
+    assert (results / "data" / "lines.txt").read_text() == lines
+    # one file can be fetched alone,
+    single = run(
+        "jobs",
+        "download",
+        str(job.uuid),
+        "results/task-42.txt",
+        "-o",
+        str(tmp_path / "one"),
+        home=home,
+    )
+    assert single.returncode == 0, single.stderr
+    assert (tmp_path / "one" / "results" / "task-42.txt").read_bytes() == (
+        results / "results" / "task-42.txt"
+    ).read_bytes()
+
+    # and the cost the client shows is the API's own, charged once in a sound ledger.
+    shown = json.loads(run("--json", "jobs", "show", str(job.uuid), home=home).stdout)
+    status, body = cli_server.request(
+        "GET",
+        f"/api/v1/jobs/{job.uuid}/",
+        headers={"Authorization": f"Token {json.loads(config.read_text())['token']}"},
+    )
+    assert status == 200
+    api = json.loads(body)
+    assert shown["state"] == api["state"] == "completed"
+    assert shown["cost"] == api["cost"]
+    assert Decimal(api["cost"]) > 0
+    assert Decimal(api["cost"]) == sum(Decimal(task["cost"]) for task in api["tasks"])
+    job.refresh_from_db()
+    assert Decimal(api["cost"]) == job.cost
+    usage_csv = run("usage", "--csv", home=home)
+    assert usage_csv.returncode == 0, usage_csv.stderr
+    [row] = [line for line in usage_csv.stdout.splitlines() if line.startswith(str(job.uuid))]
+    assert Decimal(row.split(",")[6]) == job.cost
+    assert ledger_verify() == []
+    print(f"100-task array with inputs: submitted, followed and collected in {waited:.1f} s")
 
 
 def test_refusals_exit_with_their_class_and_the_api_code(cli_server, tmp_path):

@@ -11,9 +11,11 @@ import json
 import os
 import random
 import shutil
+import socket
 import stat
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from decimal import Decimal
@@ -266,3 +268,118 @@ def test_refusals_exit_with_their_class_and_the_api_code(cli_server, tmp_path):
     after = run("jobs", "list", home=home)
     assert after.returncode == 3
     assert "[not_logged_in]" in after.stderr
+
+
+class AnswerLosingProxy:
+    """A loopback TCP relay in front of the server that forwards each request whole and, for
+    the first `POST /api/v1/jobs/`, lets the server answer but closes the client's connection
+    without passing the answer on: the job is created, and the client never hears of it, as
+    when a connection drops at the worst moment."""
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.dropped = 0
+        self.posts = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def close(self) -> None:
+        self.listener.close()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        with client:
+            request = self._read_request(client)
+            if not request:
+                return
+            is_submit = request.startswith(b"POST /api/v1/jobs/ ")
+            head, _, body = request.partition(b"\r\n\r\n")
+            # One request per connection: the server closes after answering, so its whole
+            # answer is what it sends before the close.
+            request = head + b"\r\nConnection: close\r\n\r\n" + body
+            with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
+                upstream.sendall(request)
+                answer = b""
+                while chunk := upstream.recv(65536):
+                    answer += chunk
+            if is_submit:
+                self.posts += 1
+                if self.dropped == 0:
+                    self.dropped += 1
+                    return  # the answer is lost
+            client.sendall(answer)
+
+    @staticmethod
+    def _read_request(client: socket.socket) -> bytes:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = client.recv(65536)
+            if not chunk:
+                return b""
+            data += chunk
+        head, _, body = data.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        while len(body) < length:
+            body += client.recv(65536)
+        return head + b"\r\n\r\n" + body
+
+
+def test_a_submit_whose_answer_was_lost_is_sent_again_and_runs_once(
+    cli_server, on_testcluster, tmp_path
+):
+    """The client sends an Idempotency-Key with the job and retries a submit whose answer did
+    not come with the same key: the server answers the first job again, and there is one."""
+    cluster = on_testcluster(pool="fixed")
+    team = funded_organization("100", name="Flaky Network Team")
+    member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
+    allocation = allocation_bought(team, partition=cluster.partitions.get(), quantity=10)
+    home = tmp_path / "home"
+    script = tmp_path / "hello.sh"
+    script.write_text("#!/bin/bash\necho hello\n")
+    data = tmp_path / "data.txt"
+    data.write_text("some input\n")
+    proxy = AnswerLosingProxy(cli_server.port)
+    try:
+        login = run(
+            "login",
+            "--url",
+            f"http://127.0.0.1:{proxy.port}",
+            "--username",
+            member.username,
+            "--password-stdin",
+            home=home,
+            stdin=PASSWORD + "\n",
+        )
+        assert login.returncode == 0, login.stderr
+        submit = run(
+            "--json",
+            "jobs",
+            "submit",
+            str(script),
+            "--allocation",
+            str(allocation.uuid),
+            "--time",
+            "1",
+            "--input",
+            str(data),
+            home=home,
+        )
+    finally:
+        proxy.close()
+    assert submit.returncode == 0, submit.stderr
+    assert (proxy.dropped, proxy.posts) == (1, 2)  # the first answer lost, the retry answered
+    [job] = Job.objects.filter(organization=team, origin=Job.Origin.PLATFORM)
+    assert json.loads(submit.stdout)["id"] == str(job.uuid)
+    assert [item["name"] for item in json.loads(submit.stdout)["input_files"]] == ["data.txt"]

@@ -315,7 +315,7 @@ def jobs_quote(state: State, /, script: Path, **sizes: Any) -> None:
             ("wallet", "wallet_balance"),
             ("expected start", "expected_start"),
             ("expected start from", "expected_start_source"),
-            ("", "expected_start_detail"),
+            ("detail", "expected_start_detail"),
         ],
         title="Quote",
     )

@@ -77,8 +77,9 @@ from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection
 # The submission script gets this much more time per sbatch it runs (about 15 ms each on an
 # idle controller), on top of the command timeout.
 _SECONDS_PER_SUBMISSION = 0.25
-# A job's results: at most this many files, this many folders deep, are listed.
-MAX_RESULT_FILES = 10000
+# A job's results: at most this many files (one more than the platform keeps, so that the
+# caller can tell there were more), this many folders deep, are listed.
+MAX_RESULT_FILES = 10001
 MAX_RESULT_DEPTH = 16
 # SFTP reads in flight per file (32 KiB each, 8 MiB in all): enough to fill the pipe, bounded.
 _PREFETCH_REQUESTS = 256

@@ -32,6 +32,8 @@ logger = logging.getLogger(__name__)
 
 # A collection that a worker took and never finished (it crashed) is taken again after this.
 COLLECT_CLAIM_SECONDS = 900
+# The most result files kept of a job (past it, the listing says `truncated`).
+RESULT_FILES_MAX = 10000
 # Tries of a collection that fails for want of the cluster (backoff up to 30 min: about 4 h).
 RESULT_ATTEMPTS_MAX = 14
 
@@ -190,9 +192,9 @@ def _is_due(job: Job, now: datetime) -> bool:
 
 def job_results_collect(*, job_id: int) -> Collected | None:
     """Fetches the files an ended job left in its folder into storage, as its tenant: every
-    regular file but the platform's script and environment files, smallest names first, until
-    JOB_RESULT_TOTAL_MAX_BYTES (then `truncated`). Raises the bridge's error when the cluster
-    cannot be read (the task retries; the job stays `collecting` until taken again)."""
+    regular file but the platform's script and environment files, by name, within
+    JOB_RESULT_TOTAL_MAX_BYTES and RESULT_FILES_MAX (the rest left: `truncated`). Raises the
+    bridge's error when the cluster cannot be read (the task records it: `retry_or_fail`)."""
     job = _claim(job_id)
     if job is None:
         return None
@@ -205,8 +207,9 @@ def job_results_collect(*, job_id: int) -> Collected | None:
     tenant = job_tenant(job)
     try:
         listed = backend.result_files(tenant, job.directory)
-        kept, total, truncated = [], 0, False
-        for result in listed:
+        truncated = len(listed) > RESULT_FILES_MAX
+        kept, total = [], 0
+        for result in listed[:RESULT_FILES_MAX]:
             if total + result.size > settings.JOB_RESULT_TOTAL_MAX_BYTES:
                 truncated = True
                 continue

@@ -222,6 +222,16 @@ def cluster_list() -> QuerySet[Cluster]:
     )
 
 
+def cluster_choices() -> QuerySet[Cluster]:
+    """Every cluster with its organization, as a filter's choices name them: nothing else is
+    read (a cluster's private key would be decrypted for each row)."""
+    return (
+        Cluster.objects.select_related("organization")
+        .only("uuid", "name", "organization__name")
+        .order_by("name", "id")
+    )
+
+
 def cluster_get(cluster_uuid: Any) -> Cluster:
     try:
         return cluster_list().get(uuid=cluster_uuid)
@@ -286,8 +296,9 @@ def tenant_lease_organization_ids(cluster: Cluster, organization_ids: set[int]) 
 
 
 def offer_list() -> QuerySet[Offer]:
-    """Every offer (public to anyone signed in), with what its listing shows in one query."""
-    return Offer.objects.select_related("cluster", "partition")
+    """Every offer (public to anyone signed in), with what its listing shows in one query. The
+    cluster's private key is left out (read, and decrypted, only by what connects)."""
+    return Offer.objects.select_related("cluster", "partition").defer("cluster__ssh_private_key")
 
 
 # What the offers list shows of each offer, read as plain rows: the busiest read of the site

@@ -142,7 +142,7 @@ class OfferListView(LoginRequiredMixin, View):
         # Open offers unless the user picks another status; "any status" sends an empty value.
         data.setdefault("status", Offer.Status.OPEN)
         filters = OfferBrowseFilter(
-            data, queryset=selectors.offer_list(), clusters=selectors.cluster_list()
+            data, queryset=selectors.offer_list(), clusters=selectors.cluster_choices()
         )
         # The window filters come from `datetime-local` inputs, read as UTC.
         with timezone.override(UTC):

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -259,3 +260,18 @@ def test_offer_list_one_page_is_counted_from_its_rows(buyer, partitions, counts_
     debug = Offer.objects.filter(partition__name="debug").count()
     assert answer["count"] == len(answer["results"]) == debug
     assert answer["next"] is None
+
+
+def test_offers_are_read_without_their_clusters_private_keys(buyer, partitions):
+    """The key is decrypted as each row is read: only what connects to the cluster reads it."""
+    offer = offers_on(partitions)[0]
+    client = client_for(buyer.user)
+    browser = Client()
+    browser.force_login(buyer.user)
+
+    with CaptureQueriesContext(connection) as queries:
+        assert client.get(f"{API}/offers/{offer.uuid}/").status_code == 200
+        assert client.get(f"{API}/offers/").status_code == 200
+        assert browser.get("/offers/").status_code == 200
+
+    assert not any("ssh_private_key" in query["sql"] for query in queries.captured_queries)

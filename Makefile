@@ -52,8 +52,11 @@ lint:
 typecheck:
 	$(BIN)/mypy
 
+# Two processes (pytest-xdist): the tests of the Slurm test cluster in one, one after the other
+# (tests/conftest.py groups them), the rest shared between both. PYTEST_PROCESSES=0 runs one.
+PYTEST_PROCESSES ?= 2
 pytest:
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(PYTEST_PROCESSES) --dist loadgroup
 
 # Figures, not pass or fail, on the local PostgreSQL: how fast money moves (bench/ledger.py),
 # how the market clears auctions and serves the offers list (bench/marketplace.py), and how

@@ -51,15 +51,24 @@ def database_url(settings_dict: dict[str, Any]) -> str:
 
 
 def worker_environment(*, database: str, redis: str, **changes: str) -> dict[str, str]:
-    """This process's environment, pointed at `database` and `redis` (also the broker)."""
-    return {
+    """This process's environment, pointed at `database` and `redis` (also the broker).
+
+    The test settings have already chosen this pytest-xdist process's Redis database and job
+    files; the child is given them as they are, without the worker's name from which it would
+    choose again (one Redis database further down)."""
+    from django.conf import settings
+
+    environment = {
         **os.environ,
         "DJANGO_SETTINGS_MODULE": "computeshare.settings.test",
         "DATABASE_URL": database,
         "REDIS_URL": redis,
         "CELERY_BROKER_URL": redis,
+        "JOB_FILES_ROOT": str(settings.JOB_FILES_ROOT),
         **changes,
     }
+    environment.pop("PYTEST_XDIST_WORKER", None)
+    return environment
 
 
 @dataclass

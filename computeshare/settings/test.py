@@ -1,6 +1,12 @@
-"""The test run: real PostgreSQL and Redis on this machine unless the environment says otherwise."""
+"""The test run: real PostgreSQL and Redis on this machine unless the environment says otherwise.
 
+When pytest-xdist runs the suite in several processes, each (and the Celery workers and servers
+it starts, which inherit PYTEST_XDIST_WORKER) takes a Redis database and a job-files folder of
+its own; pytest-django gives each its own test database."""
+
+import os
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 from computeshare.settings.base import *  # noqa: F403
 from computeshare.settings.base import BASE_DIR, env
@@ -18,7 +24,22 @@ DATABASES["default"]["CONN_MAX_AGE"] = 0
 # between requests, except in the tests of those caches, which turn them on.
 API_TOKEN_CACHE_SECONDS = 0
 OFFER_LIST_COUNT_CACHE_SECONDS = 0
-REDIS_URL = env("REDIS_URL", default="redis://127.0.0.1:6379/15")
+# "gw0", "gw1", ... in pytest-xdist's processes; empty in a single-process run.
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+_XDIST_INDEX = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") else 0
+
+
+def _redis_of_this_process(url: str) -> str:
+    """The Redis database below `url`'s by this process's xdist index (15, 14, ...), so that
+    two processes never count each other's log-ins or take each other's tasks."""
+    parts = urlsplit(url)
+    database = int(parts.path.strip("/") or 0) - _XDIST_INDEX
+    if database < 0:
+        raise ValueError(f"no Redis database left below {url} for xdist worker {XDIST_WORKER}")
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+REDIS_URL = _redis_of_this_process(env("REDIS_URL", default="redis://127.0.0.1:6379/15"))
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CACHES = {
@@ -44,6 +65,7 @@ LOCAL_BACKEND_SANDBOX = "required"
 # The test cluster (and the demo's) listens on loopback, which the outbound rules deny unless
 # allowed: here only loopback, never the private network.
 CLUSTER_ALLOWED_NETWORKS = env.list("CLUSTER_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])
-# Jobs' files of the test run, apart from a developer's own (the Celery worker of the tests
-# computes the same folder).
-JOB_FILES_ROOT = Path(env("JOB_FILES_ROOT", default=str(BASE_DIR / "var" / "test-job-files")))
+# Jobs' files of the test run, apart from a developer's own (the Celery workers of the tests are
+# given this process's folder).
+_JOB_FILES_OF_THIS_PROCESS = BASE_DIR / "var" / "test-job-files" / (XDIST_WORKER or "main")
+JOB_FILES_ROOT = Path(env("JOB_FILES_ROOT", default=str(_JOB_FILES_OF_THIS_PROCESS)))

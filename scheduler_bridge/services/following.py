@@ -45,8 +45,10 @@ from scheduler_bridge.backends.types import (
 from scheduler_bridge.models import (
     ACTIVE_STATES,
     ENDED_STATES,
+    TRANSITIONS,
     ClusterPoll,
     Job,
+    JobEvent,
     JobRun,
     JobState,
     JobTask,
@@ -194,6 +196,78 @@ def cluster_poll(*, cluster_id: int) -> PollReport | None:
     return report
 
 
+# A poll reads a cluster's active jobs, and their tasks, this many at a time: a worker following
+# thousands of jobs never holds them all as rows at once.
+FOLLOW_CHUNK = 1000
+
+
+@dataclass
+class _Followed:
+    """What a poll keeps of a cluster's active jobs from one chunk to the next: the few jobs
+    that need more than the queue's word (tasks gone from the queue or run again, cancels to
+    send), and ids."""
+
+    jobs: dict[int, Job] = field(default_factory=dict)
+    gone: list[JobTask] = field(default_factory=list)
+    rerun: list[JobTask] = field(default_factory=list)
+    seen_jobs: set[int] = field(default_factory=set)
+    touched_jobs: set[int] = field(default_factory=set)
+    to_cancel: dict[int, list[str]] = field(default_factory=lambda: defaultdict(list))
+    repeat: dict[Tenant | None, list[str]] = field(default_factory=lambda: defaultdict(list))
+
+
+def _active_job_chunks(cluster: Cluster) -> Iterable[list[Job]]:
+    """The cluster's active jobs, `FOLLOW_CHUNK` at a time in id order (keyset pages, so that
+    each page is one indexed query however many jobs there are), each with its allocation and
+    lease set from one read of each (a cluster has few; a join per job row cost more than
+    the rest of a steady poll)."""
+    allocations: dict[int, Allocation] = {}
+    leases: dict[int, TenantLease] = {}
+    after = 0
+    while True:
+        chunk = list(
+            Job.objects.filter(cluster=cluster, state__in=ACTIVE_STATES, pk__gt=after)
+            .order_by("pk")
+            .only(
+                "pk",
+                "uuid",
+                "state",
+                "state_reason",
+                "scheduler_job_id",
+                "array",
+                "origin",
+                "gpus",
+                "ntasks",
+                "cpus_per_task",
+                "submitted_at",
+                "last_seen_at",
+                "cancel_requested_at",
+                "allocation_id",
+                "lease_id",
+            )[:FOLLOW_CHUNK]
+        )
+        if not chunk:
+            return
+        missing_allocations = {job.allocation_id for job in chunk} - set(allocations)
+        allocations.update(
+            Allocation.objects.only("pk", "window_end", "resource").in_bulk(missing_allocations)
+        )
+        missing_leases = {job.lease_id for job in chunk if job.lease_id} - set(leases)
+        leases.update(
+            TenantLease.objects.select_related("account")
+            .only("pk", "account", "account__username", "account__home")
+            .in_bulk(missing_leases)
+        )
+        for job in chunk:
+            job.allocation = allocations[job.allocation_id]
+            if job.lease_id:
+                job.lease = leases[job.lease_id]
+        yield chunk
+        if len(chunk) < FOLLOW_CHUNK:
+            return
+        after = chunk[-1].pk
+
+
 def _follow(cluster: Cluster, report: PollReport) -> None:
     now = timezone.now()
     windows = lease_windows(cluster)
@@ -206,32 +280,7 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
         entries = backend.queue(users)
         _tenant_jobs_find(cluster, backend, entries, windows, now, report)
 
-    jobs = {
-        job.pk: job
-        for job in Job.objects.filter(cluster=cluster, state__in=ACTIVE_STATES)
-        .select_related("lease__account", "allocation")
-        .only(
-            "pk",
-            "uuid",
-            "state",
-            "state_reason",
-            "scheduler_job_id",
-            "array",
-            "origin",
-            "gpus",
-            "ntasks",
-            "cpus_per_task",
-            "submitted_at",
-            "last_seen_at",
-            "cancel_requested_at",
-            "lease__account__username",
-            "lease__account__home",
-            "allocation__window_end",
-            "allocation__resource",
-        )
-    }
-    report.active_jobs = len(jobs)
-    if not jobs:
+    if not Job.objects.filter(cluster=cluster, state__in=ACTIVE_STATES).exists():
         return
     if backend is None:
         backend = backend_for(cluster)
@@ -254,67 +303,13 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
         else:
             exact[(line.array_job_id, line.array_task_id)] = line
 
-    tasks = list(
-        JobTask.objects.filter(job_id__in=jobs, is_released=False).only(
-            "pk",
-            "job_id",
-            "array_task_id",
-            "state",
-            "state_reason",
-            "started_at",
-            "run_started_at",
-            "scheduler_job_id",
-            "units",
-            "reserved_units",
-        )
-    )
-    seen_jobs: set[int] = set()
-    gone: list[JobTask] = []
-    rerun: list[JobTask] = []
-    to_cancel: dict[int, list[str]] = defaultdict(list)  # job pk -> ids, for the limits
-    # A job with no task left to follow had its last task settled by a worker that died before
-    # it refreshed the job: refresh it now, or it would stay active forever.
-    touched_jobs: set[int] = set(jobs) - {task.job_id for task in tasks}
-    for task in tasks:
-        job = jobs[task.job_id]
-        entry: QueueEntry | None = exact.get((job.scheduler_job_id, task.array_task_id))
-        if entry is None and task.array_task_id is not None:
-            entry = next(
-                (
-                    candidate
-                    for indices, candidate in pending_ranges.get(job.scheduler_job_id, [])
-                    if task.array_task_id in indices
-                ),
-                None,
-            )
-        if entry is None:
-            gone.append(task)
-            continue
-        seen_jobs.add(job.pk)
-        reason = entry.reason if entry.state == JobState.PENDING else ""
-        changes: dict[str, object] = {}
-        if task.state != entry.state or task.state_reason != reason:
-            changes = {"state": entry.state, "state_reason": reason[:500]}
-            if entry.state in (JobState.RUNNING, JobState.COMPLETING) and not task.started_at:
-                changes["started_at"] = now
-            touched_jobs.add(job.pk)
-            report.state_changes += 1
-        if _is_new_run(task, entry):
-            # Requeued (back to pending after it ran, or running again since): the runs before
-            # are settled now, so that what the task has used counts against its reservation.
-            rerun.append(task)
-        if entry.start_time is not None and entry.start_time != task.run_started_at:
-            changes["run_started_at"] = entry.start_time
-        if changes:
-            JobTask.objects.filter(pk=task.pk).update(**changes, updated_at=now)
-        if _over_its_limits(job, task, entry, now) and not job.cancel_requested_at:
-            to_cancel[job.pk].append(task.scheduler_job_id or job.scheduler_job_id)
-    if seen_jobs:
-        # Only a grace period measured in minutes reads it: a row is rewritten at most once a
-        # minute, not every cycle for every job in the queue.
-        Job.objects.filter(pk__in=seen_jobs, last_seen_at__lt=now - LAST_SEEN_PRECISION).update(
-            last_seen_at=now
-        )
+    followed = _Followed()
+    for chunk in _active_job_chunks(cluster):
+        report.active_jobs += len(chunk)
+        _follow_chunk(chunk, exact, pending_ranges, followed, now, report)
+    jobs = followed.jobs
+    gone, rerun = followed.gone, followed.rerun
+    touched_jobs, seen_jobs = followed.touched_jobs, followed.seen_jobs
 
     if gone or rerun:
         report.backend_calls.append("runs")
@@ -352,22 +347,158 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
             [jobs[pk] for pk in {task.job_id for task in gone} - found_jobs - seen_jobs], now
         )
 
-    for job_id in touched_jobs:
-        job_state_refresh(job_id=job_id)
+    _jobs_state_refresh(touched_jobs)
 
-    for job in jobs.values():
-        if job.allocation.window_end <= now and not job.cancel_requested_at:
-            to_cancel[job.pk].append(job.scheduler_job_id)
-    if to_cancel:
-        _limits_enforce(backend, {pk: jobs[pk] for pk in to_cancel}, to_cancel, now, report)
-
-    repeat: dict[Tenant | None, list[str]] = defaultdict(list)
-    for job in jobs.values():
-        if job.cancel_requested_at and job.cancel_requested_at < now - CANCEL_REPEAT_AFTER:
-            repeat[job_tenant(job)].append(job.scheduler_job_id)
-    for tenant, job_ids in repeat.items():
+    if followed.to_cancel:
+        _limits_enforce(
+            backend,
+            {pk: jobs[pk] for pk in followed.to_cancel},
+            followed.to_cancel,
+            now,
+            report,
+        )
+    for tenant, job_ids in followed.repeat.items():
         report.backend_calls.append("cancel")
         backend.cancel(tenant, job_ids)
+
+
+def _follow_chunk(
+    chunk: list[Job],
+    exact: dict[tuple[str, int | None], QueueEntry],
+    pending_ranges: dict[str, list[tuple[set[int], QueueEntry]]],
+    followed: _Followed,
+    now: datetime,
+    report: PollReport,
+) -> None:
+    """Compares one chunk of active jobs' tasks with the queue: the tasks whose state changed
+    are written grouped by what changed (a first poll of 5,000 pending jobs is a few UPDATEs,
+    not 5,000), and what needs accounting or a cancel is kept in `followed`."""
+    jobs = {job.pk: job for job in chunk}
+    tasks = list(
+        JobTask.objects.filter(job_id__in=jobs, is_released=False).only(
+            "pk",
+            "job_id",
+            "array_task_id",
+            "state",
+            "state_reason",
+            "started_at",
+            "run_started_at",
+            "scheduler_job_id",
+            "units",
+            "reserved_units",
+        )
+    )
+    seen_jobs: set[int] = set()
+    changed: dict[tuple[tuple[str, object], ...], list[int]] = defaultdict(list)
+    # A job with no task left to follow had its last task settled by a worker that died before
+    # it refreshed the job: refresh it now, or it would stay active forever.
+    followed.touched_jobs |= set(jobs) - {task.job_id for task in tasks}
+    for task in tasks:
+        job = jobs[task.job_id]
+        entry: QueueEntry | None = exact.get((job.scheduler_job_id, task.array_task_id))
+        if entry is None and task.array_task_id is not None:
+            entry = next(
+                (
+                    candidate
+                    for indices, candidate in pending_ranges.get(job.scheduler_job_id, [])
+                    if task.array_task_id in indices
+                ),
+                None,
+            )
+        if entry is None:
+            followed.gone.append(task)
+            followed.jobs[job.pk] = job
+            continue
+        seen_jobs.add(job.pk)
+        reason = entry.reason if entry.state == JobState.PENDING else ""
+        changes: dict[str, object] = {}
+        if task.state != entry.state or task.state_reason != reason:
+            changes = {"state": entry.state, "state_reason": reason[:500]}
+            if entry.state in (JobState.RUNNING, JobState.COMPLETING) and not task.started_at:
+                changes["started_at"] = now
+            followed.touched_jobs.add(job.pk)
+            report.state_changes += 1
+        if _is_new_run(task, entry):
+            # Requeued (back to pending after it ran, or running again since): the runs before
+            # are settled now, so that what the task has used counts against its reservation.
+            followed.rerun.append(task)
+            followed.jobs[job.pk] = job
+        if entry.start_time is not None and entry.start_time != task.run_started_at:
+            changes["run_started_at"] = entry.start_time
+        if changes:
+            changed[tuple(sorted(changes.items()))].append(task.pk)
+        if _over_its_limits(job, task, entry, now) and not job.cancel_requested_at:
+            followed.to_cancel[job.pk].append(task.scheduler_job_id or job.scheduler_job_id)
+            followed.jobs[job.pk] = job
+    for key, task_ids in changed.items():
+        JobTask.objects.filter(pk__in=task_ids).update(**dict(key), updated_at=now)
+    if seen_jobs:
+        # Only a grace period measured in minutes reads it: a row is rewritten at most once a
+        # minute, not every cycle for every job in the queue.
+        Job.objects.filter(pk__in=seen_jobs, last_seen_at__lt=now - LAST_SEEN_PRECISION).update(
+            last_seen_at=now
+        )
+    followed.seen_jobs |= seen_jobs
+    for job in chunk:
+        if job.allocation.window_end <= now and not job.cancel_requested_at:
+            followed.to_cancel[job.pk].append(job.scheduler_job_id)
+            followed.jobs[job.pk] = job
+        if job.cancel_requested_at and job.cancel_requested_at < now - CANCEL_REPEAT_AFTER:
+            followed.repeat[job_tenant(job)].append(job.scheduler_job_id)
+
+
+def _jobs_state_refresh(job_ids: set[int]) -> None:
+    """`job_state_refresh` for every job whose tasks moved, with the common case in bulk: a
+    job of one task that waits in the queue (a first poll sees thousands go from submitted to
+    pending) takes its task's state and reason in one UPDATE per reason, its history in one
+    INSERT. Every other job (running, ended, arrays) goes through `job_state_refresh`."""
+    ordered = sorted(job_ids)
+    rest: list[int] = []
+    for start in range(0, len(ordered), FOLLOW_CHUNK):
+        rest += _jobs_pending_record(ordered[start : start + FOLLOW_CHUNK])
+    for job_id in rest:
+        job_state_refresh(job_id=job_id)
+
+
+@transaction.atomic
+def _jobs_pending_record(job_ids: list[int]) -> list[int]:
+    """Records as pending, in bulk, the jobs of `job_ids` that have one task and whose task
+    pends; returns the others."""
+    jobs = list(
+        Job.objects.select_for_update()
+        .filter(pk__in=job_ids, task_count=1)
+        .exclude(state__in=ENDED_STATES)
+        .order_by("pk")
+        .only("pk", "state", "state_reason", "started_at")
+    )
+    pending = {
+        job_id: reason
+        for job_id, reason in JobTask.objects.filter(
+            job_id__in=[job.pk for job in jobs], state=JobState.PENDING, started_at__isnull=True
+        ).values_list("job_id", "state_reason")
+    }
+    now = timezone.now()
+    by_reason: dict[str, list[int]] = defaultdict(list)
+    events: list[JobEvent] = []
+    bulk: set[int] = set()
+    for job in jobs:
+        if job.pk not in pending or job.started_at is not None:
+            continue
+        if job.state != JobState.PENDING and JobState.PENDING not in TRANSITIONS[job.state]:
+            continue
+        bulk.add(job.pk)
+        reason = pending[job.pk][:500]
+        if job.state == JobState.PENDING and job.state_reason == reason:
+            continue
+        by_reason[reason].append(job.pk)
+        if job.state != JobState.PENDING:
+            events.append(JobEvent(job_id=job.pk, state=JobState.PENDING, reason=reason, at=now))
+    for reason, pks in by_reason.items():
+        Job.objects.filter(pk__in=pks).update(
+            state=JobState.PENDING, state_reason=reason, updated_at=now
+        )
+    JobEvent.objects.bulk_create(events)
+    return [job_id for job_id in job_ids if job_id not in bulk]
 
 
 def _final_run(last: RunRecord, now: datetime) -> RunRecord | None:

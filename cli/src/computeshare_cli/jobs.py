@@ -650,7 +650,7 @@ def _download_to(client: ApiClient, path: str, target: Path, *, quiet: bool) -> 
         )
         try:
             with handle:
-                for chunk in answer.iter_bytes(1 << 20):
+                for chunk in answer.iter_bytes():
                     handle.write(chunk)
                     progress.advance(task, len(chunk))
             if length is not None and Path(handle.name).stat().st_size != int(length):
@@ -672,7 +672,7 @@ def _download_all(client: ApiClient, job_id: str, folder: Path, *, quiet: bool) 
     written: list[Path] = []
     with client.stream(f"/jobs/{job_id}/files.tar.gz") as answer, _bar(quiet) as progress:
         task = progress.add_task("files.tar.gz", total=None)
-        reader = _ChunkReader(answer.iter_bytes(1 << 20), lambda n: progress.advance(task, n))
+        reader = _ChunkReader(answer.iter_bytes(), lambda n: progress.advance(task, n))
         with tarfile.open(fileobj=reader, mode="r|gz") as archive:
             for member in archive:
                 if not member.isfile():
@@ -693,7 +693,7 @@ class _ChunkReader(io.RawIOBase):
 
     def __init__(self, chunks: Iterator[bytes], on_read: Callable[[int], object]) -> None:
         self.chunks = chunks
-        self.buffer = b""
+        self.buffer = memoryview(b"")  # a view, so that taking its front copies nothing
         self.on_read = on_read
 
     def readable(self) -> bool:
@@ -702,7 +702,7 @@ class _ChunkReader(io.RawIOBase):
     def readinto(self, target: Any) -> int:
         while not self.buffer:
             try:
-                self.buffer = next(self.chunks)
+                self.buffer = memoryview(next(self.chunks))
             except StopIteration:
                 return 0
             except httpx.TransportError as error:

@@ -168,6 +168,7 @@ class _NameKeepingParser(DjangoMultiPartParser):
 
 
 _PLACEHOLDER = re.compile(r"upload-([0-9]+)")
+_UPLOAD_CHUNK = 1024 * 1024
 
 
 class JobMultiPartParser(MultiPartParser):
@@ -184,6 +185,10 @@ class JobMultiPartParser(MultiPartParser):
         meta["CONTENT_TYPE"] = media_type
         limits = _LimitsHandler(request)
         handlers = [limits, *request.upload_handlers]
+        for handler in handlers:
+            # Django's parser reads the body in the smallest chunk its handlers take (64 KiB
+            # by default); in 1 MiB chunks its Python loop costs a sixteenth as much.
+            handler.chunk_size = _UPLOAD_CHUNK
         try:
             parser = _NameKeepingParser(
                 meta, stream, handlers, parser_context.get("encoding", settings.DEFAULT_CHARSET)

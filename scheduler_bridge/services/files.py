@@ -50,8 +50,10 @@ def job_inputs_store(job: Job, uploads: Sequence[InputUpload]) -> None:
         rows = []
         for upload in uploads:
             upload.upload.seek(0)
+            # The upload itself, not a wrapper: a large one is a temporary file, which the
+            # storage moves into place (a rename on one file system) instead of copying.
             saved = storage.save(
-                stored_name(job.uuid, JobFile.Kind.INPUT, upload.name), File(upload.upload)
+                stored_name(job.uuid, JobFile.Kind.INPUT, upload.name), upload.upload
             )
             written.append(saved)
             rows.append(

@@ -13,10 +13,14 @@ ever added where nothing is (`cache.add`): a request that read the token from th
 just before the revocation committed cannot put it back. The mark is written before the
 change commits and again after, so the revocation takes effect for every process at once.
 
+Without Redis, requests read the token from the database as before; marking stale, though,
+fails loudly (the revocation is refused and changes nothing) rather than leave an entry live.
+
 Off (0 seconds) where the cache is not shared by every process (the demo without Redis) and in
 the tests, which edit tokens' rows directly and count each endpoint's queries; the cache's own
 tests turn it on."""
 
+import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
@@ -26,6 +30,8 @@ from django.core.cache import cache
 from django.db import transaction
 
 from computeshare.models import ApiToken
+
+logger = logging.getLogger(__name__)
 
 _PREFIX = "apitoken:"
 _STALE = "stale"
@@ -44,7 +50,11 @@ def get(digest: str) -> ApiToken | None:
     stale, or the cache is off."""
     if _seconds() <= 0:
         return None
-    entry: Any = cache.get(_key(digest))
+    try:
+        entry: Any = cache.get(_key(digest))
+    except Exception:  # Redis unreachable: the database answers, as without the cache
+        logger.warning("The token cache could not be read.", exc_info=True)
+        return None
     return entry if isinstance(entry, ApiToken) else None
 
 
@@ -57,7 +67,10 @@ def add(token: ApiToken, *, now: datetime, last_used_resolution: timedelta) -> N
     until_write = (token.last_used_at + last_used_resolution - now).total_seconds()
     timeout = min(seconds, int(until_write))
     if timeout >= 1:
-        cache.add(_key(token.digest), token, timeout=timeout)
+        try:
+            cache.add(_key(token.digest), token, timeout=timeout)
+        except Exception:  # not cached this time; the request goes on
+            logger.warning("The token cache could not be written.", exc_info=True)
 
 
 def forget(digests: Iterable[str]) -> None:

@@ -628,3 +628,18 @@ def test_the_cache_keeps_a_token_no_longer_than_its_next_write_of_last_use(user,
     token.last_used_at = now - timedelta(seconds=30)
     token_cache.add(token, now=now, last_used_resolution=minute)
     assert token_cache.get(token.digest) is not None
+
+
+def test_without_redis_tokens_still_authenticate_from_the_database(user, token_cache_on, settings):
+    _, key = services.api_token_create(user=user, name="laptop")
+    # A Redis that refuses connections (port 9, discard, has no server here).
+    settings.CACHES = {
+        **settings.CACHES,
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": "redis://127.0.0.1:9/0",
+        },
+    }
+
+    assert token_queries(with_key(key)) == (200, 2)
+    assert token_queries(with_key(key)) == (200, 1)  # read again; the first use is recorded

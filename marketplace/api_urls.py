@@ -1,6 +1,6 @@
 from django.urls import path
 
-from marketplace.api import market, memberships, money, organizations, tokens
+from marketplace.api import market, memberships, money, organizations, tokens, webhooks
 
 urlpatterns = [
     path("auth/token/", organizations.AuthTokenApi.as_view(), name="api-auth-token"),
@@ -101,5 +101,34 @@ urlpatterns += [
         "allocations/<uuid:allocation_id>/",
         market.AllocationDetailApi.as_view(),
         name="api-allocation",
+    ),
+]
+
+organization_webhooks = "organizations/<uuid:organization_id>/webhook-endpoints/"
+urlpatterns += [
+    path(
+        organization_webhooks,
+        webhooks.WebhookEndpointListCreateApi.as_view(),
+        name="api-webhook-endpoints",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/",
+        webhooks.WebhookEndpointDetailApi.as_view(),
+        name="api-webhook-endpoint",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/rotate-secret/",
+        webhooks.WebhookEndpointRotateSecretApi.as_view(),
+        name="api-webhook-endpoint-rotate-secret",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/deliveries/",
+        webhooks.WebhookDeliveryListApi.as_view(),
+        name="api-webhook-deliveries",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/deliveries/<uuid:delivery_id>/redeliver/",
+        webhooks.WebhookDeliveryRedeliverApi.as_view(),
+        name="api-webhook-delivery-redeliver",
     ),
 ]

@@ -5,7 +5,7 @@ import datetime
 
 from celery import shared_task
 
-from marketplace import selectors, services
+from marketplace import selectors, services, webhook_events
 from scheduler_bridge.slurm.errors import BridgeError
 
 
@@ -45,6 +45,12 @@ def auctions_clear_due_task() -> int:
 def allocations_close_due_task() -> int:
     """Periodic: closes the allocations whose window has ended and releases their holds."""
     return sum(services.allocation_close(allocation_id=pk) for pk in services.allocations_due())
+
+
+@shared_task(time_limit=300, soft_time_limit=280)
+def allocation_webhook_events_task() -> int:
+    """Periodic: `allocation.starting` and `allocation.ending` webhook events that are due."""
+    return webhook_events.allocation_events_due()
 
 
 @shared_task(bind=True, max_retries=8, time_limit=300, soft_time_limit=280)

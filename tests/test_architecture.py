@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-LAYERS = ["computeshare", "billing", "marketplace", "scheduler_bridge"]
+LAYERS = ["computeshare", "webhooks", "billing", "marketplace", "scheduler_bridge"]
 
 
 def imported_modules(path: Path) -> set[str]:

@@ -19,6 +19,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from billing import webhook_events
 from billing.errors import BudgetExceeded
 from billing.models import (
     DEFAULT_ALERT_THRESHOLDS,
@@ -152,6 +153,7 @@ def _alerts_record(budget: Budget, period: datetime.date, used: Decimal) -> list
     if alerts:
         from billing.tasks import budget_alert_notify_task
 
+        webhook_events.budget_thresholds_crossed(alerts)
         ids = [alert.pk for alert in alerts]
         enqueue_after_commit(
             budget_alert_notify_task, ids, recovered_by="the periodic mail of unmailed alerts"

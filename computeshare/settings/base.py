@@ -38,6 +38,7 @@ INSTALLED_APPS = [
     "django_htmx",
     "axes",
     "computeshare",
+    "webhooks",
     "billing",
     "marketplace",
     "scheduler_bridge",
@@ -326,6 +327,35 @@ CLUSTER_ALLOWED_NETWORKS = env.list("CLUSTER_ALLOWED_NETWORKS", default=[])
 # How many verifications an organization may ask for (`count/second|minute|hour|day`), counted
 # in the shared cache so that every web process counts together.
 CLUSTER_VERIFY_RATE = env("CLUSTER_VERIFY_RATE", default="20/hour")
+
+# --- Webhooks ----------------------------------------------------------------------------------
+# An endpoint must answer 2xx within this many seconds (connect, send and read each).
+WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=10.0)
+# Retries: after BASE seconds, doubling, at most MAX_INTERVAL apart, for WINDOW seconds from
+# the first try (three days); then the delivery is failed.
+WEBHOOK_RETRY_BASE_SECONDS = env.float("WEBHOOK_RETRY_BASE_SECONDS", default=60.0)
+WEBHOOK_RETRY_MAX_INTERVAL_SECONDS = env.float(
+    "WEBHOOK_RETRY_MAX_INTERVAL_SECONDS", default=6 * 3600.0
+)
+WEBHOOK_RETRY_WINDOW_SECONDS = env.float("WEBHOOK_RETRY_WINDOW_SECONDS", default=3 * 86400.0)
+# A retry due within this long goes to the broker with a countdown; a later one to the sweep.
+WEBHOOK_COUNTDOWN_MAX_SECONDS = env.float("WEBHOOK_COUNTDOWN_MAX_SECONDS", default=300.0)
+WEBHOOK_SWEEP_SECONDS = env.float("WEBHOOK_SWEEP_SECONDS", default=30.0)
+# Networks (CIDRs) where endpoints may be although the outbound rules deny them; empty: public
+# addresses only. Separate from CLUSTER_ALLOWED_NETWORKS.
+WEBHOOK_ALLOWED_NETWORKS = env.list("WEBHOOK_ALLOWED_NETWORKS", default=[])
+# `allocation.ending` is sent this long before an allocation's window ends.
+WEBHOOK_ALLOCATION_ENDING_LEAD_SECONDS = env.float(
+    "WEBHOOK_ALLOCATION_ENDING_LEAD_SECONDS", default=3600.0
+)
+CELERY_BEAT_SCHEDULE["webhook-deliveries-due"] = {
+    "task": "webhooks.tasks.webhook_deliveries_due_task",
+    "schedule": WEBHOOK_SWEEP_SECONDS,
+}
+CELERY_BEAT_SCHEDULE["allocation-webhook-events"] = {
+    "task": "marketplace.tasks.allocation_webhook_events_task",
+    "schedule": 60.0,
+}
 
 # --- Money -------------------------------------------------------------------------------------
 PLATFORM_CURRENCY = env("PLATFORM_CURRENCY", default="USD").upper()

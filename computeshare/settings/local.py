@@ -21,3 +21,5 @@ STRIPE_JS_URL = env("STRIPE_JS_URL", default=f"{STRIPE_API_BASE}/js.stripe.com/v
 # The test cluster (and the demo's) listens on loopback, which the outbound rules deny unless
 # allowed: here only loopback, never the private network.
 CLUSTER_ALLOWED_NETWORKS = env.list("CLUSTER_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])
+# Webhook receivers on loopback (the tests' receivers, a demo's): allowed here only.
+WEBHOOK_ALLOWED_NETWORKS = env.list("WEBHOOK_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])

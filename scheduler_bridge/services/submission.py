@@ -32,7 +32,7 @@ from marketplace.models import (
     TenantLease,
 )
 from marketplace.services import tenant_lease_take, tenant_slurm_join
-from scheduler_bridge import errors
+from scheduler_bridge import errors, webhook_events
 from scheduler_bridge.backends.arrays import InvalidArray, parse_array
 from scheduler_bridge.backends.types import (
     Backend,
@@ -218,6 +218,8 @@ def job_state_record(job: Job, state: str, reason: str = "", at: datetime | None
         JobEvent.objects.create(
             job=job, state=state, reason=job.state_reason, at=at or timezone.now()
         )
+    if changed and state in ENDED_STATES:
+        webhook_events.job_ended(job, at)
 
 
 def allocation_check_open(allocation: Allocation) -> None:

@@ -1,0 +1,7 @@
+from django.apps import AppConfig
+
+
+class WebhooksConfig(AppConfig):
+    name = "webhooks"
+    verbose_name = "Webhooks"
+    default_auto_field = "django.db.models.BigAutoField"

@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from marketplace import views, views_market, views_money, views_tokens
+from marketplace import views, views_market, views_money, views_tokens, views_webhooks
 from marketplace.forms import LoginForm
 
 urlpatterns = [
@@ -117,5 +117,35 @@ urlpatterns += [
         "clusters/<uuid:cluster_id>/tenant-accounts/<str:username>/scrub/",
         views_market.TenantAccountScrubView.as_view(),
         name="tenant-account-scrub",
+    ),
+]
+
+# An organization's webhooks (marketplace/views_webhooks.py).
+organization_webhooks = "organizations/<uuid:organization_id>/webhooks/"
+urlpatterns += [
+    path(
+        organization_webhooks,
+        views_webhooks.WebhookListView.as_view(),
+        name="organization-webhooks",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/",
+        views_webhooks.WebhookDetailView.as_view(),
+        name="organization-webhook",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/rotate-secret/",
+        views_webhooks.WebhookRotateSecretView.as_view(),
+        name="organization-webhook-rotate-secret",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/remove/",
+        views_webhooks.WebhookRemoveView.as_view(),
+        name="organization-webhook-remove",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/deliveries/<uuid:delivery_id>/redeliver/",
+        views_webhooks.WebhookRedeliverView.as_view(),
+        name="organization-webhook-redeliver",
     ),
 ]

@@ -190,6 +190,7 @@ def market_build() -> Market:
     from marketplace import services as market
     from scheduler_bridge import services as bridge
     from scheduler_bridge.services import JobRequest
+    from webhooks import services as webhooks
 
     with mock.patch("celery.app.task.Task.apply_async"):
         alice = UserFactory(username="alice")
@@ -231,6 +232,19 @@ def market_build() -> Market:
             actor=other_admin, allocation=other_allocation, request=job_request
         )
         other_bid = market.bid_place(actor=other_admin, offer=open_offer, quantity=1, price="1")
+        endpoint = webhooks.endpoint_create(
+            organization=buyer, url="http://127.0.0.1:9/hook", events=["job.ended"]
+        )
+        doomed_endpoint = webhooks.endpoint_create(
+            organization=buyer, url="http://127.0.0.1:9/doomed", events=["job.ended"]
+        )
+        webhooks.event_record(
+            organization_id=buyer.pk, type="job.ended", object_key="job:x", data={}
+        )
+        delivery = endpoint.deliveries.get()
+        other_endpoint = webhooks.endpoint_create(
+            organization=other, url="http://127.0.0.1:9/other", events=["job.ended"]
+        )
     tenant = cluster.tenant_accounts.order_by("username").first()
     now = timezone.now()
     ids = {
@@ -248,6 +262,9 @@ def market_build() -> Market:
         "doomed_offer_id": str(doomed_offer.uuid),
         "doomed_bid_id": str(doomed_bid.uuid),
         "doomed_job_id": str(doomed_job.uuid),
+        "endpoint_id": str(endpoint.uuid),
+        "delivery_id": str(delivery.uuid),
+        "doomed_endpoint_id": str(doomed_endpoint.uuid),
         "owner_id": str(owner.uuid),
     }
     other_ids = {
@@ -257,6 +274,7 @@ def market_build() -> Market:
         "bid_id": str(other_bid.uuid),
         "allocation_id": str(other_allocation.uuid),
         "job_id": str(other_job.uuid),
+        "endpoint_id": str(other_endpoint.uuid),
     }
     return Market(alice, ids, owner, buyer, other_ids)
 
@@ -606,6 +624,9 @@ DOOMED = {
     ("post", "/api/v1/offers/{offer_id}/cancel/"): {"offer_id": "doomed_offer_id"},
     ("delete", "/api/v1/bids/{bid_id}/"): {"bid_id": "doomed_bid_id"},
     ("post", "/api/v1/jobs/{job_id}/cancel/"): {"job_id": "doomed_job_id"},
+    ("delete", "/api/v1/organizations/{organization_id}/webhook-endpoints/{endpoint_id}/"): {
+        "endpoint_id": "doomed_endpoint_id"
+    },
 }
 
 

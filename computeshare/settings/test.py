@@ -72,6 +72,6 @@ JOB_FILES_ROOT = Path(env("JOB_FILES_ROOT", default=str(_JOB_FILES_OF_THIS_PROCE
 # Webhook receivers on loopback (the tests' receivers, a demo's): allowed here only.
 WEBHOOK_ALLOWED_NETWORKS = env.list("WEBHOOK_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])
 # Retries within a second and a short time-out, so that the webhook tests wait seconds.
-WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=2.0)
+WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=5.0)
 WEBHOOK_RETRY_BASE_SECONDS = env.float("WEBHOOK_RETRY_BASE_SECONDS", default=0.2)
 WEBHOOK_RETRY_MAX_INTERVAL_SECONDS = env.float("WEBHOOK_RETRY_MAX_INTERVAL_SECONDS", default=1.0)

@@ -221,7 +221,10 @@ def test_a_job_that_ends_on_the_cluster_is_delivered_by_the_worker(
     finally:
         tenants_jobs_cancel(testcluster)
 
-    [request] = receiver.received
+    # One event; under a loaded machine an answer slower than the time-out is retried, with the
+    # same body (the receiver deduplicates on its id).
+    request = receiver.received[0]
+    assert {each.body for each in receiver.received} == {request.body}
     assert verify_signature(
         request.body, request.headers["ComputeShare-Signature"], endpoint.secret
     )
@@ -233,5 +236,7 @@ def test_a_job_that_ends_on_the_cluster_is_delivered_by_the_worker(
     assert event["data"]["exit_code"] == job["exit_code"] == 3
     assert event["data"]["cost"] == str(Decimal(job["cost"]).quantize(Decimal("0.000001")))
     assert event["data"]["scheduler_job_id"] == job["scheduler_job_id"]
-    delivery = WebhookDelivery.objects.get()
-    assert (delivery.status, delivery.attempt_count) == ("delivered", 1)
+    delivery = wait_for(
+        lambda: WebhookDelivery.objects.filter(status="delivered").first(), timeout=30
+    )
+    assert delivery.attempt_count == len(receiver.received)

@@ -217,7 +217,7 @@ def test_a_job_that_ends_on_the_cluster_is_delivered_by_the_worker(
         )
         assert answer.status_code == 201, answer.json()
         job_id = answer.json()["id"]
-        wait_for(lambda: receiver.received, timeout=120, interval=0.5)
+        wait_for(lambda: receiver.received, timeout=240, interval=0.5)
     finally:
         tenants_jobs_cancel(testcluster)
 

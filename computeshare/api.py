@@ -290,12 +290,24 @@ def json_server_error(request: HttpRequest) -> JsonResponse:
 _FINGERPRINT_SALT = "computeshare.api.idempotency-fingerprint"
 
 
+def _fingerprint_value(value: Any) -> str:
+    """How a value JSON cannot write enters the fingerprint: an uploaded file as its name as
+    sent and its size (not its content, which would be read again whole), anything else as
+    text."""
+    size = getattr(value, "size", None)
+    if size is not None and hasattr(value, "chunks"):
+        return f"file:{getattr(value, 'sent_name', None) or value.name}:{size}"
+    return str(value)
+
+
 def _request_fingerprint(request: Request) -> str:
     body = request.data if isinstance(request.data, dict | list) else {}
+    if hasattr(body, "lists"):  # a form: every value of every field, files among them
+        body = {key: values for key, values in body.lists()}
     canonical = json.dumps(
         {"method": request.method, "path": request.path, "body": body},
         sort_keys=True,
-        default=str,
+        default=_fingerprint_value,
     )
     # Keyed, not a bare hash: the body may carry a job's secret variables, and a plain digest
     # of a short secret could be searched for by whoever reads the table.

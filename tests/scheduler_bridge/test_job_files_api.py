@@ -286,3 +286,25 @@ def test_before_the_job_ends_the_listing_is_empty_and_says_so(team, allocation):
     listing = client.get(f"/api/v1/jobs/{answer.json()['id']}/files/").json()
 
     assert listing["count"] == 0 and listing["state"] == "waiting"
+
+
+def test_an_idempotent_retry_with_other_files_is_refused_and_the_same_files_replay(
+    team, allocation, storage_root
+):
+    """The key's fingerprint holds each file's name and size: the same upload sent again
+    answers the first job; other files under the same key are another request (409)."""
+    client = client_for(team.member)
+
+    def send(files):
+        body, content_type = multipart(_fields(allocation), files)
+        return client.generic(
+            "POST", "/api/v1/jobs/", body, content_type=content_type, HTTP_IDEMPOTENCY_KEY="k1"
+        )
+
+    first = send([("in.txt", b"abc")])
+    again = send([("in.txt", b"abc")])
+    other = send([("in.txt", b"abcd")])
+
+    assert first.status_code == 201 and again.json()["id"] == first.json()["id"]
+    assert other.status_code == 409 and other.json()["code"] == "idempotency_key_reused"
+    assert Job.objects.count() == 1

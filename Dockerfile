@@ -30,4 +30,5 @@ RUN SECRET_KEY="$(python -c 'import secrets; print(secrets.token_urlsafe(50))')"
     && install -d -o computeshare -g computeshare /var/lib/celerybeat
 USER computeshare
 EXPOSE 8000
-CMD ["gunicorn", "computeshare.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--access-logfile", "-"]
+# Keep-alive above a proxy's idle time, as in docker-compose.yml.
+CMD ["gunicorn", "computeshare.wsgi", "--bind", "0.0.0.0:8000", "--workers", "3", "--threads", "4", "--keep-alive", "75", "--access-logfile", "-"]

@@ -37,7 +37,7 @@ JOBS_ROOT = "computeshare-jobs"
 TINY_SCRIPT = "#!/bin/bash\ntrue\n"
 # How long a blocker holds both CPUs at most, should the bench die before cancelling it: the
 # cluster is shared, and other people's tests wait behind it.
-BLOCKER_MINUTES = 6
+BLOCKER_MINUTES = 15
 
 TEST_CLUSTER = testcluster_read()
 
@@ -239,7 +239,7 @@ class BenchJobs:
                 "--cpus-per-task=2",
                 "--output=/dev/null",
                 "--error=/dev/null",
-                "--wrap=sleep 600",
+                f"--wrap=sleep {60 * BLOCKER_MINUTES}",
             ],
             as_user=tenant.user,
         )

@@ -62,13 +62,20 @@ def queue_jobs(
     """`count` jobs accepted by `job_submit` (units reserved, rows `queued`), as the API does.
     Their scheduler names are the run's from now on: cancelled at the end even if their
     submission never told the bench their ids."""
+    from django.db import transaction
+
     from scheduler_bridge.services.submission import JobRequest, job_submit
 
     request = JobRequest(name="bench", script=script, time_limit_minutes=1)
-    accepted = [
-        job_submit(actor=place.actor, allocation=place.allocation, request=request)
-        for _ in range(count)
-    ]
+    accepted = []
+    # Each job is accepted as the API does, 250 to a transaction: thousands of rows (the big
+    # poll's) would otherwise spend most of their time waiting for commits.
+    for start in range(0, count, 250):
+        with transaction.atomic():
+            accepted += [
+                job_submit(actor=place.actor, allocation=place.allocation, request=request)
+                for _ in range(min(250, count - start))
+            ]
     jobs.names.update(job.scheduler_name for job in accepted)
     return accepted
 
@@ -155,7 +162,7 @@ class Settling:
     commands: int
 
 
-def settle_all(places: list[Scene], timeout: float = 180.0) -> Settling:
+def settle_all(places: list[Scene], timeout: float = 900.0) -> Settling:
     """Polls the clusters in this process until none of their jobs is active (the bench's jobs
     were cancelled: they are confirmed with sacct and recorded as ended), a cycle every half
     second at most: the accounting daemon records a burst of cancellations with some delay."""

@@ -24,9 +24,13 @@ scratch database `computeshare_bench_jobs` (DATABASE_URL's server), uses Redis d
    with as many queued job rows of one team. The aims: the bridge, sudo in its path, at least
    0.5 of plain sbatch's rate (printed as ratios) and at least 5 times the naive loop's; and
    what each tenant beyond the first adds to a batch, beside sudo's measured share;
-3. the SSH commands of one poll cycle (`cluster_poll`) with 1 and with 500 active jobs (the
-   aim: the same number, the tenants' accounting that a poll reads once a minute aside);
-4. the peak memory of a Celery worker (solo pool) polling those 500 jobs 10 times (the aim:
+2b. 200 jobs end to end: `POST /api/v1/jobs/` from 4 client threads to a real gunicorn, a
+   real Celery worker submitting what they accepted, until squeue shows every one (the aim: at
+   least 0.5 of plain sbatch's rate);
+3. the SSH commands and time of one poll cycle (`cluster_poll`) with 1 and with 5,000 active
+   jobs, really pending on the cluster (the aims: one command, the tenants' accounting that a
+   poll reads once a minute aside, and a steady cycle within 2 s);
+4. the peak memory of a Celery worker (solo pool) polling those 5,000 jobs 10 times (the aim:
    under 300 MiB);
 5. how long after a job's end its charge is in the ledger, with the poll sent every 2 s as
    beat would (the aim: within the poll interval plus 5 s).
@@ -35,8 +39,8 @@ Every job runs as a tenant of the fixed pool (`sudo -n -u`), as the bridge's do:
 user runs none (its only Slurm association is an idle account with MaxJobs=0). The blocker and
 each phase that goes through the services use a tenant of their own (the blocker the last, the
 three teams' cluster rows one each), because a poll takes every job of a leased tenant for the
-team's. The tiny jobs pend behind a blocker job holding the cluster's 2 CPUs (for about a
-minute; its time limit is 6), so that they neither run nor load the 2-core machine the bench
+team's. The tiny jobs pend behind a blocker job holding the cluster's 2 CPUs (until the polls are
+measured; its time limit is 15 minutes, should the bench die), so that they neither run nor load the 2-core machine the bench
 runs on; each phase cancels its jobs (its own ids only, as the tenants they run as: other
 people's tests lease the same accounts) and waits for the queue to drain before the next; at
 the end the run's files are removed from the tenants' homes. An idle controller answers sbatch
@@ -75,6 +79,7 @@ from bench_jobs_cluster import (  # noqa: E402
     shared_script,
     ssh_settings,
 )
+from bench_jobs_end_to_end import EndToEnd, end_to_end  # noqa: E402
 from bench_jobs_following import (  # noqa: E402
     Latency,
     Memory,
@@ -103,6 +108,9 @@ LATENCY_SLACK_SECONDS = 5
 PLAIN_AIM = 0.5
 # The performance issue's aim for `cluster_jobs_submit` itself (the row `submit.bridge`).
 SERVICE_AIM = 0.8
+END_TO_END_AIM = 0.5
+POLL_SECONDS_AIM = 2.0
+POLL_COMMANDS_AIM = 1
 NAIVE_AIM = 5
 
 
@@ -262,6 +270,25 @@ def print_submission(
     print()
 
 
+def print_end_to_end(whole: EndToEnd, plain: Way) -> None:
+    way = whole.way
+    to_plain = way.per_second / plain.per_second
+    print(f"2b. {way.jobs} jobs end to end: POST /api/v1/jobs/ -> gunicorn -> Celery -> squeue")
+    print(
+        f"   {way.seconds:.2f} s from the first request to squeue showing the last job "
+        f"({way.milliseconds_per_job:.1f} ms a job; {way.note}); plain sbatch "
+        f"{plain.milliseconds_per_job:.1f} ms a job"
+    )
+    record_figure(
+        "submit.end_to_end",
+        f"{way.jobs} POST /jobs/ through gunicorn and a worker to squeue / plain sbatch",
+        f"{to_plain:.2f}",
+        f">= {END_TO_END_AIM}",
+        to_plain >= END_TO_END_AIM and not whole.refused,
+    )
+    print()
+
+
 def print_polls(polls: list[PollFigures]) -> None:
     print("3. One poll cycle (cluster_poll): what it sends over SSH")
     print(
@@ -285,6 +312,22 @@ def print_polls(polls: list[PollFigures]) -> None:
         f"   the same with {fewest.active_jobs} and {most.active_jobs} active jobs "
         f"(the once-a-minute read aside): {'yes' if same else 'NO'}"
     )
+    steady = next(poll for poll in reversed(polls) if poll.cycle == "steady")
+    record_figure(
+        "poll.seconds",
+        f"steady poll, {steady.active_jobs:,} active jobs: seconds",
+        f"{steady.seconds:.2f} s",
+        f"<= {POLL_SECONDS_AIM:g} s",
+        steady.seconds <= POLL_SECONDS_AIM,
+    )
+    commands = len(steady.counts.commands) - periodic_reads(steady)
+    record_figure(
+        "poll.commands",
+        f"steady poll, {steady.active_jobs:,} active jobs: SSH commands",
+        f"{commands} ({', '.join(steady.counts.commands)})",
+        f"{POLL_COMMANDS_AIM}",
+        commands <= POLL_COMMANDS_AIM,
+    )
     print()
 
 
@@ -304,6 +347,13 @@ def print_memory(memory: Memory) -> None:
         f"(aim < {MEMORY_AIM_MIB}: {'met' if peak_mib < MEMORY_AIM_MIB else 'NOT met'})"
     )
     print(f"   one poll, sent to recorded            {1000 * memory.seconds_per_poll:8.0f} ms")
+    record_figure(
+        "poll.worker_mib",
+        f"steady poll, {memory.active_jobs:,} active jobs: worker peak memory",
+        f"{peak_mib:.0f} MiB",
+        f"< {MEMORY_AIM_MIB} MiB",
+        peak_mib < MEMORY_AIM_MIB,
+    )
     print()
 
 
@@ -332,7 +382,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=200, help="jobs per submission way")
     parser.add_argument("--rounds", type=int, default=3, help="of plain sbatch and the bridge")
     parser.add_argument("--openssh-jobs", type=int, default=20, help="the OpenSSH sample")
-    parser.add_argument("--active", type=int, default=500, help="active jobs of the big poll")
+    parser.add_argument("--active", type=int, default=5000, help="active jobs of the big poll")
     parser.add_argument("--polls", type=int, default=10, help="polls of the worker")
     parser.add_argument("--poll-interval", type=float, default=2.0)
     parser.add_argument("--sudo-commands", type=int, default=50, help="`true` of each kind")
@@ -424,6 +474,18 @@ def main() -> None:
         service_way, service_ids, accepting = service_submit(submitting, jobs, arguments.jobs)
         service = measured(service_way, service_ids)
         print_submission(ways, plain, naive, bridges, service, accepting, cost, len(tenants))
+
+        # End to end, through gunicorn and a worker of their own (the worker is started again,
+        # with an empty queue, for the memory figure below).
+        places.append(ending := scene("end-to-end", first))
+        worker = worker_start()
+        try:
+            whole = end_to_end(ending, jobs, arguments.jobs)
+        finally:
+            worker.stop()
+            worker = None
+        jobs.cancel(whole.ids)
+        print_end_to_end(whole, plain)
 
         places.append(following := scene("follow", following_tenant))
         polls = polls_with(following, jobs, 1) + polls_with(following, jobs, arguments.active)

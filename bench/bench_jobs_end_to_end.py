@@ -1,0 +1,159 @@
+"""Part of bench/jobs.py: jobs submitted end to end, as a team's client does, through the real
+processes: `POST /api/v1/jobs/` to gunicorn (the API key of a member of the team), the Celery
+worker that the accepted jobs' tasks reach through Redis, sbatch on the test cluster as the
+team's tenant, until `squeue` shows every one of them.
+
+The clock starts when the first request is sent and stops when squeue, read by the bench's own
+connection every 0.2 s, lists the last of the jobs: what a user waits for, not what the server
+measures of itself."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench_jobs_cluster import TINY_SCRIPT, BenchJobs, Way
+from bench_jobs_following import Scene
+from bench_jobs_support import DATABASE, REDIS_URL
+from bench_support import bench_database_url
+
+# gunicorn as deployed (docker/ runs gthread workers), sized for this 2-core machine.
+GUNICORN_OPTIONS = [
+    "--workers=2",
+    "--worker-class=gthread",
+    "--threads=4",
+    "--keep-alive=10",
+    "--log-level=warning",
+]
+# Client threads sending the requests, each on a kept-alive connection: a team's scripts or
+# the cli submitting a sweep.
+CLIENTS = 4
+
+
+@dataclass
+class EndToEnd:
+    way: Way
+    ids: list[str]
+    accepted_seconds: float  # when the last POST had its 201
+    refused: list[str]
+
+
+def end_to_end(place: Scene, jobs: BenchJobs, count: int, *, clients: int = CLIENTS) -> EndToEnd:
+    """`count` POSTs of tiny jobs spread over `clients` threads against a fresh gunicorn on the
+    bench's database and Redis (the worker must be running), timed until squeue shows them
+    all. The jobs' names are the run's from the moment they are accepted."""
+    from tests.factories import token_for
+    from tests.workers import GunicornServer, worker_environment
+
+    key = token_for(place.actor.user)
+    log_path = Path(tempfile.mkdtemp(prefix="bench-jobs-gunicorn-")) / "gunicorn.log"
+    server = GunicornServer(
+        worker_environment(database=bench_database_url(DATABASE), redis=REDIS_URL),
+        log_path,
+        GUNICORN_OPTIONS,
+    )
+    try:
+        server.wait_ready()
+        # A few jobs first, outside the figure: each gunicorn worker loads the API lazily.
+        _post_jobs(server.port, key, place, 2 * clients, [], [])
+        warmed = set(_names(place))
+        jobs.names.update(warmed)
+        _wait_in_queue(jobs, place, list(warmed), timeout=60)
+        jobs.cancel(jobs.add(_ids(place, warmed), place.tenant))
+
+        created: list[str] = []
+        refused: list[str] = []
+        shares = [count // clients + (index < count % clients) for index in range(clients)]
+        begun = time.perf_counter()
+        threads = [
+            threading.Thread(
+                target=_post_jobs, args=(server.port, key, place, share, created, refused)
+            )
+            for share in shares
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        accepted = time.perf_counter() - begun
+        names = [name for name in _names(place) if name not in warmed]
+        jobs.names.update(names)
+        _wait_in_queue(jobs, place, names, timeout=120)
+        seconds = time.perf_counter() - begun
+    finally:
+        server.stop()
+    ids = jobs.add(_ids(place, set(names)), place.tenant)
+    way = Way(
+        f"end to end: POST /jobs/ ({clients} clients) -> gunicorn -> worker -> squeue",
+        len(ids), seconds, 0, 0,
+        note=f"all accepted (201) after {accepted:.2f} s" + (f"; {len(refused)} refused: "
+                                                              f"{refused[:1]}" if refused else ""),
+    )  # fmt: skip
+    return EndToEnd(way, ids, accepted, refused)
+
+
+def _post_jobs(
+    port: int, key: str, place: Scene, count: int, created: list[str], refused: list[str]
+) -> None:
+    body = json.dumps(
+        {
+            "allocation": str(place.allocation.uuid),
+            "name": "bench",
+            "script": TINY_SCRIPT,
+            "time_limit_minutes": 1,
+        }
+    ).encode()
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    try:
+        for _ in range(count):
+            connection.request(
+                "POST",
+                "/api/v1/jobs/",
+                body,
+                {"Authorization": f"Token {key}", "Content-Type": "application/json"},
+            )
+            response = connection.getresponse()
+            answer = response.read()
+            if response.status == 201:
+                created.append(json.loads(answer)["id"])
+            else:
+                refused.append(f"{response.status} {answer[:200]!r}")
+    finally:
+        connection.close()
+
+
+def _names(place: Scene) -> list[str]:
+    from scheduler_bridge.models import Job
+
+    return [job.scheduler_name for job in Job.objects.filter(cluster=place.cluster).only("uuid")]
+
+
+def _ids(place: Scene, names: set[str]) -> list[str]:
+    from scheduler_bridge.models import Job
+
+    return [
+        job.scheduler_job_id
+        for job in Job.objects.filter(cluster=place.cluster).only("uuid", "scheduler_job_id")
+        if job.scheduler_name in names and job.scheduler_job_id
+    ]
+
+
+def _wait_in_queue(jobs: BenchJobs, place: Scene, names: list[str], *, timeout: float) -> None:
+    """Until squeue lists a job of every name, as the team's tenant's (read every 0.2 s)."""
+    wanted = set(names)
+    deadline = time.perf_counter() + timeout
+    while True:
+        answer = jobs.connection.run(
+            ["squeue", "--noheader", "--format=%j", f"--user={place.tenant.user}"]
+        )
+        if wanted <= set(answer.stdout.split()):
+            return
+        if time.perf_counter() > deadline:
+            missing = len(wanted - set(answer.stdout.split()))
+            raise RuntimeError(f"{missing} of {len(wanted)} jobs not in squeue after {timeout} s")
+        time.sleep(0.2)

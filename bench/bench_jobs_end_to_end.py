@@ -63,7 +63,7 @@ def end_to_end(place: Scene, jobs: BenchJobs, count: int, *, clients: int = CLIE
         _post_jobs(server.port, key, place, 2 * clients, [], [])
         warmed = set(_names(place))
         jobs.names.update(warmed)
-        _wait_in_queue(jobs, place, list(warmed), timeout=60)
+        _wait_in_queue(jobs, place, list(warmed), timeout=120)
         jobs.cancel(jobs.add(_ids(place, warmed), place.tenant))
 
         created: list[str] = []
@@ -154,6 +154,14 @@ def _wait_in_queue(jobs: BenchJobs, place: Scene, names: list[str], *, timeout: 
         if wanted <= set(answer.stdout.split()):
             return
         if time.perf_counter() > deadline:
+            from scheduler_bridge.models import Job
+
             missing = len(wanted - set(answer.stdout.split()))
-            raise RuntimeError(f"{missing} of {len(wanted)} jobs not in squeue after {timeout} s")
+            states = sorted(
+                set(Job.objects.filter(cluster=place.cluster).values_list("state", "state_reason"))
+            )
+            raise RuntimeError(
+                f"{missing} of {len(wanted)} jobs not in squeue after {timeout} s; their rows' "
+                f"states: {states[:3]}"
+            )
         time.sleep(0.2)

@@ -157,12 +157,15 @@ def polls_with(place: Scene, jobs: BenchJobs, active: int) -> list[PollFigures]:
 @dataclass
 class Settling:
     jobs: int
+    ended: int
     seconds: float
     cycles: int
     commands: int
 
 
-def settle_all(places: list[Scene], timeout: float = 900.0) -> Settling:
+def settle_all(
+    places: list[Scene], timeout: float = 300.0, budget: float | None = None
+) -> Settling:
     """Polls the clusters in this process until none of their jobs is active (the bench's jobs
     were cancelled: they are confirmed with sacct and recorded as ended), a cycle every half
     second at most: the accounting daemon records a burst of cancellations with some delay."""
@@ -177,6 +180,8 @@ def settle_all(places: list[Scene], timeout: float = 900.0) -> Settling:
         cycles = 0
         errors: list[str] = []
         while active.exists():
+            if budget is not None and time.perf_counter() - begun > budget:
+                break
             if time.perf_counter() - begun > timeout:
                 stuck = list(active.values_list("scheduler_job_id", "state")[:3])
                 raise RuntimeError(
@@ -192,7 +197,7 @@ def settle_all(places: list[Scene], timeout: float = 900.0) -> Settling:
                     # Other people's fault tests stop sshd or slurmctld for a while: retried.
                     errors.append(report.error)
         seconds = time.perf_counter() - begun
-    return Settling(count, seconds, cycles, len(counts.commands))
+    return Settling(count, count - active.count(), seconds, cycles, len(counts.commands))
 
 
 @dataclass

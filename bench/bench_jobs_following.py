@@ -163,9 +163,7 @@ class Settling:
     commands: int
 
 
-def settle_all(
-    places: list[Scene], timeout: float = 300.0, budget: float | None = None
-) -> Settling:
+def settle_all(places: list[Scene], timeout: float = 300.0) -> Settling:
     """Polls the clusters in this process until none of their jobs is active (the bench's jobs
     were cancelled: they are confirmed with sacct and recorded as ended), a cycle every half
     second at most: the accounting daemon records a burst of cancellations with some delay."""
@@ -180,8 +178,6 @@ def settle_all(
         cycles = 0
         errors: list[str] = []
         while active.exists():
-            if budget is not None and time.perf_counter() - begun > budget:
-                break
             if time.perf_counter() - begun > timeout:
                 stuck = list(active.values_list("scheduler_job_id", "state")[:3])
                 raise RuntimeError(

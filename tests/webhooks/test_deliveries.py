@@ -291,3 +291,21 @@ def test_workers_racing_send_each_event_once(team, receiver, quick):
     assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {"delivered"}
     assert set(WebhookDelivery.objects.values_list("attempt_count", flat=True)) == {1}
     WebhookEndpoint.objects.all().delete()
+
+
+@pytest.mark.django_db
+def test_a_name_is_resolved_and_checked_once_and_kept_in_the_host_header(team, receiver, quick):
+    # `localhost` resolves to loopback, allowed in the tests: the connection goes to the checked
+    # address, and the request still names the host it was given.
+    endpoint = services.endpoint_create(
+        organization=team.organization,
+        url=f"http://localhost:{receiver.port}/hook",
+        events=["job.ended"],
+    )
+    delivery = record(endpoint)
+
+    assert services.delivery_attempt(delivery_id=delivery.pk) == "delivered"
+
+    [request] = receiver.received
+    assert request.headers["Host"] == f"localhost:{receiver.port}"
+    assert request.path == "/hook"

@@ -337,17 +337,18 @@ class AnswerLosingProxy:
 
 
 def test_a_submit_whose_answer_was_lost_is_sent_again_and_runs_once(
-    cli_server, on_testcluster, tmp_path
+    cli_server, on_testcluster, poller, tmp_path
 ):
     """The client sends an Idempotency-Key with the job and retries a submit whose answer did
-    not come with the same key: the server answers the first job again, and there is one."""
+    not come with the same key: the server answers the first job again, and there is one. Its
+    output, followed, is printed once and the follow ends with the job."""
     cluster = on_testcluster(pool="fixed")
     team = funded_organization("100", name="Flaky Network Team")
     member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
     allocation = allocation_bought(team, partition=cluster.partitions.get(), quantity=10)
     home = tmp_path / "home"
     script = tmp_path / "hello.sh"
-    script.write_text("#!/bin/bash\necho hello\n")
+    script.write_text("#!/bin/bash\necho hello\nsleep 2\necho 'and goodbye'\n")
     data = tmp_path / "data.txt"
     data.write_text("some input\n")
     proxy = AnswerLosingProxy(cli_server.port)
@@ -383,3 +384,12 @@ def test_a_submit_whose_answer_was_lost_is_sent_again_and_runs_once(
     [job] = Job.objects.filter(organization=team, origin=Job.Origin.PLATFORM)
     assert json.loads(submit.stdout)["id"] == str(job.uuid)
     assert [item["name"] for item in json.loads(submit.stdout)["input_files"]] == ["data.txt"]
+
+    follow = run(
+        "--url", cli_server.base_url, "jobs", "output", str(job.uuid), "--follow",
+        "--interval", "0.5", home=home, timeout=150,
+    )  # fmt: skip
+    assert follow.returncode == 0, follow.stderr
+    assert follow.stdout == "hello\nand goodbye\n"
+    job.refresh_from_db()
+    assert job.state == "completed"

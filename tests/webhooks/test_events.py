@@ -191,6 +191,12 @@ def test_crossing_a_budget_threshold_is_told_once(receiver):
     assert event["data"]["monthly_limit"] == "200.00"
 
 
+def ours(receiver: Receiver, job_id: str) -> list[Any]:
+    return [
+        each for each in list(receiver.received) if json.loads(each.body)["data"]["id"] == job_id
+    ]
+
+
 @pytest.mark.celery
 @pytest.mark.django_db(transaction=True)
 def test_a_job_that_ends_on_the_cluster_is_delivered_by_the_worker(
@@ -217,14 +223,16 @@ def test_a_job_that_ends_on_the_cluster_is_delivered_by_the_worker(
         )
         assert answer.status_code == 201, answer.json()
         job_id = answer.json()["id"]
-        wait_for(lambda: receiver.received, timeout=240, interval=0.5)
+        wait_for(lambda: ours(receiver, job_id), timeout=240, interval=0.5)
     finally:
         tenants_jobs_cancel(testcluster)
 
-    # One event; under a loaded machine an answer slower than the time-out is retried, with the
-    # same body (the receiver deduplicates on its id).
-    request = receiver.received[0]
-    assert {each.body for each in receiver.received} == {request.body}
+    # Jobs that other runs left on the shared tenant accounts count as the team's own (origin
+    # `tenant`) and end too: this job's event is the one with its id. Under a loaded machine an
+    # answer slower than the time-out is retried with the same body (receivers deduplicate).
+    mine = ours(receiver, job_id)
+    request = mine[0]
+    assert {each.body for each in mine} == {request.body}
     assert verify_signature(
         request.body, request.headers["ComputeShare-Signature"], endpoint.secret
     )
@@ -237,6 +245,9 @@ def test_a_job_that_ends_on_the_cluster_is_delivered_by_the_worker(
     assert event["data"]["cost"] == str(Decimal(job["cost"]).quantize(Decimal("0.000001")))
     assert event["data"]["scheduler_job_id"] == job["scheduler_job_id"]
     delivery = wait_for(
-        lambda: WebhookDelivery.objects.filter(status="delivered").first(), timeout=30
+        lambda: WebhookDelivery.objects.filter(
+            status="delivered", object_key=f"job:{job_id}"
+        ).first(),
+        timeout=30,
     )
-    assert delivery.attempt_count == len(receiver.received)
+    assert delivery.attempt_count == len(mine)

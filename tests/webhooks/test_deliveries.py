@@ -287,7 +287,9 @@ def test_workers_racing_send_each_event_once(team, receiver, quick):
 
     sent = sorted(json.loads(body)["data"]["n"] for body in receiver.bodies())
     assert sent == list(range(12))
-    assert sum(outcome.get("delivered", 0) for outcome in outcomes) == 12
+    # The session's Celery worker, when it runs, races too (the commit handed it the batch).
+    assert sum(outcome.get("delivered", 0) for outcome in outcomes) <= 12
+    assert {kind for outcome in outcomes for kind in outcome} <= {"delivered", "skipped"}
     assert set(WebhookDelivery.objects.values_list("status", flat=True)) == {"delivered"}
     assert set(WebhookDelivery.objects.values_list("attempt_count", flat=True)) == {1}
     WebhookEndpoint.objects.all().delete()

@@ -191,7 +191,7 @@ def _allocations_create(
     ]  # fmt: skip
     with connection.cursor() as cursor:
         cursor.execute(
-            f"INSERT INTO {Allocation._meta.db_table} "  # noqa: S608 - the model's own names
+            f"INSERT INTO {connection.ops.quote_name(Allocation._meta.db_table)} "  # noqa: S608
             f"({', '.join(column[name] for name in names)}) "
             "SELECT gen_random_uuid(), %(now)s, %(now)s, %(offer)s, %(cluster)s, %(partition)s, "
             "%(resource)s, %(window_start)s, %(window_end)s, %(source)s, %(unit_price)s, 0, 0, "

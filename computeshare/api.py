@@ -93,6 +93,10 @@ class _Counts:
 LIST_COUNTS = _Counts()
 
 
+# Past any list's length, and within PostgreSQL's bigint OFFSET.
+LARGEST_OFFSET = 2**62
+
+
 class LookAheadPaginator(Paginator):
     """Reads one row past the page, so that whether a next page exists is always exact and a
     page that ends the list knows the list's count without counting. Only a page with more
@@ -114,6 +118,9 @@ class LookAheadPaginator(Paginator):
         if number < 1:
             raise EmptyPage(self.error_messages["min_page"])
         bottom = (number - 1) * self.per_page
+        if bottom > LARGEST_OFFSET:
+            # PostgreSQL's OFFSET is a bigint: a page this far cannot hold a row.
+            raise EmptyPage(self.error_messages["no_results"])
         rows = list(self.object_list[bottom : bottom + self.per_page + 1])
         more = len(rows) > self.per_page
         rows = rows[: self.per_page]

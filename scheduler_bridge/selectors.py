@@ -120,7 +120,10 @@ def job_result_files(job: Job) -> QuerySet[JobFile]:
 
 def job_result_file(job: Job, name: str) -> JobFile:
     """One result file of the job by its path in the job's folder; `NotFound` otherwise (a
-    name that escapes the folder is simply not among them)."""
+    name that escapes the folder is simply not among them, nor one with a NUL, which no stored
+    name has and PostgreSQL would refuse to compare)."""
+    if "\x00" in name:
+        raise NotFound("The job has no such result file.")
     row = job_result_files(job).filter(name=name).first()
     if row is None:
         raise NotFound("The job has no such result file.")

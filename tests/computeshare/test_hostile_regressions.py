@@ -97,3 +97,12 @@ def test_django_refusals_under_the_api_are_in_the_api_shape(admin, settings):
         }
     assert page.status_code == 400 and b"Bad Request (400)" in page.content
     assert Organization.objects.count() == 1
+
+
+def test_an_offers_page_past_any_offset_postgresql_takes_is_not_found(admin):
+    """The offers list reads a page's rows by OFFSET without counting first: a page number of
+    2,000 digits was an OFFSET past PostgreSQL's bigint, a 500 before."""
+    answer = api(admin.user).get("/api/v1/offers/", {"page": "9" * 2_000})
+
+    assert answer.status_code == 404
+    assert answer.json()["code"] == "not_found"

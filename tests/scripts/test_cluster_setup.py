@@ -357,8 +357,15 @@ def sacctmgr_rows(*arguments: str) -> list[list[str]]:
 def managed_scratch_removed(testcluster) -> Iterator[None]:
     """No trace of the managed scratch pool, in Slurm or on the machine."""
     users = ",".join((MANAGED_SERVICE_USER, *MANAGED_TENANTS))
-    # "Nothing deleted" (exit 1) is fine: an earlier run may have left nothing.
+    # Their jobs first: Slurm refuses to remove a user that has jobs. "Nothing deleted" (exit
+    # 1) is fine: an earlier run may have left nothing.
+    run("scancel", f"--user={users}", check=False)
     run("sacctmgr", "-i", "remove", "user", "where", f"name={users}", check=False)
+    # The account only once no user is left in it: removed under its users, it left their
+    # associations without a parent, and slurmdbd 22.05 then crashed on every listing of
+    # associations, slurmctld's registration included (the whole cluster stopped accounting).
+    left = sacctmgr_rows("show", "assoc", "where", f"account={IDLE_ACCOUNT}", "format=user")
+    assert not [row for row in left if row[0]], f"users left in {IDLE_ACCOUNT}: {left}"
     run("sacctmgr", "-i", "remove", "account", "where", f"name={IDLE_ACCOUNT}", check=False)
     remove_users(MANAGED_SERVICE_USER, *MANAGED_TENANTS)
     if exists("group", "cs-mprobe-tenants"):

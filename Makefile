@@ -52,11 +52,10 @@ lint:
 typecheck:
 	$(BIN)/mypy
 
-# Two processes (pytest-xdist): the tests of the Slurm test cluster in one, one after the other
-# (tests/conftest.py groups them), the rest shared between both. PYTEST_PROCESSES=0 runs one.
-PYTEST_PROCESSES ?= 2
+# Two pytest processes side by side: the Slurm test cluster's tests in one, one after the
+# other, the rest in the other (scripts/pytest-two-processes).
 pytest:
-	$(BIN)/pytest -n $(PYTEST_PROCESSES) --dist loadgroup
+	PYTEST=$(BIN)/pytest scripts/pytest-two-processes
 
 # Figures, not pass or fail, on the local PostgreSQL: how fast money moves (bench/ledger.py),
 # how the market clears auctions and serves the offers list (bench/marketplace.py), and how

@@ -84,17 +84,18 @@ def user(db: None) -> User:
 # --- The Slurm test cluster ---------------------------------------------------------------------
 
 
-# The suite may run in two processes (pytest-xdist, `make test`). Each has its own test database
-# (pytest-django), Redis database and job files (computeshare/settings/test.py), Celery worker and
-# local Stripe server; the Slurm test cluster is one for both, and its tests cancel every
-# tenant's jobs and move tenants between accounts as they end. So every test that reaches the
-# cluster runs in one of the processes, one after the other, as they always did: those that ask
-# for it, the owner setup script's (real users and sudoers rules on this machine) and the fault
-# tests (they stop and start the machine's services and time what follows).
+# `make test` runs the suite as two pytest processes side by side (scripts/pytest-two-processes):
+# the tests that reach the Slurm test cluster in one, one after the other as they always ran
+# (they cancel every tenant's jobs and move tenants between accounts as they end), everything
+# else in the other. Each process has its own test database, Redis database and job files
+# (computeshare/settings/test.py), Celery worker and local Stripe server. The cluster's tests
+# are those that ask for it, the owner setup script's (real users and sudoers rules on this
+# machine) and the fault tests (they stop and start the machine's services).
 CLUSTER_FIXTURES = {"testcluster", "on_testcluster"}
 CLUSTER_FOLDERS = ("tests/faults/", "tests/scripts/")
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by it
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     root = Path(__file__).resolve().parent.parent
     for item in items:
@@ -102,7 +103,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if CLUSTER_FIXTURES.intersection(getattr(item, "fixturenames", ())) or where.startswith(
             CLUSTER_FOLDERS
         ):
-            item.add_marker(pytest.mark.xdist_group("slurm-test-cluster"))
+            item.add_marker(pytest.mark.on_test_cluster)
 
 
 @pytest.fixture(scope="session")

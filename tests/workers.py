@@ -53,9 +53,9 @@ def database_url(settings_dict: dict[str, Any]) -> str:
 def worker_environment(*, database: str, redis: str, **changes: str) -> dict[str, str]:
     """This process's environment, pointed at `database` and `redis` (also the broker).
 
-    The test settings have already chosen this pytest-xdist process's Redis database and job
-    files; the child is given them as they are, without the worker's name from which it would
-    choose again (one Redis database further down)."""
+    The test settings have already chosen this test process's Redis database and job files; the
+    child is given them as they are, without the process's name from which it would choose
+    again (one Redis database further down)."""
     from django.conf import settings
 
     environment = {
@@ -67,7 +67,7 @@ def worker_environment(*, database: str, redis: str, **changes: str) -> dict[str
         "JOB_FILES_ROOT": str(settings.JOB_FILES_ROOT),
         **changes,
     }
-    environment.pop("PYTEST_XDIST_WORKER", None)
+    environment.pop("COMPUTESHARE_TEST_PROCESS", None)
     return environment
 
 

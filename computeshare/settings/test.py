@@ -1,8 +1,9 @@
 """The test run: real PostgreSQL and Redis on this machine unless the environment says otherwise.
 
-When pytest-xdist runs the suite in several processes, each (and the Celery workers and servers
-it starts, which inherit PYTEST_XDIST_WORKER) takes a Redis database and a job-files folder of
-its own; pytest-django gives each its own test database."""
+`make test` runs the suite as two pytest processes side by side (scripts/pytest-two-processes),
+named by COMPUTESHARE_TEST_PROCESS: each takes a test database, a Redis database and a job-files
+folder of its own. The Celery workers and servers a test starts are given the ones chosen
+(tests/workers.py), not the name."""
 
 import os
 from pathlib import Path
@@ -16,26 +17,31 @@ from computeshare.settings.insecure import (
     TEST_STRIPE_WEBHOOK_SECRET,
 )
 
+# The process's name in a run of two ("cluster" or "others"); empty when pytest runs alone.
+TEST_PROCESS = os.environ.get("COMPUTESHARE_TEST_PROCESS", "")
+if TEST_PROCESS not in ("", "cluster", "others"):
+    raise ValueError(f"COMPUTESHARE_TEST_PROCESS is cluster, others or unset, not {TEST_PROCESS!r}")
+_PROCESS_INDEX = 1 if TEST_PROCESS == "others" else 0
+
 DATABASES = {
     "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/computeshare"),
 }
 DATABASES["default"]["CONN_MAX_AGE"] = 0
+if TEST_PROCESS:
+    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{TEST_PROCESS}"}
 # The tests edit tokens' rows and offers directly and count each endpoint's queries: no caches
 # between requests, except in the tests of those caches, which turn them on.
 API_TOKEN_CACHE_SECONDS = 0
 OFFER_LIST_COUNT_CACHE_SECONDS = 0
-# "gw0", "gw1", ... in pytest-xdist's processes; empty in a single-process run.
-XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
-_XDIST_INDEX = int(XDIST_WORKER[2:]) if XDIST_WORKER.startswith("gw") else 0
 
 
 def _redis_of_this_process(url: str) -> str:
-    """The Redis database below `url`'s by this process's xdist index (15, 14, ...), so that
-    two processes never count each other's log-ins or take each other's tasks."""
+    """The Redis database below `url`'s for the second process (15, then 14), so that two
+    processes never count each other's log-ins or take each other's tasks."""
     parts = urlsplit(url)
-    database = int(parts.path.strip("/") or 0) - _XDIST_INDEX
+    database = int(parts.path.strip("/") or 0) - _PROCESS_INDEX
     if database < 0:
-        raise ValueError(f"no Redis database left below {url} for xdist worker {XDIST_WORKER}")
+        raise ValueError(f"no Redis database left below {url} for test process {TEST_PROCESS}")
     return urlunsplit(parts._replace(path=f"/{database}"))
 
 
@@ -67,7 +73,7 @@ LOCAL_BACKEND_SANDBOX = "required"
 CLUSTER_ALLOWED_NETWORKS = env.list("CLUSTER_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])
 # Jobs' files of the test run, apart from a developer's own (the Celery workers of the tests are
 # given this process's folder).
-_JOB_FILES_OF_THIS_PROCESS = BASE_DIR / "var" / "test-job-files" / (XDIST_WORKER or "main")
+_JOB_FILES_OF_THIS_PROCESS = BASE_DIR / "var" / "test-job-files" / (TEST_PROCESS or "main")
 JOB_FILES_ROOT = Path(env("JOB_FILES_ROOT", default=str(_JOB_FILES_OF_THIS_PROCESS)))
 # Webhook receivers on loopback (the tests' receivers, a demo's): allowed here only.
 WEBHOOK_ALLOWED_NETWORKS = env.list("WEBHOOK_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])

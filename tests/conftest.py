@@ -84,6 +84,32 @@ def user(db: None) -> User:
 # --- The Slurm test cluster ---------------------------------------------------------------------
 
 
+def _flush_retrying_deadlocks() -> None:
+    """A transactional test ends by emptying every table (TRUNCATE); the session's Celery
+    worker may still be running a task the test's commits enqueued (a webhook delivery, a
+    settlement) on the same tables, and PostgreSQL can then end the TRUNCATE as one side of a
+    deadlock. The worker's task finishes in a moment: the flush is tried again, up to 5 times."""
+    from django.db import OperationalError
+    from django.db.backends.postgresql.operations import DatabaseOperations
+
+    flush = DatabaseOperations.execute_sql_flush
+
+    def execute_sql_flush(self: DatabaseOperations, sql_list: list[str]) -> None:
+        for attempt in range(5):
+            try:
+                flush(self, sql_list)
+                return
+            except OperationalError as error:
+                if "deadlock detected" not in str(error) or attempt == 4:
+                    raise
+                time.sleep(0.5)
+
+    DatabaseOperations.execute_sql_flush = execute_sql_flush  # type: ignore[method-assign]
+
+
+_flush_retrying_deadlocks()
+
+
 # `make test` runs the suite as two pytest processes side by side (scripts/pytest-two-processes):
 # the tests that reach the Slurm test cluster in one, one after the other as they always ran
 # (they cancel every tenant's jobs and move tenants between accounts as they end), everything

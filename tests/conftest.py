@@ -2,6 +2,7 @@
 Redis, a Celery worker and the Slurm test cluster over SSH. A part that does not answer fails
 the tests that need it; nothing is skipped."""
 
+import fcntl
 import os
 import threading
 import time
@@ -130,6 +131,20 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             CLUSTER_FOLDERS
         ):
             item.add_marker(pytest.mark.on_test_cluster)
+
+
+@pytest.fixture(autouse=True)
+def _the_test_cluster_to_itself(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test on the Slurm test cluster holds a lock beside its connection file for as long as
+    it runs, so that other pytest runs on this machine (a colleague's checkout, a bench) wait
+    instead of having their jobs cancelled by this test's teardown."""
+    if request.node.get_closest_marker("on_test_cluster") is None:
+        yield
+        return
+    CONNECTION_FILE.parent.mkdir(parents=True, exist_ok=True)
+    with open(CONNECTION_FILE.parent / "in-use.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
+from scheduler_bridge.backends.arrays import parse_index_ranges
 from scheduler_bridge.backends.types import (
     CANCELLED,
     COMPLETED,
@@ -351,7 +352,9 @@ def parse_sacct_runs(
 ) -> list[RunRecord]:
     """Runs of `sacct_runs_arguments` or `sacct_users_arguments` output, one per record: each
     run of a requeued or resized job is its own. A pending array's placeholder line
-    (`123_[5-19]`) is not a run and is left out; its tasks appear once they start. A
+    (`123_[5-19]`) is not a run and is left out; its tasks appear once they start. Once that
+    line has ended (the array was cancelled before those tasks ever started), each of its tasks
+    is a run of its own that never ran, all under the placeholder's raw id. A
     heterogeneous job's components (`123+1`) are runs of their own, under the leader's id.
 
     A run whose accounting record is still incomplete is `undetermined`: until slurmdbd has
@@ -381,11 +384,17 @@ def parse_sacct_runs(
                 f"sacct printed step {row['JobID']!r} after no record of its job"
             )
         runs[-1][1].append(row)
-    return [
-        _run_record(row, steps, whole_if_ended_by)
-        for row, steps in runs
-        if not _PENDING_RANGE.fullmatch(row["JobID"])
-    ]
+    records: list[RunRecord] = []
+    for row, steps in runs:
+        pending = _PENDING_RANGE.fullmatch(row["JobID"])
+        if pending is None:
+            records.append(_run_record(row, steps, whole_if_ended_by))
+        elif run_state(row["State"]) in RUN_ENDED_STATES:
+            records.extend(
+                _run_record({**row, "JobID": f"{pending['array']}_{index}"}, [], whole_if_ended_by)
+                for index in parse_index_ranges(pending["tasks"])
+            )
+    return records
 
 
 def _run_record(

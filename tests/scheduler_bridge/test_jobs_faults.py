@@ -494,3 +494,38 @@ def test_a_job_whose_last_task_was_settled_by_a_worker_that_then_died_ends_at_th
 
     assert states([job]) == [JobState.COMPLETED]
     assert_each_run_charged_once(bought, [job])
+
+
+# --- an array cancelled on the cluster while its tasks pend ------------------------------------
+
+
+def test_an_array_cancelled_outside_the_platform_while_it_pends_ends_at_the_next_polls(
+    bought, fast
+):
+    """The team (or the owner) cancels an array on the cluster while one task runs and the rest
+    still wait as one placeholder record: every task ends as soon as accounting has it, without
+    waiting out the grace period of jobs that left no trace, and what never ran is charged
+    nothing and given back."""
+    fast.JOBS_MISSING_GRACE_SECONDS = 3600
+    [job] = submit(bought, script="#!/bin/bash\nsleep 30\n", array="0-4%1")
+    poll_until(bought, lambda: JobState.RUNNING in job_task_states(job))
+    time.sleep(2)  # a run of whole seconds, so that the task that ran has something to pay
+
+    bought.shell.cancel_named([job.scheduler_name])
+
+    poll_until(bought, lambda: all_ended([job]), timeout=60)
+    job.refresh_from_db()
+    assert job.state == JobState.CANCELLED
+    ran, *never_ran = job.tasks.order_by("array_task_id")
+    assert (ran.state, ran.cost > 0) == (JobState.CANCELLED, True)
+    assert [(task.state, task.units, task.started_at) for task in never_ran] == [
+        (JobState.CANCELLED, 0, None)
+    ] * 4
+    assert all(task.is_released for task in job.tasks.all())
+    allocation = Allocation.objects.get(pk=bought.allocation.pk)
+    assert (allocation.reserved, allocation.used) == (0, ran.units)
+    assert ledger_verify() == []
+
+
+def job_task_states(job: Job) -> list[str]:
+    return list(job.tasks.values_list("state", flat=True))

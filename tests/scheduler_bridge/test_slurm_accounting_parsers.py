@@ -722,6 +722,28 @@ def test_recorded_running_array_task_next_to_its_pending_placeholder():
     assert (running.elapsed_seconds, running.allocated_cpus) == (3, 1)
 
 
+def test_recorded_array_cancelled_while_pending_ends_each_of_its_tasks():
+    """sacct_runs_arguments(["10"]) for `sbatch --hold --array=0-3%2 --wrap="sleep 1"`
+    cancelled before any task started: the placeholder is the only record, and each of its
+    tasks ended without running, under the placeholder's raw id."""
+    records = parse_sacct_runs(
+        recorded("sacct_array_cancelled_pending_with_steps.txt"),
+        with_steps=True,
+        now=at(15, 47, 30),
+    )
+
+    assert [(r.job_id, r.raw_job_id, r.array_job_id, r.array_task_id) for r in records] == [
+        ("10_0", "10", "10", 0),
+        ("10_1", "10", "10", 1),
+        ("10_2", "10", "10", 2),
+        ("10_3", "10", "10", 3),
+    ]
+    assert {(r.state, r.scheduler_state, r.elapsed_seconds, r.start_time) for r in records} == {
+        (CANCELLED, "CANCELLED by 1001", 0, None)
+    }
+    assert all(r.is_ended and r.end_time == at(15, 47, 18) for r in records)
+
+
 def test_recorded_accounting_lag_is_undetermined_not_an_end():
     """sacct_runs_arguments(["156"]) polled every 50 ms right after `sbatch --time=1 -n1
     --job-name=acct-lag --wrap="sleep 2"` as exp2: until slurmdbd has the job's own record,

@@ -60,3 +60,47 @@ class InputFilesTooLarge(ApplicationError):
     status_code = 413
     code = "input_files_too_large"
     default_detail = "The input files are larger than allowed."
+
+
+class SweepTableEmpty(ApplicationError):
+    code = "sweep_table_empty"
+    default_detail = (
+        "The table is empty: a sweep needs a header of column names and one row per task."
+    )
+
+
+class SweepHeaderInvalid(ApplicationError):
+    code = "sweep_header_invalid"
+    default_detail = "A column name cannot be an environment variable's name."
+
+
+class SweepRowRagged(ApplicationError):
+    code = "sweep_row_ragged"
+    default_detail = "A row does not have one value per column."
+
+
+class SweepTooManyRows(ApplicationError):
+    code = "sweep_too_many_rows"
+    default_detail = "The table has more rows than a sweep runs."
+
+
+class SweepValueInvalid(ApplicationError):
+    code = "sweep_value_invalid"
+    default_detail = "A value of the table cannot be given to a task."
+
+
+class SweepTableTooLarge(ApplicationError):
+    code = "sweep_table_too_large"
+    default_detail = "The table is larger than a sweep takes."
+
+
+class SweepStillRunning(Conflict):
+    code = "sweep_still_running"
+    default_detail = (
+        "The sweep has not ended: its failed rows are retried once every row has ended."
+    )
+
+
+class SweepNothingToRetry(Conflict):
+    code = "sweep_nothing_to_retry"
+    default_detail = "No row of the sweep failed."

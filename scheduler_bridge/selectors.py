@@ -12,7 +12,17 @@ from django.db.models import Prefetch, Q, QuerySet
 from computeshare.errors import NotFound
 from computeshare.models import User
 from marketplace.models import Membership, Organization
-from scheduler_bridge.models import Job, JobEvent, JobFile, JobRun, JobState, JobTask
+from scheduler_bridge.models import (
+    Job,
+    JobEvent,
+    JobFile,
+    JobRun,
+    JobState,
+    JobTask,
+    Sweep,
+    SweepJob,
+    SweepRow,
+)
 
 
 def job_list_for_user(user: User) -> QuerySet[Job]:
@@ -128,3 +138,62 @@ def job_result_file(job: Job, name: str) -> JobFile:
     if row is None:
         raise NotFound("The job has no such result file.")
     return row
+
+
+# --- Sweeps ----------------------------------------------------------------------------------
+
+
+def sweep_list_for_user(user: User) -> QuerySet[Sweep]:
+    """The sweeps of the caller's organizations, newest first."""
+    return (
+        Sweep.objects.filter(
+            organization__in=Membership.objects.filter(user=user).values("organization")
+        )
+        .select_related("allocation", "organization")
+        .defer("script")
+        .order_by("-created_at", "-id")
+    )
+
+
+def sweep_get_for_user(user: User, sweep_uuid: Any) -> Sweep:
+    """One sweep with its jobs; `NotFound` for anyone outside its organization."""
+    try:
+        return (
+            Sweep.objects.filter(
+                organization__in=Membership.objects.filter(user=user).values("organization")
+            )
+            .select_related("allocation__cluster", "organization", "submitted_by")
+            .prefetch_related(
+                Prefetch(
+                    "sweep_jobs",
+                    queryset=SweepJob.objects.select_related("job").order_by("attempt"),
+                )
+            )
+            .get(uuid=sweep_uuid)
+        )
+    except (Sweep.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such sweep.") from error
+
+
+def sweep_rows(sweep: Sweep) -> QuerySet[SweepRow]:
+    """The sweep's rows in table order, each with the task that ran it last and its job (the
+    sweep was fetched through `sweep_get_for_user`: the caller may see it)."""
+    return (
+        SweepRow.objects.filter(sweep=sweep)
+        .select_related("task__job")
+        .only(
+            "index",
+            "values",
+            "attempts",
+            "result_state",
+            "result",
+            "result_detail",
+            "task__array_task_id",
+            "task__state",
+            "task__exit_code",
+            "task__cost",
+            "task__elapsed_seconds",
+            "task__job__uuid",
+        )
+        .order_by("index")
+    )

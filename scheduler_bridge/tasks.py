@@ -72,10 +72,15 @@ def job_results_collect_task(job_id: int) -> int | None:
         services.job_results_retry_or_fail(
             job_id=job_id, reason=str(error), transient=error.is_transient
         )
+        # A sweep's rows are marked when their job's files will not come.
+        services.sweep_results_gather(job_id=job_id)
         return None
     except OSError as error:  # a file the cluster would not give, the storage full
         services.job_results_retry_or_fail(job_id=job_id, reason=str(error), transient=True)
+        services.sweep_results_gather(job_id=job_id)
         return None
+    # A sweep's job: its rows' results are read from the files just fetched.
+    services.sweep_results_gather(job_id=job_id)
     return collected.files if collected else None
 
 
@@ -85,6 +90,10 @@ def job_results_sweep_task() -> int:
     jobs = services.jobs_results_to_collect()
     for job_id in jobs:
         job_results_collect_task.delay(job_id)
+    # Sweep rows whose job's files are final but which were not gathered (the worker stopped
+    # in between, or the job never reached the cluster).
+    for job_id in services.sweep_jobs_to_gather():
+        services.sweep_results_gather(job_id=job_id)
     return len(jobs)
 
 

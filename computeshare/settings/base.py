@@ -229,6 +229,11 @@ JOB_RESULT_TOTAL_MAX_BYTES = env.int("JOB_RESULT_TOTAL_MAX_BYTES", default=1024 
 # How long result files are kept after the job ended (then removed; the listing says
 # `expired`).
 JOB_RESULT_RETENTION_DAYS = env.int("JOB_RESULT_RETENTION_DAYS", default=30)
+# A parameter sweep runs one array task per row of its table: at most this many rows.
+SWEEP_MAX_ROWS = env.int("SWEEP_MAX_ROWS", default=1000)
+# A gathered result (a task's result file or last stdout line) is kept up to this many
+# characters; a longer one is cut and marked.
+SWEEP_RESULT_MAX_CHARS = env.int("SWEEP_RESULT_MAX_CHARS", default=10000)
 CELERY_BEAT_SCHEDULE["job-results-collect"] = {
     "task": "scheduler_bridge.tasks.job_results_sweep_task",
     "schedule": 60.0,

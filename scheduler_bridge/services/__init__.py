@@ -1,5 +1,5 @@
 """Every write of the jobs app: submission and cancellation (`submission`), following jobs on
-their cluster and settling their usage (`following`)."""
+their cluster and settling their usage (`following`), parameter sweeps (`sweeps`)."""
 
 from scheduler_bridge.services.files import (
     job_results_collect,
@@ -35,12 +35,20 @@ from scheduler_bridge.services.submission import (
     job_units,
     jobs_mark_submitted,
 )
+from scheduler_bridge.services.sweeps import (
+    SweepRequest,
+    sweep_jobs_to_gather,
+    sweep_results_gather,
+    sweep_retry_failed,
+    sweep_submit,
+)
 
 __all__ = [
     "JobRequest",
     "PollReport",
     "Quote",
     "Settlement",
+    "SweepRequest",
     "allocation_check_open",
     "cluster_jobs_submit",
     "cluster_poll",
@@ -65,6 +73,10 @@ __all__ = [
     "jobs_mark_submitted",
     "jobs_results_expire",
     "jobs_results_to_collect",
+    "sweep_jobs_to_gather",
+    "sweep_results_gather",
+    "sweep_retry_failed",
+    "sweep_submit",
     "tenant_lease_end_if_idle",
     "tenant_leases_to_end",
 ]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from scheduler_bridge import api
+from scheduler_bridge import api, sweep_api
 
 urlpatterns = [
     path("jobs/", api.JobListCreateApi.as_view(), name="api-jobs"),
@@ -19,5 +19,22 @@ urlpatterns = [
     ),
     path("jobs/<uuid:job_id>/cancel/", api.JobCancelApi.as_view(), name="api-job-cancel"),
     path("jobs/<uuid:job_id>/output/", api.JobOutputApi.as_view(), name="api-job-output"),
+    path("sweeps/", sweep_api.SweepListCreateApi.as_view(), name="api-sweeps"),
+    path("sweeps/<uuid:sweep_id>/", sweep_api.SweepDetailApi.as_view(), name="api-sweep"),
+    path(
+        "sweeps/<uuid:sweep_id>/retry-failed/",
+        sweep_api.SweepRetryFailedApi.as_view(),
+        name="api-sweep-retry-failed",
+    ),
+    path(
+        "sweeps/<uuid:sweep_id>/results/",
+        sweep_api.SweepResultsApi.as_view(),
+        name="api-sweep-results",
+    ),
+    path(
+        "sweeps/<uuid:sweep_id>/results.csv",
+        sweep_api.SweepResultsCsvApi.as_view(),
+        name="api-sweep-results-csv",
+    ),
     path("organizations/<uuid:organization_id>/usage/", api.UsageApi.as_view(), name="api-usage"),
 ]

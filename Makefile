@@ -10,7 +10,7 @@ export UV_PROJECT_ENVIRONMENT := $(VENV)
 UV := $(VENV)/bin/uv
 BIN := $(VENV)/bin
 
-.PHONY: help install demo test test-services lint typecheck migrations-check pytest bench loadtest clean \
+.PHONY: help install demo demo-soak test test-services lint typecheck migrations-check pytest bench loadtest clean \
 	compose-check
 
 help:
@@ -32,6 +32,11 @@ install: $(UV)
 
 demo: install
 	scripts/demo
+
+# The demo under a browser and an API client for an hour (bench/demo_soak.py): requests, errors
+# and crashes. Not part of `make test` or CI; SOAK_ARGS="--minutes 2" for a short one.
+demo-soak: install
+	$(BIN)/python bench/demo_soak.py $(SOAK_ARGS)
 
 # --- make test -----------------------------------------------------------------------------
 test: install test-services migrations-check lint typecheck pytest

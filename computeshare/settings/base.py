@@ -120,16 +120,21 @@ STATICFILES_DIRS = [
 
 # --- Redis, Celery -----------------------------------------------------------------------------
 REDIS_URL = env("REDIS_URL", default="")
-# Without a broker URL the embedded default uses kombu's filesystem transport: a real worker and
-# beat run beside the web server with no Redis to install.
+# Without a broker URL the embedded default uses kombu's filesystem transport, with the atomic
+# writes of computeshare/broker.py (ADR 0001): a real worker and beat run beside the web server
+# with no Redis to install.
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
 CELERY_BROKER_FOLDER = Path(env("CELERY_BROKER_FOLDER", default=str(BASE_DIR / "var" / "broker")))
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object]
 if CELERY_BROKER_URL.startswith("filesystem://"):
+    CELERY_BROKER_TRANSPORT = "computeshare.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(CELERY_BROKER_FOLDER / "queue"),
         "data_folder_out": str(CELERY_BROKER_FOLDER / "queue"),
         "control_folder": str(CELERY_BROKER_FOLDER / "control"),
+        "staging_folder": str(CELERY_BROKER_FOLDER / "staging"),
+        "claimed_folder": str(CELERY_BROKER_FOLDER / "claimed"),
+        "rejected_folder": str(CELERY_BROKER_FOLDER / "rejected"),
     }
 else:
     # A task is not acknowledged until it has run, so a worker killed mid-task leaves it for

@@ -23,3 +23,16 @@ STRIPE_JS_URL = env("STRIPE_JS_URL", default=f"{STRIPE_API_BASE}/js.stripe.com/v
 CLUSTER_ALLOWED_NETWORKS = env.list("CLUSTER_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])
 # Webhook receivers on loopback (the tests' receivers, a demo's): allowed here only.
 WEBHOOK_ALLOWED_NETWORKS = env.list("WEBHOOK_ALLOWED_NETWORKS", default=["127.0.0.0/8", "::1/128"])
+
+# The demo's SQLite file is written by gunicorn's workers, the Celery worker and beat at once:
+# write-ahead logging lets readers go on while one writes, a transaction takes the write lock
+# when it begins (not halfway, where SQLite could only fail it), and a writer waits its turn
+# for up to 20 s instead of failing with "database is locked" after 5.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    DATABASES["default"].setdefault("OPTIONS", {}).update(  # noqa: F405
+        {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+        }
+    )

@@ -65,8 +65,7 @@ def test_concurrent_producers_and_consumers_get_every_message_once_and_whole(tmp
     context = multiprocessing.get_context("fork")
     results, errors = context.Queue(), context.Queue()
     consumers = [
-        context.Process(target=_consume, args=(tmp_path, results, errors))
-        for _ in range(CONSUMERS)
+        context.Process(target=_consume, args=(tmp_path, results, errors)) for _ in range(CONSUMERS)
     ]
     producers = [
         context.Process(target=_produce, args=(tmp_path, number)) for number in range(PRODUCERS)
@@ -102,9 +101,9 @@ def test_an_unreadable_message_is_set_aside_and_the_next_one_is_delivered(tmp_pa
         simple.close()
 
     assert message.payload == {"number": 7}
-    assert [path.name for path in (tmp_path / "rejected").iterdir()][0].endswith(
-        f"000000000000001_broken.{QUEUE}.msg"
-    )
+    rejected = [path.name for path in (tmp_path / "rejected").iterdir()]
+    assert len(rejected) == 1
+    assert rejected[0].endswith(f"000000000000001_broken.{QUEUE}.msg")
 
 
 def _bind(folder: Path, number: int) -> None:

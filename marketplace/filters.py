@@ -5,9 +5,25 @@ from decimal import Decimal
 from typing import Any
 
 import django_filters
-from django.db.models import F, QuerySet
+from django.core.validators import RegexValidator
+from django.db.models import F, Q, QuerySet
 
 from marketplace.models import Offer, Resource
+from scheduler_bridge.slurm.inventory import FEATURE_PATTERN
+
+# A GPU type or node feature as slurm.conf names them; anything else is refused (400), so that
+# the quoted name looked for in the stored JSON list cannot be made to match another.
+hardware_name = RegexValidator(
+    rf"\A{FEATURE_PATTERN}\Z", "Letters, digits and . _ + - only, at most 64.", code="invalid"
+)
+MEGABYTES_PER_GIGABYTE = 1024
+
+
+def json_list_has(field: str, name: str) -> Q:
+    """Rows whose JSON list `field` holds the string `name` (checked by `hardware_name`):
+    matched as `"name"` in the list's text, which PostgreSQL's jsonb and the demo's SQLite
+    both write, where a JSON containment lookup exists only on PostgreSQL."""
+    return Q(**{f"{field}__icontains": f'"{name}"'})
 
 
 class OfferFilter(django_filters.FilterSet):
@@ -25,6 +41,37 @@ class OfferFilter(django_filters.FilterSet):
         field_name="window_start", lookup_expr="lte"
     )
     window_ends_after = django_filters.IsoDateTimeFilter(field_name="window_end", lookup_expr="gte")
+    # The hardware read at verification (Partition).
+    q = django_filters.CharFilter(
+        method="filter_search",
+        max_length=100,
+        label="Search",
+        help_text="Words each found in the cluster, owner, partition, GPU types or features.",
+    )
+    gpu_type = django_filters.CharFilter(
+        method="filter_gpu_type", max_length=64, validators=[hardware_name], label="GPU type"
+    )
+    feature = django_filters.CharFilter(
+        method="filter_feature", max_length=64, validators=[hardware_name], label="Node feature"
+    )
+    min_cpus_per_node = django_filters.NumberFilter(
+        field_name="partition__cpus_per_node",
+        lookup_expr="gte",
+        min_value=Decimal(0),
+        label="CPUs per node, at least",
+    )
+    min_memory_per_node_gb = django_filters.NumberFilter(
+        method="filter_min_memory",
+        min_value=Decimal(0),
+        max_value=Decimal(10**9),
+        label="Memory per node (GB), at least",
+    )
+    min_gpus_per_node = django_filters.NumberFilter(
+        field_name="partition__gpus_per_node",
+        lookup_expr="gte",
+        min_value=Decimal(0),
+        label="GPUs per node, at least",
+    )
     ordering = django_filters.OrderingFilter(
         fields=("reserve_price", "window_start", "auction_closes_at"),
     )
@@ -46,6 +93,29 @@ class OfferFilter(django_filters.FilterSet):
         if value is None:
             return queryset
         return queryset.filter(quantity__gte=F("units_sold") + value)
+
+    def filter_gpu_type(self, queryset: QuerySet[Offer], name: str, value: str) -> Any:
+        return queryset.filter(json_list_has("partition__gpu_types", value)) if value else queryset
+
+    def filter_feature(self, queryset: QuerySet[Offer], name: str, value: str) -> Any:
+        return queryset.filter(json_list_has("partition__features", value)) if value else queryset
+
+    def filter_min_memory(self, queryset: QuerySet[Offer], name: str, value: Any) -> Any:
+        if value is None:
+            return queryset
+        megabytes = int((value * MEGABYTES_PER_GIGABYTE).to_integral_value())
+        return queryset.filter(partition__memory_per_node_mb__gte=megabytes)
+
+    def filter_search(self, queryset: QuerySet[Offer], name: str, value: str) -> Any:
+        for word in value.split()[:8]:
+            queryset = queryset.filter(
+                Q(cluster__name__icontains=word)
+                | Q(cluster__organization__name__icontains=word)
+                | Q(partition__name__icontains=word)
+                | Q(partition__gpu_types__icontains=word)
+                | Q(partition__features__icontains=word)
+            )
+        return queryset
 
     @property
     def qs(self) -> QuerySet[Offer]:

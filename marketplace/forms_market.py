@@ -89,6 +89,12 @@ class OfferBrowseFilter(OfferFilter):
             fields["max_price"].label = "Reserve price, at most"
             fields["window_starts_before"].label = "Window starts before (UTC)"
             fields["window_ends_after"].label = "Window ends after (UTC)"
+            fields["q"].widget.input_type = "search"
+            fields["q"].widget.attrs["placeholder"] = "Search clusters, owners, GPU types, features"
+            fields["gpu_type"].widget.attrs["placeholder"] = "a100"
+            fields["feature"].widget.attrs["placeholder"] = "avx512"
+            for name in ("min_cpus_per_node", "min_memory_per_node_gb", "min_gpus_per_node"):
+                fields[name].widget.attrs.update({"min": "0", "inputmode": "numeric"})
             for name in ("window_starts_before", "window_ends_after"):
                 fields[name].widget = UtcDateTimeInput(attrs={"class": "form-control"})
             for name in ("min_quantity", "max_price"):

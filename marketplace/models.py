@@ -275,6 +275,14 @@ class Partition(BaseModel):
     gpus = models.PositiveIntegerField()
     max_time_minutes = models.PositiveIntegerField(null=True, blank=True)
     is_up = models.BooleanField(default=True)
+    # The nodes' hardware as verification read it (scheduler_bridge.slurm.inventory): the
+    # smallest node's CPUs, memory and GPUs, and the GPU types and features of any node, sorted.
+    cpus_per_node = models.PositiveIntegerField(default=0)
+    memory_per_node_mb = models.PositiveBigIntegerField(default=0)
+    gpus_per_node = models.PositiveIntegerField(default=0)
+    gpu_types = models.JSONField(default=list, blank=True)
+    features = models.JSONField(default=list, blank=True)
+    nodes_differ = models.BooleanField(default=False)
 
     class Meta:
         ordering = ["cluster", "name"]

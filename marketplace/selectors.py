@@ -296,7 +296,8 @@ def tenant_lease_organization_ids(cluster: Cluster, organization_ids: set[int]) 
 
 
 def offer_list() -> QuerySet[Offer]:
-    """Every offer (public to anyone signed in), with what its listing shows in one query. The
+    """Every offer (public: the pages show them to visitors), with what its listing shows in one
+    query. The
     cluster's private key is left out (read, and decrypted, only by what connects)."""
     return Offer.objects.select_related("cluster", "partition").defer("cluster__ssh_private_key")
 
@@ -323,6 +324,13 @@ OFFER_LISTING_FIELDS = (
     "bid_count",
     "units_bid",
     "created_at",
+    "partition__nodes",
+    "partition__cpus_per_node",
+    "partition__memory_per_node_mb",
+    "partition__gpus_per_node",
+    "partition__gpu_types",
+    "partition__features",
+    "partition__nodes_differ",
 )
 
 

@@ -325,6 +325,32 @@ class TenantAccountSerializer(serializers.Serializer):
 # --- Offers --------------------------------------------------------------------------------------
 
 
+class HardwareSerializer(serializers.Serializer):
+    """The partition's nodes as the cluster's last verification read them."""
+
+    nodes = serializers.IntegerField()
+    cpus_per_node = serializers.IntegerField(help_text="Of the smallest node.")
+    memory_per_node_mb = serializers.IntegerField(help_text="Of the smallest node, in MB.")
+    gpus_per_node = serializers.IntegerField(help_text="Of the smallest node.")
+    gpu_types = serializers.ListField(child=serializers.CharField(), help_text="Of any node.")
+    features = serializers.ListField(child=serializers.CharField(), help_text="Of any node.")
+    nodes_differ = serializers.BooleanField(
+        help_text="Whether the nodes differ: types and features are then not on every node."
+    )
+
+
+def hardware_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "nodes": row["partition__nodes"],
+        "cpus_per_node": row["partition__cpus_per_node"],
+        "memory_per_node_mb": row["partition__memory_per_node_mb"],
+        "gpus_per_node": row["partition__gpus_per_node"],
+        "gpu_types": list(row["partition__gpu_types"]),
+        "features": list(row["partition__features"]),
+        "nodes_differ": row["partition__nodes_differ"],
+    }
+
+
 class OfferSerializer(serializers.Serializer):
     """An offer as everyone signed in sees it, with the public aggregate demand. Written out by
     hand in `to_representation`: the offers list is the busiest read of the site."""
@@ -354,6 +380,7 @@ class OfferSerializer(serializers.Serializer):
         help_text="Of the offer's cluster; null on the demo's local backend, where jobs do not "
         "run as tenant accounts.",
     )
+    hardware = HardwareSerializer()
 
     def to_representation(self, offer: Offer | Mapping[str, Any]) -> dict[str, Any]:
         row = offer if isinstance(offer, Mapping) else _listing_row(offer)
@@ -379,6 +406,7 @@ class OfferSerializer(serializers.Serializer):
             "currency": settings.PLATFORM_CURRENCY,
             "created_at": time_text(row["created_at"]),
             "tenant_accounts": tenant_accounts_of(row["cluster__backend"], row),
+            "hardware": hardware_of(row),
         }
 
 

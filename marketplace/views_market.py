@@ -134,7 +134,9 @@ def page_query(request: HttpRequest, page_parameter: str = "page") -> str:
 # --- Browsing offers ---------------------------------------------------------------------------
 
 
-class OfferListView(LoginRequiredMixin, View):
+class OfferListView(View):
+    """Public: visitors browse the market before they sign up."""
+
     template_name = "marketplace/market/offer_list.html"
 
     def get(self, request: HttpRequest) -> HttpResponse:
@@ -194,6 +196,8 @@ def offer_page(
     buy_form: BuyNowForm | None = None,
     status: int = 200,
 ) -> HttpResponse:
+    if not request.user.is_authenticated:
+        return visitor_offer_page(request, offer)
     user = request.user
     owner = selectors.membership_in(user, offer.cluster.organization_id)
     administered = selectors.organizations_administered_by(user)
@@ -241,6 +245,33 @@ def offer_page(
     return render(request, "marketplace/market/offer_detail.html", context, status=status)
 
 
+def visitor_offer_page(request: HttpRequest, offer: Offer) -> HttpResponse:
+    """The offer as a visitor sees it: everything public, and a log-in link that comes back
+    here in place of the forms."""
+    tenants = None
+    if offer.cluster.runs_jobs_as_tenants:
+        tenants = {
+            "total": offer.tenant_accounts_total,  # type: ignore[attr-defined]
+            "free": offer.tenant_accounts_free,  # type: ignore[attr-defined]
+        }
+    login = f"{reverse('login')}?{urlencode({'next': request.get_full_path()})}"
+    context = {
+        "offer": offer,
+        "cluster": offer.cluster,
+        "partition": offer.partition,
+        "tenants": tenants,
+        "tenants_exhausted": False,
+        "accepts_orders": offer.accepts_orders_at(timezone.now()),
+        "is_visitor": True,
+        "login_url": login,
+        "order_forms": [],
+        "bids": [],
+        "price_history_url": price_history_url(offer),
+        "currency": settings.PLATFORM_CURRENCY,
+    }
+    return render(request, "marketplace/market/offer_detail.html", context)
+
+
 def offer_tenants(user: User, offer: Offer) -> dict[str, Any]:
     """How many teams the offer's cluster serves at once and how many more it can take now
     (`selectors.offer_get` counts them), and whether the viewer's organizations would be
@@ -263,7 +294,9 @@ def offer_url(offer: Offer) -> str:
     return reverse("offer-detail", args=[offer.uuid])
 
 
-class OfferDetailView(LoginRequiredMixin, View):
+class OfferDetailView(View):
+    """Public; the bid and buy forms only for those signed in."""
+
     def get(self, request: HttpRequest, offer_id: str) -> HttpResponse:
         return offer_page(request, selectors.offer_get(offer_id))
 
@@ -365,7 +398,9 @@ class OfferCancelView(LoginRequiredMixin, View):
 # --- Price history -----------------------------------------------------------------------------
 
 
-class PriceHistoryView(LoginRequiredMixin, View):
+class PriceHistoryView(View):
+    """Public, as DESIGN.md has it: every clearing is recorded and its price history public."""
+
     template_name = "marketplace/market/price_history.html"
 
     def get(self, request: HttpRequest) -> HttpResponse:

@@ -157,6 +157,12 @@ class PartitionFactory(factory.django.DjangoModelFactory):
     cpus = 256
     gpus = 8
     max_time_minutes = None
+    # As verification reads them: per node, the smallest node's.
+    cpus_per_node = factory.LazyAttribute(lambda part: part.cpus // max(part.nodes, 1))
+    memory_per_node_mb = 262144
+    gpus_per_node = factory.LazyAttribute(lambda part: part.gpus // max(part.nodes, 1))
+    gpu_types = factory.LazyAttribute(lambda partition: ["a100"] if partition.gpus else [])
+    features = factory.LazyFunction(lambda: ["avx2", "ib"])
 
 
 class OfferFactory(factory.django.DjangoModelFactory):

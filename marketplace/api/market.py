@@ -276,6 +276,17 @@ OFFER_FILTERS = [
     OpenApiParameter("window_starts_before", str, description="ISO 8601"),
     OpenApiParameter("window_ends_after", str, description="ISO 8601"),
     OpenApiParameter(
+        "q",
+        str,
+        description="Words each found in the cluster, owner, partition, GPU types or "
+        "node features.",
+    ),
+    OpenApiParameter("gpu_type", str, description="A GPU type any node has, such as `a100`."),
+    OpenApiParameter("feature", str, description="A node feature any node has, such as `ib`."),
+    OpenApiParameter("min_cpus_per_node", int, description="CPUs of the smallest node."),
+    OpenApiParameter("min_memory_per_node_gb", str, description="Memory of the smallest node."),
+    OpenApiParameter("min_gpus_per_node", int, description="GPUs of the smallest node."),
+    OpenApiParameter(
         "ordering",
         str,
         enum=[

@@ -268,6 +268,16 @@ def ssh_settings_for(cluster: Cluster, *, connect_timeout: float = 10.0) -> SSHS
     )
 
 
+def local_inventory_memory_mb() -> int:
+    """This machine's memory in megabytes, as Slurm's RealMemory counts it; 0 where the system
+    does not say."""
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 0
+    return max(0, pages * page_size // (1024 * 1024))
+
+
 def local_inventory() -> ClusterInventory:
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     partition = PartitionInfo(
@@ -278,6 +288,8 @@ def local_inventory() -> ClusterInventory:
         max_time_minutes=None,
         is_up=True,
         is_default=True,
+        cpus_per_node=cpus or 1,
+        memory_per_node_mb=local_inventory_memory_mb(),
     )
     return ClusterInventory(cluster_name="local", slurm_version="", partitions=(partition,))
 
@@ -315,6 +327,12 @@ def cluster_inventory_store(cluster: Cluster, inventory: ClusterInventory) -> Cl
             "gpus": info.gpus,
             "max_time_minutes": info.max_time_minutes,
             "is_up": info.is_up,
+            "cpus_per_node": info.cpus_per_node,
+            "memory_per_node_mb": info.memory_per_node_mb,
+            "gpus_per_node": info.gpus_per_node,
+            "gpu_types": list(info.gpu_types),
+            "features": list(info.features),
+            "nodes_differ": info.nodes_differ,
         }
         if (partition := existing.get(info.name)) is None:
             Partition.objects.create(cluster=cluster, name=info.name, **values)

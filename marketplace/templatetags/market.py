@@ -35,3 +35,13 @@ def units(value: Decimal | int | None) -> str:
     """Core-hours or GPU-hours to the micro-unit without trailing zeros (`0.166667`, `6`), as
     the API gives them: a job of seconds still shows what it used."""
     return units_text(value) or ""
+
+
+@register.filter
+def gigabytes(megabytes: int | None) -> str:
+    """A node's memory (Slurm's RealMemory, in MB) in GB: whole when it is, else one decimal."""
+    if not megabytes:
+        return "0"
+    value = Decimal(megabytes) / 1024
+    whole = value.to_integral_value()
+    return f"{whole:f}" if value == whole else f"{value.quantize(Decimal('0.1')):f}"

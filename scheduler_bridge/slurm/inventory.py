@@ -1,5 +1,6 @@
 """What a cluster offers: its name, its Slurm version and, per partition, the nodes, CPUs, GPUs
-and time limit a job of the service user can get.
+and time limit a job of the service user can get, and the hardware of its nodes (CPUs, memory,
+GPU types and counts, features) that the market shows buyers and filters by.
 
 The inventory is read with two commands whose output formats are fixed by us, not by the site:
 `scontrol show config` (one `Key = Value` per line) and a node-oriented `sinfo` with an explicit,
@@ -27,17 +28,29 @@ SINFO_NODES_FIELDS = (
     "gres",
     "time_limit",
     "availability",
+    "memory",
+    "features",
 )
-SINFO_NODES_COMMAND = ("sinfo", "--noheader", "--Node", "--format", "%R|%P|%N|%c|%G|%l|%a")
+# %m is the node's RealMemory in megabytes, %f its available features (comma-separated).
+SINFO_NODES_COMMAND = (
+    "sinfo",
+    "--noheader",
+    "--Node",
+    "--format",
+    "%R|%P|%N|%c|%G|%l|%a|%m|%f",
+)
 SCONTROL_CONFIG_COMMAND = ("scontrol", "show", "config")
 
 # What sinfo prints in the node column of a partition without nodes: no real node is called so,
 # since `/` cannot appear in a host name.
 _NO_NODE = "n/a"
-# What sinfo prints for a node without generic resources.
+# What sinfo prints for a node without generic resources (or without features).
 _NO_GRES = ("", "(null)")
 _UNLIMITED = ("infinite", "unlimited")
 _DIGITS = re.compile(r"[0-9]+")
+# What slurm.conf accepts in a feature name, and what the market's filters accept back.
+FEATURE_PATTERN = r"[A-Za-z0-9_.+-]{1,64}"
+_FEATURE = re.compile(FEATURE_PATTERN)
 _CONFIG_LINE = re.compile(r"(?P<key>[A-Za-z_][A-Za-z0-9_\[\]]*)\s*=\s?(?P<value>.*)")
 
 
@@ -53,6 +66,27 @@ class PartitionInfo:
     """The partition's time limit; None when it has none (`infinite`)."""
     is_up: bool
     is_default: bool
+    cpus_per_node: int = 0
+    """CPUs of the partition's smallest node: what a one-node job can count on wherever it
+    lands. So are the memory and the GPUs per node."""
+    memory_per_node_mb: int = 0
+    gpus_per_node: int = 0
+    gpu_types: tuple[str, ...] = ()
+    """The GPU types (`a100`) any node of the partition has, sorted; an untyped GRES adds none."""
+    features: tuple[str, ...] = ()
+    """The node features (`avx512`, `ib`) any node of the partition has, sorted."""
+    nodes_differ: bool = False
+    """Whether the partition's nodes differ in CPUs, memory, GPUs or features: the per-node
+    figures are then the smallest node's and the types and features not on every node."""
+
+
+@dataclass(frozen=True)
+class NodeHardware:
+    cpus: int
+    memory_mb: int
+    gpus: int
+    gpu_types: frozenset[str]
+    features: frozenset[str]
 
 
 @dataclass(frozen=True)
@@ -118,20 +152,34 @@ def parse_sinfo_nodes(text: str) -> tuple[PartitionInfo, ...]:
         node = row["node"]
         if node == _NO_NODE:
             continue
-        resources = (_count(row["cpus"], "CPU count"), gpus_in_gres(row["gres"]))
-        if lines.nodes.setdefault(node, resources) != resources:
-            raise UnexpectedOutput(f"sinfo printed two different sizes for node {node!r}")
-    return tuple(
-        PartitionInfo(
-            name=name,
-            nodes=len(lines.nodes),
-            cpus=sum(cpus for cpus, _ in lines.nodes.values()),
-            gpus=sum(gpus for _, gpus in lines.nodes.values()),
-            max_time_minutes=lines.settings[0],
-            is_up=lines.settings[1],
-            is_default=lines.settings[2],
+        hardware = NodeHardware(
+            cpus=_count(row["cpus"], "CPU count"),
+            memory_mb=_count(row["memory"], "memory size"),
+            gpus=gpus_in_gres(row["gres"]),
+            gpu_types=frozenset(gpu_types_in_gres(row["gres"])),
+            features=frozenset(features_of(row["features"])),
         )
-        for name, lines in sorted(partitions.items())
+        if lines.nodes.setdefault(node, hardware) != hardware:
+            raise UnexpectedOutput(f"sinfo printed two different sizes for node {node!r}")
+    return tuple(_partition_info(name, lines) for name, lines in sorted(partitions.items()))
+
+
+def _partition_info(name: str, lines: _PartitionLines) -> PartitionInfo:
+    nodes = list(lines.nodes.values())
+    return PartitionInfo(
+        name=name,
+        nodes=len(nodes),
+        cpus=sum(node.cpus for node in nodes),
+        gpus=sum(node.gpus for node in nodes),
+        max_time_minutes=lines.settings[0],
+        is_up=lines.settings[1],
+        is_default=lines.settings[2],
+        cpus_per_node=min((node.cpus for node in nodes), default=0),
+        memory_per_node_mb=min((node.memory_mb for node in nodes), default=0),
+        gpus_per_node=min((node.gpus for node in nodes), default=0),
+        gpu_types=tuple(sorted(set().union(*(node.gpu_types for node in nodes)))),
+        features=tuple(sorted(set().union(*(node.features for node in nodes)))),
+        nodes_differ=len(set(nodes)) > 1,
     )
 
 
@@ -139,9 +187,29 @@ def gpus_in_gres(text: str) -> int:
     """The number of GPUs in a node's GRES as sinfo prints it: comma-separated
     `name[:type]:count` items, each perhaps followed by a socket binding such as `(S:0-1)`, for
     example `gpu:a100:4(S:0-1),gpu:2,shard:8`. Only `gpu` items count, whatever their type."""
+    return sum(count for _, count in _gpu_items(text))
+
+
+def gpu_types_in_gres(text: str) -> set[str]:
+    """The GPU types named in a node's GRES (`a100` in `gpu:a100:4`); `gpu:2` names none."""
+    return {gpu_type for gpu_type, _ in _gpu_items(text) if gpu_type}
+
+
+def features_of(text: str) -> set[str]:
+    """A node's features as sinfo's %f prints them: comma-separated names, `(null)` for none."""
     if text in _NO_GRES:
-        return 0
-    total = 0
+        return set()
+    features = set(text.split(","))
+    if not all(_FEATURE.fullmatch(feature) for feature in features):
+        raise UnexpectedOutput(f"unreadable node features {text!r}")
+    return features
+
+
+def _gpu_items(text: str) -> list[tuple[str, int]]:
+    """(type, count) of each `gpu` item of a GRES; the type is "" when the item names none."""
+    if text in _NO_GRES:
+        return []
+    items = []
     for item in _split_outside_parentheses(text):
         spec, parenthesis, binding = item.partition("(")
         if parenthesis and not binding.endswith(")"):
@@ -149,9 +217,12 @@ def gpus_in_gres(text: str) -> int:
         fields = spec.split(":")
         if fields[0] != "gpu":
             continue
+        if len(fields) > 3:
+            raise UnexpectedOutput(f"unreadable GRES {item!r} in {text!r}")
         # A GRES configured without a count (`Gres=gpu`) is one device.
-        total += 1 if len(fields) == 1 else _count(fields[-1], f"GPU count in {text!r}")
-    return total
+        count = 1 if len(fields) == 1 else _count(fields[-1], f"GPU count in {text!r}")
+        items.append((fields[1] if len(fields) == 3 else "", count))
+    return items
 
 
 def parse_cluster_config(text: str) -> tuple[str, str]:
@@ -216,7 +287,7 @@ class _PartitionLines:
     """What the lines of one partition said so far."""
 
     settings: tuple[int | None, bool, bool]  # time limit, is up, is default
-    nodes: dict[str, tuple[int, int]] = field(default_factory=dict)  # node: (CPUs, GPUs)
+    nodes: dict[str, NodeHardware] = field(default_factory=dict)
 
 
 def _count(text: str, what: str) -> int:

@@ -744,6 +744,15 @@ def test_offer_create_lists_the_capacity(market):
         "currency": "USD",
         "created_at": iso(offer.created_at),
         "tenant_accounts": {"total": 24, "free": 24},
+        "hardware": {
+            "nodes": 4,
+            "cpus_per_node": 64,
+            "memory_per_node_mb": 262144,
+            "gpus_per_node": 2,
+            "gpu_types": ["a100"],
+            "features": ["avx2", "ib"],
+            "nodes_differ": False,
+        },
     }
     assert (offer.partition, offer.created_by) == (market.partition, market.owner_admin)
 

@@ -27,8 +27,20 @@ def slurmd_cpus(connection: SSHConnection) -> int:
     return int(match[1])
 
 
+def node_real_memory_mb(connection: SSHConnection) -> int:
+    """The node's RealMemory as the controller reports it with `scontrol show node`, a
+    command the inventory does not use."""
+    printed = connection.run(["scontrol", "show", "node", "--oneliner"], timeout=30).stdout
+    match = re.search(r"\bRealMemory=([0-9]+)\b", printed)
+    assert match, printed
+    return int(match[1])
+
+
 def test_the_inventory_of_the_test_cluster(connection, testcluster):
     version = connection.run(["sinfo", "--version"], timeout=30).stdout.split()[-1]
+
+    cpus = slurmd_cpus(connection)
+    memory = node_real_memory_mb(connection)
 
     inventory = inventory_read(connection)
 
@@ -38,10 +50,16 @@ def test_the_inventory_of_the_test_cluster(connection, testcluster):
         PartitionInfo(
             name=testcluster.partition,
             nodes=1,
-            cpus=slurmd_cpus(connection),
+            cpus=cpus,
             gpus=0,
             max_time_minutes=None,  # MaxTime=INFINITE
             is_up=True,
             is_default=True,
+            cpus_per_node=cpus,
+            memory_per_node_mb=memory,
+            gpus_per_node=0,
+            gpu_types=(),
+            features=(),
+            nodes_differ=False,
         ),
     )

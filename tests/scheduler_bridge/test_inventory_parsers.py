@@ -11,6 +11,7 @@ from scheduler_bridge.slurm.errors import UnexpectedOutput
 from scheduler_bridge.slurm.inventory import (
     SINFO_NODES_COMMAND,
     PartitionInfo,
+    gpu_types_in_gres,
     gpus_in_gres,
     parse_cluster_config,
     parse_duration_minutes,
@@ -36,6 +37,12 @@ def test_the_test_cluster_has_one_default_partition_without_time_limit():
             max_time_minutes=None,
             is_up=True,
             is_default=True,
+            cpus_per_node=2,
+            memory_per_node_mb=21504,
+            gpus_per_node=0,
+            gpu_types=(),
+            features=(),
+            nodes_differ=False,
         ),
     )
 
@@ -44,13 +51,70 @@ def test_a_gpu_cluster_sums_distinct_nodes_per_partition_sorted_by_name():
     partitions = parse_sinfo_nodes(recorded("gpucluster_sinfo_nodes.txt"))
 
     assert partitions == (
-        # c003 is listed twice and counts once.
-        PartitionInfo("cpu", 4, 256, 0, 2 * 24 * 60, is_up=True, is_default=True),
+        # c003 is listed twice and counts once; c004 has more memory and one more feature.
+        PartitionInfo(
+            "cpu",
+            4,
+            256,
+            0,
+            2 * 24 * 60,
+            is_up=True,
+            is_default=True,
+            cpus_per_node=64,
+            memory_per_node_mb=257000,
+            gpus_per_node=0,
+            gpu_types=(),
+            features=("avx512", "bigmem", "ib"),
+            nodes_differ=True,
+        ),
         # c001 and g002 count here as well as in their other partitions.
-        PartitionInfo("debug", 2, 96, 2, 30, is_up=True, is_default=False),
-        # 4 + 2 + (2 + 2) + 8 GPUs; shards and MPS are not GPUs.
-        PartitionInfo("gpu", 4, 320, 18, None, is_up=True, is_default=False),
-        PartitionInfo("long", 2, 128, 0, 7 * 24 * 60, is_up=False, is_default=False),
+        PartitionInfo(
+            "debug",
+            2,
+            96,
+            2,
+            30,
+            is_up=True,
+            is_default=False,
+            cpus_per_node=32,
+            memory_per_node_mb=191000,
+            gpus_per_node=0,
+            gpu_types=(),
+            features=("avx512", "ib"),
+            nodes_differ=True,
+        ),
+        # 4 + 2 + (2 + 2) + 8 GPUs; shards and MPS are not GPUs, an untyped GRES adds no type.
+        PartitionInfo(
+            "gpu",
+            4,
+            320,
+            18,
+            None,
+            is_up=True,
+            is_default=False,
+            cpus_per_node=32,
+            memory_per_node_mb=191000,
+            gpus_per_node=2,
+            gpu_types=("a100", "h100", "v100"),
+            features=("ib", "nvlink"),
+            nodes_differ=True,
+        ),
+        # Two identical nodes.
+        PartitionInfo(
+            "long",
+            2,
+            128,
+            0,
+            7 * 24 * 60,
+            is_up=False,
+            is_default=False,
+            cpus_per_node=64,
+            memory_per_node_mb=257000,
+            gpus_per_node=0,
+            gpu_types=(),
+            features=("avx512", "ib"),
+            nodes_differ=False,
+        ),
     )
 
 
@@ -59,7 +123,7 @@ def test_no_visible_partition_is_an_empty_inventory():
 
 
 def test_a_partition_without_nodes_is_listed_with_zero_nodes():
-    partitions = parse_sinfo_nodes("empty|empty|n/a|0|(null)|1:00:00|inact\n")
+    partitions = parse_sinfo_nodes("empty|empty|n/a|0|(null)|1:00:00|inact|0|(null)\n")
 
     assert partitions == (PartitionInfo("empty", 0, 0, 0, 60, is_up=False, is_default=False),)
 
@@ -70,7 +134,7 @@ def test_the_command_asks_for_an_explicit_delimited_node_oriented_format():
         "--noheader",
         "--Node",
         "--format",
-        "%R|%P|%N|%c|%G|%l|%a",
+        "%R|%P|%N|%c|%G|%l|%a|%m|%f",
     )
 
 
@@ -78,23 +142,34 @@ def test_the_command_asks_for_an_explicit_delimited_node_oriented_format():
     "text",
     [
         # %P does not match %R
-        "cpu|gpu*|c001|64|(null)|infinite|up\n",
+        "cpu|gpu*|c001|64|(null)|infinite|up|1000|(null)\n",
         # a header line
-        "PARTITION|PARTITION|NODELIST|CPUS|GRES|TIMELIMIT|AVAIL\n",
+        "PARTITION|PARTITION|NODELIST|CPUS|GRES|TIMELIMIT|AVAIL|MEMORY|AVAIL_FEATURES\n",
         # the default %P format of sinfo, not ours
         "debug*       up   infinite      1   idle vm\n",
-        # too few fields
-        "cpu|cpu*|c001|64|(null)|infinite\n",
+        # too few fields (the format before memory and features)
+        "cpu|cpu*|c001|64|(null)|infinite|up\n",
         # CPUs as sinfo prints them for a group of nodes
-        "cpu|cpu*|c001|64+|(null)|infinite|up\n",
+        "cpu|cpu*|c001|64+|(null)|infinite|up|1000|(null)\n",
+        # memory as sinfo prints it for a group of nodes
+        "cpu|cpu*|c001|64|(null)|infinite|up|1000+|(null)\n",
+        # a feature list that is not one
+        "cpu|cpu*|c001|64|(null)|infinite|up|1000|avx512,,ib\n",
+        "cpu|cpu*|c001|64|(null)|infinite|up|1000|a b\n",
         # a time limit that is not one
-        "cpu|cpu*|c001|64|(null)|soon|up\n",
+        "cpu|cpu*|c001|64|(null)|soon|up|1000|(null)\n",
         # one node with two sizes
-        "cpu|cpu*|c001|64|(null)|infinite|up\ncpu|cpu*|c001|32|(null)|infinite|up\n",
+        "cpu|cpu*|c001|64|(null)|infinite|up|1000|(null)\n"
+        "cpu|cpu*|c001|32|(null)|infinite|up|1000|(null)\n",
+        # one node with two memory sizes
+        "cpu|cpu*|c001|64|(null)|infinite|up|1000|(null)\n"
+        "cpu|cpu*|c001|64|(null)|infinite|up|2000|(null)\n",
         # one partition with two time limits
-        "cpu|cpu*|c001|64|(null)|infinite|up\ncpu|cpu*|c002|64|(null)|30:00|up\n",
+        "cpu|cpu*|c001|64|(null)|infinite|up|1000|(null)\n"
+        "cpu|cpu*|c002|64|(null)|30:00|up|1000|(null)\n",
         # one partition both default and not
-        "cpu|cpu*|c001|64|(null)|infinite|up\ncpu|cpu|c002|64|(null)|infinite|up\n",
+        "cpu|cpu*|c001|64|(null)|infinite|up|1000|(null)\n"
+        "cpu|cpu|c002|64|(null)|infinite|up|1000|(null)\n",
     ],
 )
 def test_sinfo_output_that_is_not_ours_raises(text):
@@ -122,8 +197,31 @@ def test_gpus_in_gres(gres, gpus):
 
 
 @pytest.mark.parametrize(
+    ("gres", "types"),
+    [
+        ("(null)", set()),
+        ("gpu:2", set()),
+        ("gpu", set()),
+        ("gpu:a100:4(S:0-1)", {"a100"}),
+        ("gpu:a100:2(S:0),gpu:v100:2(S:1),shard:8(S:0-1)", {"a100", "v100"}),
+        ("mps:100,gpu:3090:2", {"3090"}),
+    ],
+)
+def test_gpu_types_in_gres(gres, types):
+    assert gpu_types_in_gres(gres) == types
+
+
+@pytest.mark.parametrize(
     "gres",
-    ["gpu:a100", "gpu:a100:4(S:0-1", "gpu:a100:4)", "gpu:2,,gpu:2", "gpu:-1", "gpu:2K"],
+    [
+        "gpu:a100",
+        "gpu:a100:4(S:0-1",
+        "gpu:a100:4)",
+        "gpu:2,,gpu:2",
+        "gpu:-1",
+        "gpu:2K",
+        "gpu:a:b:2",
+    ],
 )
 def test_unreadable_gres_raises(gres):
     with pytest.raises(UnexpectedOutput):

@@ -147,12 +147,36 @@ def page_urls(team: OrganizationWithPeople, offer: Offer) -> list[str]:
     ]
 
 
-def test_every_market_page_needs_a_login(client, team, offer):
-    for url in page_urls(team, offer):
+def test_every_market_page_but_the_public_ones_needs_a_login(client, team, offer):
+    public = page_urls(team, offer)[:3]
+    for url in page_urls(team, offer)[3:]:
         response = client.get(url)
 
         assert response.status_code == 302, url
         assert response["Location"].startswith(reverse("login")), url
+    for url in public:
+        assert client.get(url).status_code == 200, url
+
+
+def test_a_visitor_sees_an_offer_and_is_asked_to_log_in_to_order(client, offer):
+    url = reverse("offer-detail", args=[offer.uuid])
+
+    page = client.get(url).content.decode()
+
+    assert 'id="log-in-to-order"' in page
+    assert f'href="{reverse("login")}?next={url.replace("/", "%2F")}"' in page
+    assert 'id="bid-form"' not in page
+    assert 'id="buy-form"' not in page
+
+
+def test_a_visitors_order_is_sent_to_log_in_and_writes_nothing(client, offer):
+    before = money_rows()
+    for name in ("offer-bid", "offer-buy"):
+        response = client.post(reverse(name, args=[offer.uuid]), {"bid-quantity": "1"})
+
+        assert response.status_code == 302
+        assert response["Location"].startswith(reverse("login"))
+    assert money_rows() == before
 
 
 def test_the_organization_pages_are_404_to_outsiders(client, team, owner):
@@ -210,6 +234,7 @@ def test_the_offers_page_lists_open_offers_with_their_figures(client, buyer, own
         "hpc1",
         "debug",
         "Core-hours",
+        "64 CPUs , 256 GB , 2 GPUs (a100) avx2 ib",
         "100 / 100",
         window,
         "1.00",
@@ -404,6 +429,7 @@ def test_the_offer_page_shows_hardware_window_prices_and_only_aggregate_demand(
     assert facts == {
         "Cluster": "hpc1 by Owner Lab",
         "Partition": "debug: 4 nodes, 256 CPUs, 8 GPUs, jobs up to 1440 minutes",
+        "Each node": "64 CPUs , 256 GB , 2 GPUs (a100) avx2 ib",
         "Units left": "100 of 100 core-hours",
         "Window (UTC)": f"{offer.window_start:%Y-%m-%d %H:%M} → {offer.window_end:%Y-%m-%d %H:%M}",
         "Reserve price": "1.00 USD per unit",

@@ -2,7 +2,7 @@
 
 from django.urls import path
 
-from scheduler_bridge import views
+from scheduler_bridge import sweep_views, views
 
 urlpatterns = [
     path(
@@ -36,5 +36,27 @@ urlpatterns = [
         "jobs/<uuid:job_id>/files.tar.gz",
         views.JobFilesArchiveView.as_view(),
         name="job-files-archive",
+    ),
+    path(
+        "allocations/<uuid:allocation_id>/sweeps/new/",
+        sweep_views.SweepSubmitView.as_view(),
+        name="sweep-submit",
+    ),
+    path("sweeps/", sweep_views.SweepListView.as_view(), name="sweep-list"),
+    path("sweeps/<uuid:sweep_id>/", sweep_views.SweepDetailView.as_view(), name="sweep-detail"),
+    path(
+        "sweeps/<uuid:sweep_id>/status/",
+        sweep_views.SweepStatusView.as_view(),
+        name="sweep-status",
+    ),
+    path(
+        "sweeps/<uuid:sweep_id>/retry-failed/",
+        sweep_views.SweepRetryFailedView.as_view(),
+        name="sweep-retry-failed",
+    ),
+    path(
+        "sweeps/<uuid:sweep_id>/results.csv",
+        sweep_views.SweepResultsCsvView.as_view(),
+        name="sweep-results-csv",
     ),
 ]

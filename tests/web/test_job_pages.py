@@ -666,7 +666,10 @@ def test_the_allocations_page_links_the_jobs_and_the_form_of_each_active_allocat
         for row in body_rows(page, "allocations")
     }
     assert submit_links == {
-        str(allocation.uuid): [reverse("job-submit", args=[allocation.uuid])],
+        str(allocation.uuid): [
+            reverse("job-submit", args=[allocation.uuid]),
+            reverse("sweep-submit", args=[allocation.uuid]),
+        ],
         str(closed.uuid): [],
     }
     assert page.by_id("organization-jobs").attrs["href"] == (

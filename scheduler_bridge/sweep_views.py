@@ -1,0 +1,167 @@
+"""The sweep pages: the form on an allocation, the list of the user's organizations' sweeps,
+and a sweep's page: a grid of its rows' states, its jobs, "retry failed", and the results
+table with its CSV download. The grid and the table are one fragment that htmx fetches again
+every few seconds while the sweep runs; an ended sweep's fragment carries no trigger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils.decorators import method_decorator
+from django.views import View
+from django.views.decorators.cache import never_cache
+
+from computeshare.errors import ApplicationError, ValidationFailed
+from computeshare.forms import form_add_service_error
+from marketplace import selectors as market_selectors
+from marketplace.models import Allocation
+from scheduler_bridge import errors, selectors, services
+from scheduler_bridge.models import Sweep, SweepRow
+from scheduler_bridge.sweep_api import sweep_results_csv, table_from_upload
+from scheduler_bridge.sweep_forms import SweepSubmitForm
+from scheduler_bridge.views import SHOWN_ON_FORM, active_allocation, refusal_text
+
+# Refusals of the table: shown beside it.
+TABLE_ERRORS = (
+    errors.SweepTableEmpty,
+    errors.SweepHeaderInvalid,
+    errors.SweepRowRagged,
+    errors.SweepTooManyRows,
+    errors.SweepValueInvalid,
+    errors.SweepTableTooLarge,
+)
+
+
+class SweepSubmitView(LoginRequiredMixin, View):
+    template_name = "sweeps/submit.html"
+
+    def _render(
+        self,
+        request: HttpRequest,
+        allocation: Allocation,
+        form: SweepSubmitForm,
+        *,
+        refusal: str = "",
+        status: int = 200,
+    ) -> HttpResponse:
+        context = {
+            "allocation": allocation,
+            "organization": allocation.organization,
+            "form": form,
+            "refusal": refusal,
+            "max_rows": settings.SWEEP_MAX_ROWS,
+            "currency": settings.PLATFORM_CURRENCY,
+        }
+        return render(request, self.template_name, context, status=status)
+
+    def get(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
+        allocation, _ = active_allocation(request, allocation_id)
+        return self._render(request, allocation, SweepSubmitForm())
+
+    def post(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
+        allocation, actor = active_allocation(request, allocation_id)
+        form = SweepSubmitForm(request.POST, request.FILES)
+        if not form.is_valid():
+            return self._render(request, allocation, form, status=400)
+        upload = form.cleaned_data.get("table_file")
+        try:
+            table = table_from_upload(upload) if upload else form.cleaned_data["table"]
+            sweep = services.sweep_submit(
+                actor=actor, allocation=allocation, request=form.sweep_request(table)
+            )
+        except TABLE_ERRORS as error:
+            form.add_error("table_file" if upload else "table", error.detail)
+            return self._render(request, allocation, form, status=error.status_code)
+        except errors.SbatchDirectiveNotAllowed as error:
+            lines = ", ".join(str(number) for number in error.extra.get("lines", []))
+            form.add_error("script", f"{error.detail} Lines: {lines}.")
+            return self._render(request, allocation, form, status=error.status_code)
+        except ValidationFailed as error:
+            form_add_service_error(form, error)
+            return self._render(request, allocation, form, status=error.status_code)
+        except SHOWN_ON_FORM as error:
+            allocation, _ = active_allocation(request, allocation_id)
+            return self._render(
+                request, allocation, form, refusal=refusal_text(error), status=error.status_code
+            )
+        job = sweep.sweep_jobs.get().job
+        messages.success(
+            request,
+            f"{sweep.name}: {job.task_count} rows queued as one array job, at most "
+            f"{sweep.concurrency} at once; it reserves {job.reserved_units.normalize():f} units "
+            "of the allocation until it ends.",
+        )
+        return HttpResponseRedirect(reverse("sweep-detail", args=[sweep.uuid]))
+
+
+class SweepListView(LoginRequiredMixin, View):
+    def get(self, request: HttpRequest) -> HttpResponse:
+        page = Paginator(selectors.sweep_list_for_user(request.user), 50).get_page(
+            request.GET.get("page")
+        )
+        return render(request, "sweeps/list.html", {"page": page})
+
+
+def sweep_context(request: HttpRequest, sweep_id: Any) -> dict[str, Any]:
+    sweep = selectors.sweep_get_for_user(request.user, sweep_id)
+    rows = list(selectors.sweep_rows(sweep))
+    states: dict[str, int] = {}
+    results: dict[str, int] = {}
+    for row in rows:
+        states[row.task.get_state_display()] = states.get(row.task.get_state_display(), 0) + 1
+        results[row.result_state] = results.get(row.result_state, 0) + 1
+    jobs = [sweep_job.job for sweep_job in sweep.sweep_jobs.all()]
+    return {
+        "sweep": sweep,
+        "rows": [(row, list(zip(sweep.columns, row.values, strict=True))) for row in rows],
+        "jobs": jobs,
+        "state_counts": sorted(states.items()),
+        "failed_count": results.get(SweepRow.ResultState.FAILED, 0),
+        "result_counts": results,
+        "is_running": sweep.state == Sweep.State.RUNNING,
+        "currency": settings.PLATFORM_CURRENCY,
+    }
+
+
+class SweepDetailView(LoginRequiredMixin, View):
+    def get(self, request: HttpRequest, sweep_id: str) -> HttpResponse:
+        return render(request, "sweeps/detail.html", sweep_context(request, sweep_id))
+
+
+@method_decorator(never_cache, name="dispatch")
+class SweepStatusView(LoginRequiredMixin, View):
+    """The sweep's live part (grid, jobs, results), fetched every few seconds while it runs."""
+
+    def get(self, request: HttpRequest, sweep_id: str) -> HttpResponse:
+        return render(request, "sweeps/_status.html", sweep_context(request, sweep_id))
+
+
+class SweepRetryFailedView(LoginRequiredMixin, View):
+    def post(self, request: HttpRequest, sweep_id: str) -> HttpResponse:
+        sweep = selectors.sweep_get_for_user(request.user, sweep_id)
+        actor = market_selectors.membership_in(request.user, sweep.organization_id)
+        assert actor is not None
+        try:
+            sweep_job = services.sweep_retry_failed(actor=actor, sweep=sweep)
+        except ApplicationError as error:
+            messages.error(request, refusal_text(error))
+        else:
+            messages.success(
+                request,
+                f"The {sweep_job.job.task_count} failed rows run again as a new array job; "
+                f"it reserves {sweep_job.job.reserved_units.normalize():f} units.",
+            )
+        return HttpResponseRedirect(reverse("sweep-detail", args=[sweep.uuid]))
+
+
+class SweepResultsCsvView(LoginRequiredMixin, View):
+    def get(self, request: HttpRequest, sweep_id: str) -> HttpResponse:
+        sweep = selectors.sweep_get_for_user(request.user, sweep_id)
+        return sweep_results_csv(sweep, list(selectors.sweep_rows(sweep)))

@@ -6,9 +6,11 @@ follows the tasks' states without reloading (moved by the test, as the poll woul
 results table appears once the rows are gathered, with its CSV download; at 390 px wide
 nothing pans sideways and the console stays free of errors.
 
-On the real test cluster: a 100-row sweep typed into the form runs, 2 at a time, and its page
-ends with the 100-row results table the script computes; its 5 failed rows are retried with the
-page's button and the table completes."""
+On the real test cluster: a 100-row sweep typed into the form and another posted to the API run
+side by side, each 2 at a time, and each ends with the 100-row results table its script
+computes (on the page, in the API and as CSV); the 5 rows of each that failed are retried
+alone, with the page's button and with retry-failed, as new array jobs reserved and charged for
+those 5 rows only, the ledger balanced."""
 
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ from marketplace.models import Membership
 from scheduler_bridge import services
 from scheduler_bridge.job_files import job_files_storage, stored_name
 from scheduler_bridge.models import Job, JobFile, JobRun, JobTask, Sweep, SweepRow
+from tests.conftest import client_for, wait_for
 from tests.factories import (
     MembershipFactory,
     PartitionFactory,
@@ -177,40 +180,88 @@ def test_the_sweep_form_grid_and_results_table(page: Page, live_server):
 
 # --- On the real test cluster -----------------------------------------------------------------
 
-SCRIPT = """#!/usr/bin/env python3
+# Typed into the page: the result is its last stdout line. Rows whose n ends in 7 of 20 fail
+# once (a marker in the tenant's home, under the sweep's own token, lets their retry through).
+PAGE_SCRIPT = """#!/usr/bin/env python3
 import os, sys, time
 n, w, token = os.environ["n"], os.environ["w"], os.environ["token"]
-assert sys.argv[1:] == [n, w, token]
+assert sys.argv[1:] == [n, w, token], sys.argv
 marker = os.path.join(os.environ["HOME"], f"sweep-page-marker-{token}-{n}")
 if int(n) % 20 == 7:
     if not os.path.exists(marker):
         open(marker, "w").close()
         sys.exit(5)
-    time.sleep(1.2)
+    time.sleep(1.2)  # a retried row runs over a second: its charge is not zero
 print("computing")
 print(int(n) ** 2 - int(w))
 """
-FAILING = {7, 27, 47, 67, 87}
+PAGE_FAILING = {7, 27, 47, 67, 87}
+# Posted to the API: the result is a file the task writes in its folder.
+API_SCRIPT = """#!/usr/bin/env python3
+import os, sys, time
+x, y, label, token = (os.environ[name] for name in ("x", "y", "label", "token"))
+assert sys.argv[1:] == [x, y, label, token], sys.argv
+marker = os.path.join(os.environ["HOME"], f"sweep-api-marker-{token}-{x}")
+if label == "flaky":
+    if not os.path.exists(marker):
+        open(marker, "w").close()
+        sys.exit(3)
+    time.sleep(1.2)
+os.makedirs("out", exist_ok=True)
+with open("out/value.txt", "w") as result:
+    result.write(f"{int(x) * float(y) + 1!r}\\n")
+"""
+API_FAILING = {3, 17, 42, 64, 99}
 
 
-def test_a_100_row_sweep_typed_into_the_page_runs_on_the_cluster(
+def _api_table(token: str) -> tuple[str, dict[int, str]]:
+    lines = ["x,y,label,token"]
+    expected = {}
+    for x in range(100):
+        y = f"{(x % 7) * 0.25 + 0.5}"
+        lines.append(f"{x},{y},{'flaky' if x in API_FAILING else 'plain'},{token}")
+        expected[x] = repr(x * float(y) + 1)
+    return "\r\n".join(lines) + "\r\n", expected
+
+
+def _api_wait_ended(client, sweep_id: str, timeout: float) -> dict:
+    return wait_for(
+        lambda: (
+            (data := client.get(f"/api/v1/sweeps/{sweep_id}/").json())["state"] == "ended" and data
+        ),
+        timeout=timeout,
+        interval=1,
+    )
+
+
+def _charges(reference: str | None = None):
+    charges = Transaction.objects.filter(kind=Transaction.Kind.CHARGE)
+    return charges if reference is None else charges.filter(reference=reference)
+
+
+def test_a_100_row_sweep_through_the_page_and_one_through_the_api_run_on_the_cluster(
     page: Page, live_server, testcluster, celery_worker, poller
 ):
+    """Both sweeps run side by side on the cluster's 2 CPUs (each at most 2 at once), so that
+    the two hundred tasks share one wait; each is then retried, its failed rows alone."""
     base = live_server.url
     cluster = cluster_on_testcluster(testcluster, pool="fixed")
-    team = funded_organization("1000", name="Page Sweep Team")
+    team = funded_organization("1000", name="Sweep Team")
     member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
     allocation = allocation_bought(
         team, partition=cluster.partitions.get(), quantity=40, price="3.00"
     )
     token = uuid.uuid4().hex[:12]
-    expected = {n: str(n**2 - (n % 9)) for n in range(100)}
+    page_expected = {n: str(n**2 - (n % 9)) for n in range(100)}
+    api_text, api_expected = _api_table(token)
+    client = client_for(member)
     errors = _console_errors(page)
 
+    # Through the page: the script and a 100-row table typed into the form.
     log_in(page, base, member.username)
     page.goto(f"{base}/allocations/{allocation.uuid}/sweeps/new/")
     page.get_by_label("Name").fill("page squares")
-    page.get_by_label("Script").fill(SCRIPT)
+    page.get_by_label("Script").fill(PAGE_SCRIPT)
     page.get_by_label("Parameters (CSV)").fill(
         "n,w,token\n" + "".join(f"{n},{n % 9},{token}\n" for n in range(100))
     )
@@ -221,12 +272,40 @@ def test_a_100_row_sweep_typed_into_the_page_runs_on_the_cluster(
     expect(page.get_by_role("heading", name="page squares")).to_be_visible()
     expect(page.locator("#sweep-grid li")).to_have_count(100)
 
-    # The grid shows tasks running and completing as they go, then the sweep ends.
+    # Through the API, at the same moment: a file result.
+    answer = client.post(
+        "/api/v1/sweeps/",
+        {
+            "allocation": str(allocation.uuid),
+            "name": "api products",
+            "script": API_SCRIPT,
+            "table": api_text,
+            "time_limit_minutes": 2,
+            "concurrency": 2,
+            "result_source": "file",
+            "result_file": "out/value.txt",
+        },
+        format="json",
+    )
+    assert answer.status_code == 201, answer.json()
+    api_sweep = answer.json()
+    [api_first] = api_sweep["jobs"]
+    assert (api_first["array"], api_first["task_count"]) == ("0-99%2", 100)
+    # 1 core x 2 minutes for each of the 100 rows, as any array reserves
+    assert Decimal(api_first["reserved_units"]) == Decimal("0.033334") * 100
+    assert api_sweep["rows"][5]["parameters"] == {
+        "x": "5",
+        "y": "1.75",
+        "label": "plain",
+        "token": token,
+    }
+
+    # The page's grid shows rows completing as they go, then its sweep ends.
     expect(page.locator("#sweep-grid li[data-state=completed]").first).to_be_visible(timeout=60_000)
     expect(page.locator("[data-field=sweep-state]")).to_have_text(
-        "Ended, results gathered", timeout=170_000
+        "Ended, results gathered", timeout=240_000
     )
-    print(f"\n100-row sweep from the page: ended in {time.monotonic() - started:.1f} s")
+    print(f"\n200 rows of two sweeps: the page's ended after {time.monotonic() - started:.1f} s")
     expect(page.locator("#sweep-grid li[data-state=completed]")).to_have_count(95)
     expect(page.locator("#sweep-grid li[data-state=failed]")).to_have_count(5)
     rows = page.locator("#sweep-results tbody tr")
@@ -238,29 +317,102 @@ def test_a_100_row_sweep_typed_into_the_page_runs_on_the_cluster(
         )
         for row in rows.all()
     }
-    assert shown == {n: ("failed", "") if n in FAILING else ("ok", expected[n]) for n in range(100)}
-    sweep = Sweep.objects.get()
-    first_job = sweep.sweep_jobs.get().job
-    charges_before = Transaction.objects.filter(kind=Transaction.Kind.CHARGE).count()
+    assert shown == {
+        n: ("failed", "") if n in PAGE_FAILING else ("ok", page_expected[n]) for n in range(100)
+    }
 
+    api_ended = _api_wait_ended(client, api_sweep["id"], timeout=120)
+    print(f"the API's ended after {time.monotonic() - started:.1f} s")
+    results = client.get(f"/api/v1/sweeps/{api_sweep['id']}/results/").json()
+    assert results["count"] == 100 and results["columns"] == ["x", "y", "label", "token"]
+    for row in results["rows"]:
+        if row["index"] in API_FAILING:
+            assert (row["state"], row["result_state"], row["exit_code"]) == ("failed", "failed", 3)
+            assert (row["result"], row["result_detail"]) == (
+                "",
+                "The task ended failed, exit code 3.",
+            )
+        else:
+            assert (row["state"], row["result_state"]) == ("completed", "ok"), row
+            assert row["result"] == api_expected[row["index"]], row
+    assert [row["index"] for row in results["rows"]] == list(range(100))
+    assert api_ended["counts"] == {
+        "states": {"completed": 95, "failed": 5},
+        "results": {"ok": 95, "failed": 5},
+    }
+
+    # Every task's run was recorded and settled once; those that ran under a second of
+    # Slurm's elapsed time cost nothing and post no charge.
+    page_sweep = Sweep.objects.get(name="page squares")
+    page_first = page_sweep.sweep_jobs.get().job
+    api_first_job = Job.objects.get(uuid=api_first["id"])
+    for job in (page_first, api_first_job):
+        runs = JobRun.objects.filter(task__job=job)
+        assert runs.count() == 100
+        assert _charges(str(job.uuid)).count() == runs.exclude(cost=0).count()
+    charges_before = _charges().count()
+
+    # Retried: the page's with its button, the API's with retry-failed, side by side again.
     page.get_by_role("button", name="Retry the 5 failed rows").click()
     expect(page.locator(".alert-success")).to_contain_text("The 5 failed rows run again")
+    retried = client.post(f"/api/v1/sweeps/{api_sweep['id']}/retry-failed/")
+    assert retried.status_code == 201, retried.json()
+    api_retry = retried.json()["jobs"][1]
+    assert (api_retry["attempt"], api_retry["array"], api_retry["task_count"]) == (2, "0-4%2", 5)
+    assert Decimal(api_retry["reserved_units"]) == Decimal("0.033334") * 5
+    again = client.post(f"/api/v1/sweeps/{api_sweep['id']}/retry-failed/")
+    assert again.status_code == 409 and again.json()["code"] == "sweep_still_running"
+
     expect(page.locator("[data-field=sweep-state]")).to_have_text(
         "Ended, results gathered", timeout=90_000
     )
     expect(page.locator("#sweep-grid li[data-state=completed]")).to_have_count(100)
     expect(page.locator("#sweep-results tbody tr[data-result-state=ok]")).to_have_count(100)
-    shown = {
+    shown_again = {
         int(row.get_attribute("data-row")): row.locator("[data-field=result]").inner_text()
         for row in page.locator("#sweep-results tbody tr").all()
     }
-    assert shown == expected
-    # The retry job ran and was charged for its 5 rows alone.
-    retry_job = sweep.sweep_jobs.get(attempt=2).job
-    assert retry_job.task_count == 5
-    assert JobRun.objects.filter(task__job=retry_job).count() == 5
-    assert Transaction.objects.filter(kind=Transaction.Kind.CHARGE).count() == charges_before + 5
-    assert JobRun.objects.filter(task__job=first_job).count() == 100
-    assert SweepRow.objects.filter(sweep=sweep, attempts=2).count() == 5
+    assert shown_again == page_expected
+    api_ended = _api_wait_ended(client, api_sweep["id"], timeout=60)
+    print(f"both retries ended after {time.monotonic() - started:.1f} s")
+    assert api_ended["counts"]["results"] == {"ok": 100}
+    rows = client.get(f"/api/v1/sweeps/{api_sweep['id']}/results/").json()["rows"]
+    assert {row["index"]: row["result"] for row in rows} == api_expected
+    assert {row["index"] for row in rows if row["attempts"] == 2} == API_FAILING
+    assert {row["job"] for row in rows if row["index"] in API_FAILING} == {api_retry["id"]}
+
+    # Each retry ran and was charged for its 5 rows alone; nothing else was charged again.
+    page_retry_job = page_sweep.sweep_jobs.get(attempt=2).job
+    api_retry_job = Job.objects.get(uuid=api_retry["id"])
+    for job in (page_retry_job, api_retry_job):
+        assert job.task_count == 5
+        runs = JobRun.objects.filter(task__job=job)
+        assert runs.count() == 5 and all(run.cost > 0 for run in runs)
+        assert _charges(str(job.uuid)).count() == 5
+        assert sum(run.cost for run in runs) == job.cost
+    assert _charges().count() == charges_before + 10
+    assert JobRun.objects.filter(task__job=page_first).count() == 100
+    assert JobRun.objects.filter(task__job=api_first_job).count() == 100
+    assert Decimal(api_ended["jobs"][1]["cost"]) == api_retry_job.cost
     assert ledger_verify() == []
+
+    download = client.get(f"/api/v1/sweeps/{api_sweep['id']}/results.csv")
+    assert download.status_code == 200 and download["Content-Type"].startswith("text/csv")
+    lines = list(csv.reader(io.StringIO(download.content.decode())))
+    assert lines[0] == [
+        "row",
+        "x",
+        "y",
+        "label",
+        "token",
+        "result",
+        "result_state",
+        "task_state",
+        "exit_code",
+        "detail",
+    ]
+    assert [(int(line[0]), line[5], line[6]) for line in lines[1:]] == [
+        (index, api_expected[index], "ok") for index in range(100)
+    ]
+    assert SweepRow.objects.filter(sweep=page_sweep, attempts=2).count() == 5
     assert errors == []

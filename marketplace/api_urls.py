@@ -86,6 +86,11 @@ urlpatterns += [
         market.TenantAccountScrubApi.as_view(),
         name="api-cluster-tenant-account-scrub",
     ),
+    path(
+        "clusters/<uuid:cluster_id>/partitions/<str:partition>/calendar/",
+        market.PartitionCalendarApi.as_view(),
+        name="api-partition-calendar",
+    ),
     path("offers/", market.OfferListCreateApi.as_view(), name="api-offers"),
     path("offers/price-history/", market.PriceHistoryApi.as_view(), name="api-price-history"),
     path("offers/<uuid:offer_id>/", market.OfferDetailApi.as_view(), name="api-offer"),
@@ -93,6 +98,9 @@ urlpatterns += [
     path("offers/<uuid:offer_id>/bids/", market.OfferBidCreateApi.as_view(), name="api-offer-bids"),
     path(
         "offers/<uuid:offer_id>/cancel/", market.OfferCancelApi.as_view(), name="api-offer-cancel"
+    ),
+    path(
+        "offers/<uuid:offer_id>/extend/", market.OfferExtendApi.as_view(), name="api-offer-extend"
     ),
     path("bids/", market.BidListApi.as_view(), name="api-bids"),
     path("bids/<uuid:bid_id>/", market.BidDetailApi.as_view(), name="api-bid"),

@@ -98,3 +98,16 @@ class LastAdmin(Conflict):
         "An organization needs an admin: make another member admin before the last admin "
         "leaves, is removed or becomes a member."
     )
+
+
+class PartitionCapacityExceeded(Conflict):
+    code = "partition_capacity_exceeded"
+    default_detail = (
+        "With the offers already open or sold on this partition, this would sell more than the "
+        "partition has in some hours: `extra.hours` lists them."
+    )
+
+
+class OfferNotExtendable(Conflict):
+    code = "offer_not_extendable"
+    default_detail = "This offer can no longer be extended."

@@ -775,3 +775,12 @@ class Allocation(BaseModel):
     @property
     def status(self) -> str:
         return self.status_at(timezone.now())
+
+
+# Capacity, idle time and the owners' track record live in their own module.
+from marketplace.models_capacity import (  # noqa: E402, F401
+    ClusterOutage,
+    HardwareChange,
+    OwnerSideRunEnd,
+    PartitionIdleHour,
+)

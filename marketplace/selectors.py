@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from computeshare.models import User
+from marketplace import capacity
 from marketplace.models import (
     Allocation,
     Bid,
@@ -21,6 +22,7 @@ from marketplace.models import (
     Offer,
     Organization,
     Partition,
+    Resource,
     TenantAccount,
     TenantLease,
 )
@@ -444,4 +446,83 @@ def tenant_leases_to_scrub_again(*, quiet_for: datetime.timedelta) -> list[int]:
         .filter(Q(scrubbing_until__isnull=True) | Q(scrubbing_until__lt=now))
         .order_by("pk")
         .values_list("pk", flat=True)
+    )
+
+
+# --- Capacity: what each partition has sold per hour (marketplace/capacity.py) ------------------
+
+# The calendar answers at most this many hours at once (five weeks).
+CALENDAR_MAX_HOURS = 24 * 35
+
+
+def capacity_loads(
+    partition: Partition,
+    resource: str,
+    start: datetime.datetime,
+    end: datetime.datetime,
+    *,
+    excluding: Offer | None = None,
+) -> list[capacity.Load]:
+    """What the partition's offers of `resource` take between `start` and `end`: an open offer
+    its quantity, a cleared one what it sold, each spread over its window from when it was
+    listed; cancelled offers nothing."""
+    offers = Offer.objects.filter(
+        partition=partition,
+        resource=resource,
+        window_end__gt=start,
+        window_start__lt=end,
+    ).filter(Q(status=Offer.Status.OPEN) | Q(status=Offer.Status.CLEARED, units_sold__gt=0))
+    if excluding is not None:
+        offers = offers.exclude(pk=excluding.pk)
+    rows = offers.values_list(
+        "window_start", "window_end", "created_at", "status", "quantity", "units_sold"
+    )
+    return [
+        offer_load(
+            window_start=window_start,
+            window_end=window_end,
+            listed_at=listed_at,
+            units=quantity if status == Offer.Status.OPEN else units_sold,
+        )
+        for window_start, window_end, listed_at, status, quantity, units_sold in rows
+    ]
+
+
+def offer_load(
+    *,
+    window_start: datetime.datetime,
+    window_end: datetime.datetime,
+    listed_at: datetime.datetime,
+    units: int,
+) -> capacity.Load:
+    """An offer's units, spread over the part of its window that could be sold when listed
+    (from the hour it was listed in: the same for the check at listing and every later read)."""
+    return capacity.Load(
+        start=max(window_start, capacity.hour_floor(listed_at)), end=window_end, units=units
+    )
+
+
+def partition_capacity(partition: Partition, resource: str) -> int:
+    """What the partition has in each hour: its CPUs, or its GPUs, as verification read them."""
+    return partition.gpus if resource == Resource.GPU else partition.cpus
+
+
+def partition_get(cluster: Cluster, name: str) -> Partition:
+    partition = cluster.partitions.filter(name=name).first()
+    if partition is None:
+        raise NotFound("The cluster has no partition of this name.")
+    return partition
+
+
+def partition_calendar(
+    partition: Partition, resource: str, start: datetime.datetime, end: datetime.datetime
+) -> list[capacity.Hour]:
+    """Each hour from `start` to `end` (at most `CALENDAR_MAX_HOURS`) with what is sold of the
+    partition's `resource` and what it has: public, as the offers are."""
+    end = min(end, capacity.hour_floor(start) + CALENDAR_MAX_HOURS * capacity.HOUR)
+    return capacity.calendar(
+        capacity_loads(partition, resource, start, end),
+        partition_capacity(partition, resource),
+        start,
+        end,
     )

@@ -529,3 +529,37 @@ class AllocationFilterSerializer(serializers.Serializer):
     status = serializers.ChoiceField(choices=Allocation.Status.choices, required=False)
     organization = serializers.UUIDField(required=False)
     cluster = serializers.UUIDField(required=False)
+
+
+# --- Capacity ------------------------------------------------------------------------------------
+
+
+class CalendarFilterSerializer(serializers.Serializer):
+    resource = serializers.ChoiceField(choices=Resource.choices, required=False, default="cpu")
+    start = serializers.DateTimeField(
+        required=False, help_text="The first hour (rounded down to the hour); now by default."
+    )
+    hours = serializers.IntegerField(
+        required=False, default=168, min_value=1, max_value=24 * 35, help_text="1 to 840."
+    )
+
+
+class CalendarHourSerializer(serializers.Serializer):
+    start = serializers.DateTimeField()
+    sold = serializers.CharField(help_text="Units the partition's offers take in this hour.")
+    free = serializers.CharField(help_text="Units of this hour no offer takes yet.")
+
+
+class CalendarSerializer(serializers.Serializer):
+    cluster = serializers.UUIDField()
+    partition = serializers.CharField()
+    resource = serializers.ChoiceField(choices=Resource.choices)
+    capacity_per_hour = serializers.IntegerField(
+        help_text="What the partition has in each hour: its CPUs (core-hours) or GPUs."
+    )
+    hours = CalendarHourSerializer(many=True)
+
+
+class OfferExtendSerializer(serializers.Serializer):
+    quantity = WholeUnits(required=False, allow_null=True)
+    window_end = serializers.DateTimeField(required=False, allow_null=True)

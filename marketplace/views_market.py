@@ -96,6 +96,16 @@ def refusal_text(error: ApplicationError) -> str:
                 f"{error.detail} This cluster serves up to {extra['tenant_accounts']} teams at "
                 f"once and {extra['free']} accounts are free now: try again when one frees."
             )
+        if error.code == "partition_capacity_exceeded":
+            shown = [
+                f"{hour['start'][:13].replace('T', ' ')}:00 ({hour['sold']} of "
+                f"{hour['capacity']} sold, this asks {hour['asked']})"
+                for hour in extra["hours"][:6]
+            ]
+            more = extra["hour_count"] - len(shown)
+            return f"{error.detail} Hours that clash (UTC): {'; '.join(shown)}" + (
+                f"; and {more} more." if more > 0 else "."
+            )
         if error.code == "max_per_buyer_exceeded":
             return (
                 f"{error.detail} The cap is {extra['max_per_buyer']} units; your organization "

@@ -432,6 +432,8 @@ class ClusterPoll(models.Model):
     tenant_runs_read_until = models.DateTimeField(null=True, blank=True)
     # What the last poll noticed without failing: states it does not know, runs of no lease.
     last_notice = models.CharField(max_length=500, blank=True)
+    # When the poll last sampled the cluster's idle CPUs and GPUs (one sinfo).
+    idle_sampled_at = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"poll of {self.cluster_id}"

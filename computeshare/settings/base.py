@@ -198,6 +198,12 @@ JOBS_OUTPUT_MAX_TAIL_BYTES = env.int("JOBS_OUTPUT_MAX_TAIL_BYTES", default=1024 
 # of a team's job that started and ended between two polls); those in the queue are seen at
 # every poll.
 JOBS_TENANT_RUNS_READ_SECONDS = env.float("JOBS_TENANT_RUNS_READ_SECONDS", default=60.0)
+# Idle time: with the poll, one sinfo per online cluster this often; each partition keeps one
+# row per hour (marketplace.PartitionIdleHour) for this many days.
+IDLE_SAMPLE_SECONDS = env.float("IDLE_SAMPLE_SECONDS", default=300.0)
+IDLE_HISTORY_DAYS = env.int("IDLE_HISTORY_DAYS", default=35)
+# The owners' track record counts what happened over this many days.
+TRACK_RECORD_DAYS = env.int("TRACK_RECORD_DAYS", default=90)
 # How long after a run ended accounting may still add to it (its batch step's record, the run
 # that follows a requeue or a resize): past it, what accounting has is what there is.
 JOBS_RUN_RECORD_GRACE_SECONDS = env.float("JOBS_RUN_RECORD_GRACE_SECONDS", default=60.0)

@@ -81,3 +81,7 @@ WEBHOOK_ALLOWED_NETWORKS = env.list("WEBHOOK_ALLOWED_NETWORKS", default=["127.0.
 WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=5.0)
 WEBHOOK_RETRY_BASE_SECONDS = env.float("WEBHOOK_RETRY_BASE_SECONDS", default=0.2)
 WEBHOOK_RETRY_MAX_INTERVAL_SECONDS = env.float("WEBHOOK_RETRY_MAX_INTERVAL_SECONDS", default=1.0)
+
+# Factories make clusters online on paper only, so the poll samples idle time (one sinfo per
+# online cluster) only where a test turns it on: 0 is off.
+IDLE_SAMPLE_SECONDS = env.float("IDLE_SAMPLE_SECONDS", default=0.0)

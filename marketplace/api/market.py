@@ -5,6 +5,7 @@ the service. Clusters and offers are public to anyone signed in; bids and alloca
 the members of the organization that holds them."""
 
 from django.urls import reverse
+from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -19,7 +20,7 @@ from computeshare.api import (
     validated,
 )
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
-from marketplace import selectors, services
+from marketplace import capacity, selectors, services
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace.filters import OfferFilter
 from marketplace.models import Cluster, Membership
@@ -29,11 +30,14 @@ from marketplace.serializers_market import (
     BidCreateSerializer,
     BidFilterSerializer,
     BidSerializer,
+    CalendarFilterSerializer,
+    CalendarSerializer,
     ClusterConnectionSerializer,
     ClusterCreateSerializer,
     ClusterDetailSerializer,
     ClusterSerializer,
     OfferCreateSerializer,
+    OfferExtendSerializer,
     OfferSerializer,
     PriceHistoryFilterSerializer,
     PriceHistorySerializer,
@@ -337,7 +341,11 @@ class OfferListCreateApi(APIView):
             "The owners list capacity of an online cluster's partition. 409 "
             "`cluster_not_online`; 409 `gpu_not_metered` for a GPU offer on a cluster whose "
             "accounting does not record GPUs (gres/gpu is not in AccountingStorageTRES: its "
-            "GPU-hours could not be metered)."
+            "GPU-hours could not be metered). 409 `partition_capacity_exceeded` when, with the "
+            "offers already open or sold on the partition, some hour of the window would be "
+            "sold past what the partition has (`extra.hours`: each such hour's `start`, what "
+            "the other offers take, `sold`, what this one would, `asked`, and `capacity`; "
+            "`extra.hour_count` counts them all); see the partition's calendar."
         ),
     )
     def post(self, request: Request) -> Response:
@@ -571,3 +579,84 @@ class AllocationDetailApi(APIView):
                 selectors.allocation_get_for_user(request.user, allocation_id)
             ).data
         )
+
+
+# --- Capacity ------------------------------------------------------------------------------------
+
+
+class PartitionCalendarApi(APIView):
+    @extend_schema(
+        operation_id="clusters_partitions_calendar",
+        parameters=[
+            OpenApiParameter("resource", str, enum=["cpu", "gpu"], required=False),
+            OpenApiParameter(
+                "start", str, description="ISO 8601; the hour it falls in comes first. Now."
+            ),
+            OpenApiParameter("hours", int, description="How many hours, 1 to 840; 168."),
+        ],
+        responses={
+            200: CalendarSerializer,
+            400: ErrorSerializer,
+            401: ErrorSerializer,
+            404: ErrorSerializer,
+        },
+        description=(
+            "The partition's capacity calendar: for each hour, the units (core-hours, or "
+            "GPU-hours with `resource=gpu`) that its offers take, open or sold, and what is "
+            "free of the `capacity_per_hour` its verified CPUs or GPUs give. An offer's units "
+            "are spread evenly over its window from the hour it was listed; a cleared offer "
+            "counts what it sold, a cancelled one nothing. Listing or extending an offer that "
+            "would take any hour past its capacity is refused with 409 "
+            "`partition_capacity_exceeded` and those hours. Public, as the offers are."
+        ),
+    )
+    def get(self, request: Request, cluster_id: str, partition: str) -> Response:
+        cluster = selectors.cluster_get(cluster_id)
+        found = selectors.partition_get(cluster, partition)
+        data = validated(CalendarFilterSerializer, request.query_params)
+        start = capacity.hour_floor(data.get("start") or timezone.now())
+        hours = selectors.partition_calendar(
+            found, data["resource"], start, start + data["hours"] * capacity.HOUR
+        )
+        return Response(
+            CalendarSerializer(
+                {
+                    "cluster": cluster.uuid,
+                    "partition": found.name,
+                    "resource": data["resource"],
+                    "capacity_per_hour": selectors.partition_capacity(found, data["resource"]),
+                    "hours": [
+                        {
+                            "start": hour.start,
+                            "sold": capacity.units_text(hour.sold),
+                            "free": capacity.units_text(hour.free),
+                        }
+                        for hour in hours
+                    ],
+                }
+            ).data
+        )
+
+
+class OfferExtendApi(APIView):
+    @extend_schema(
+        operation_id="offers_extend",
+        request=OfferExtendSerializer,
+        responses={200: OfferSerializer, **ERRORS},
+        description=(
+            "The owners grow an open offer whose auction has not closed: a larger `quantity`, "
+            "and, while it has no bids and no sales, a later `window_end`; neither shrinks "
+            "(400). 409 `partition_capacity_exceeded` when the grown offer would take an hour "
+            "of the partition past its capacity (`extra.hours`: each hour's `start`, `sold` "
+            "by the other offers, `asked` by this one, `capacity`); 409 `offer_not_extendable` "
+            "for an offer closed to orders, or a window with bids or sales."
+        ),
+    )
+    def post(self, request: Request, offer_id: str) -> Response:
+        offer = selectors.offer_get(offer_id)
+        actor = _owner_membership(request, offer.cluster)
+        if not actor.is_admin:
+            raise PermissionDenied("Only an admin of the owning organization can do this.")
+        data = validated(OfferExtendSerializer, request.data)
+        services.offer_extend(actor=actor, offer=offer, **data)
+        return Response(OfferSerializer(selectors.offer_get(offer_id)).data)

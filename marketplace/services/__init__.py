@@ -7,6 +7,12 @@ from marketplace.services.auctions import (
     auction_clear,
     auctions_due,
 )
+from marketplace.services.capacity import (
+    cluster_reachability_record,
+    hardware_changes_record,
+    owner_side_run_end_record,
+    partition_idle_record,
+)
 from marketplace.services.clusters import (
     cluster_connection_update,
     cluster_create,
@@ -32,6 +38,7 @@ from marketplace.services.offers import (
     offer_buy,
     offer_cancel,
     offer_create,
+    offer_extend,
 )
 from marketplace.services.organizations import (
     organization_create,
@@ -71,11 +78,13 @@ __all__ = [
     "cluster_create",
     "cluster_create_local",
     "cluster_host_key_refused",
+    "cluster_reachability_record",
     "cluster_reinstate",
     "cluster_suspend",
     "cluster_verification_run",
     "cluster_verification_start",
     "cluster_verify",
+    "hardware_changes_record",
     "invitation_accept",
     "invitation_cancel",
     "invitation_create",
@@ -87,7 +96,10 @@ __all__ = [
     "offer_buy",
     "offer_cancel",
     "offer_create",
+    "offer_extend",
     "organization_create",
+    "owner_side_run_end_record",
+    "partition_idle_record",
     "slurm_account_clusters_to_reconcile",
     "slurm_account_plan",
     "slurm_accounts_sync",

@@ -19,6 +19,7 @@ from marketplace.models import (
     Organization,
     Partition,
 )
+from marketplace.services.capacity import hardware_changes_record
 from scheduler_bridge.slurm.errors import HostKeyMismatch as BridgeHostKeyMismatch
 from scheduler_bridge.slurm.errors import (
     InvalidKey,
@@ -318,6 +319,7 @@ def cluster_status_mark(cluster: Cluster, status: str, detail: str) -> None:
 def cluster_inventory_store(cluster: Cluster, inventory: ClusterInventory) -> Cluster:
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     existing = {partition.name: partition for partition in cluster.partitions.all()}
+    hardware_changes_record(cluster=cluster, before=existing, after=inventory.partitions)
     seen = set()
     for info in inventory.partitions:
         seen.add(info.name)

@@ -3,7 +3,9 @@
 Lock order, shared with the auction's clearing: the offer row first, then the bid, then the
 organization's row (a purchase's tenant lease, a capped bid), then billing's locks (holds, then
 wallet accounts). Holding the offer's lock while a purchase is checked and written is what keeps
-`units_sold <= quantity` when many teams act at once.
+`units_sold <= quantity` when many teams act at once. Listing or extending an offer takes the
+partition's row lock first (then the offer's): the capacity calendar is checked and written
+under it, so that no hour of a partition is sold twice however many listings run at once.
 
 A bid changes nothing the offer's row says about what is sold, so it takes the offer's lock in
 share mode (`FOR KEY SHARE`): bids in an auction's closing rush run side by side, while the
@@ -26,7 +28,8 @@ from billing import services as billing
 from billing.models import ReferenceKind
 from computeshare.errors import PermissionDenied, ValidationFailed
 from computeshare.queue import enqueue_after_commit
-from marketplace import errors
+from marketplace import errors, selectors
+from marketplace.capacity import Load, clashes, units_text
 from marketplace.models import (
     Allocation,
     Bid,
@@ -35,6 +38,7 @@ from marketplace.models import (
     Offer,
     OfferDemand,
     Organization,
+    Partition,
     Resource,
 )
 from marketplace.services.slurm_accounts import slurm_account_plan
@@ -134,7 +138,9 @@ def offer_create(
     )
     if resource not in Resource.values:
         problems["resource"] = ["Either `cpu` (core-hours) or `gpu` (GPU-hours)."]
-    found = cluster.partitions.filter(name=partition, is_up=True).first()
+    # The partition's row lock serialises every listing on it, so that two offers checked at
+    # once cannot together sell an hour twice (marketplace/capacity.py).
+    found = cluster.partitions.select_for_update().filter(name=partition, is_up=True).first()
     if found is None:
         problems["partition"] = ["The cluster has no partition of this name that is up."]
     elif resource == Resource.GPU and found.gpus == 0:
@@ -170,6 +176,12 @@ def offer_create(
             )
     if problems:
         raise ValidationFailed(fields=problems)
+    assert found is not None
+    capacity_check(
+        found,
+        resource,
+        selectors.offer_load(window_start=start, window_end=end, listed_at=now, units=units),
+    )
     return Offer.objects.create(
         cluster=cluster,
         partition=found,
@@ -183,6 +195,117 @@ def offer_create(
         max_per_buyer=cap,
         created_by=actor.user,
     )
+
+
+# Hours named in a refusal at most: the rest are counted in `extra.hour_count`.
+CLASH_HOURS_SHOWN = 48
+
+
+def capacity_check(
+    partition: Partition, resource: str, asked: Load, *, excluding: Offer | None = None
+) -> None:
+    """Refuses (409 `partition_capacity_exceeded`, with the hours) an offer whose units, spread
+    over its window, would take any hour of the partition past what it has, counting every
+    other offer open or sold there. The caller holds the partition's row lock."""
+    loads = selectors.capacity_loads(
+        partition, resource, asked.start, asked.end, excluding=excluding
+    )
+    per_hour = selectors.partition_capacity(partition, resource)
+    clashing = clashes(loads, per_hour, asked)
+    if not clashing:
+        return
+    raise errors.PartitionCapacityExceeded(
+        f"This would sell more of {partition.cluster.name}/{partition.name} than it has in "
+        f"{len(clashing)} hour{'' if len(clashing) == 1 else 's'}, from "
+        f"{clashing[0].start:%Y-%m-%d %H:00} UTC: other offers already take "
+        f"{units_text(clashing[0].sold)} of its {per_hour} {resource} units an hour there.",
+        extra={
+            "partition": partition.name,
+            "resource": resource,
+            "capacity_per_hour": per_hour,
+            "hour_count": len(clashing),
+            "hours": [
+                {
+                    "start": hour.start.isoformat(),
+                    "sold": units_text(hour.sold),
+                    "asked": units_text(hour.asked),
+                    "capacity": hour.capacity,
+                }
+                for hour in clashing[:CLASH_HOURS_SHOWN]
+            ],
+        },
+    )
+
+
+@transaction.atomic
+def offer_extend(
+    *, actor: Membership, offer: Offer, quantity: Any = None, window_end: Any = None
+) -> Offer:
+    """Grows an open offer: more units (while its auction takes orders), or a later window end
+    (only while nobody has bid or bought: they bid on the window as it was). Neither may
+    shrink, and the grown offer must fit the partition's calendar like a new one."""
+    if actor.organization_id != offer.cluster.organization_id:
+        raise PermissionDenied("Only the cluster's owners can extend its offers.")
+    _require_admin(actor, "extend offers")
+    # The partition's lock first, as a listing takes it, then the offer's.
+    partition = Partition.objects.select_for_update().get(pk=offer.partition_id)
+    offer = _lock_offer(offer)
+    now = timezone.now()
+    if not offer.accepts_orders_at(now):
+        raise errors.OfferNotExtendable(
+            "Only an open offer whose auction has not closed can be extended.",
+            extra={"status": offer.status},
+        )
+    problems: dict[str, list[str]] = {}
+    units = offer.quantity
+    end = offer.window_end
+    if quantity not in (None, ""):
+        try:
+            units = _whole_units(quantity, "quantity")
+            if units < offer.quantity:
+                problems["quantity"] = [f"At least {offer.quantity}: an offer only grows."]
+        except ValidationFailed as error:
+            problems.update(error.extra["fields"])
+    if window_end not in (None, ""):
+        try:
+            end = _aware(window_end, "window_end")
+            if end < offer.window_end:
+                problems["window_end"] = ["Not before the window's end now: an offer only grows."]
+        except ValidationFailed as error:
+            problems.update(error.extra["fields"])
+    if quantity in (None, "") and window_end in (None, ""):
+        problems["quantity"] = ["Give a larger quantity, a later window end, or both."]
+    if problems:
+        raise ValidationFailed(fields=problems)
+    if end != offer.window_end:
+        bids = OfferDemand.objects.filter(offer=offer).aggregate(bids=Sum("bid_count"))["bids"]
+        if bids or offer.units_sold:
+            raise errors.OfferNotExtendable(
+                "The window of an offer with bids or sales stays as its buyers bid on it.",
+                extra={"bid_count": bids or 0, "units_sold": offer.units_sold},
+            )
+    per_hour = selectors.partition_capacity(partition, offer.resource)
+    sellable = int(per_hour * (end - max(offer.window_start, now)).total_seconds() // 3600)
+    if units > sellable:
+        raise ValidationFailed(
+            fields={
+                "quantity": [
+                    f"The partition has at most {sellable} {offer.resource} units in this window."
+                ]
+            }
+        )
+    capacity_check(
+        partition,
+        offer.resource,
+        selectors.offer_load(
+            window_start=offer.window_start, window_end=end, listed_at=offer.created_at, units=units
+        ),
+        excluding=offer,
+    )
+    offer.quantity = units
+    offer.window_end = end
+    offer.save(update_fields=["quantity", "window_end", "updated_at"])
+    return offer
 
 
 def _lock_offer(offer: Offer) -> Offer:

@@ -36,6 +36,7 @@ from computeshare.queue import enqueue_after_commit
 from computeshare.ratelimit import rate_limit_hit
 from marketplace import errors, selectors
 from marketplace.models import Cluster, ClusterVerification, Membership, TenantAccount
+from marketplace.services.capacity import cluster_reachability_record
 from marketplace.services.clusters import (
     cluster_host_key_refused,
     cluster_inventory_store,
@@ -181,6 +182,7 @@ def cluster_verify(
             },
         ) from error
     except CheckFailed as error:
+        cluster_reachability_record(cluster=cluster, is_reachable=True, source="verification")
         failed = steps.failed
         title = failed.title if failed else "A check"
         detail = f"{title}: {error}"
@@ -199,6 +201,9 @@ def cluster_verify(
             or failed.key == "connect"
             or (isinstance(error, BridgeError) and error.is_transient)
         )
+        cluster_reachability_record(
+            cluster=cluster, is_reachable=not unreachable, source="verification", detail=reason
+        )
         if unreachable:
             cluster_status_mark(cluster, Cluster.Status.UNREACHABLE, reason)
         else:
@@ -214,6 +219,7 @@ def cluster_verify(
             extra={"failed_step": failed.key, **extra},
         ) from error
     assert findings.inventory is not None
+    cluster_reachability_record(cluster=cluster, is_reachable=True, source="verification")
     return _verification_store(cluster, findings), steps.as_list()
 
 

@@ -28,6 +28,7 @@ from django.utils import timezone
 
 from billing import services as billing
 from billing.models import Hold, ReferenceKind
+from marketplace import services as market
 from marketplace.models import Allocation, Cluster, Resource, TenantLease
 from scheduler_bridge.backends.arrays import InvalidArray, parse_index_ranges
 from scheduler_bridge.backends.types import (
@@ -56,6 +57,11 @@ from scheduler_bridge.models import (
 )
 from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.files import job_results_collect_after_commit
+from scheduler_bridge.services.idle import (
+    cluster_idle_sample,
+    cluster_reachability_seen,
+    clusters_to_sample,
+)
 from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record, job_tenant
 from scheduler_bridge.services.tenant_jobs import (
     LeaseWindow,
@@ -130,7 +136,7 @@ def clusters_to_poll() -> list[int]:
         .values_list("cluster_id", flat=True)
         .distinct()
     )
-    return sorted(with_jobs | with_leases)
+    return sorted(with_jobs | with_leases | set(clusters_to_sample()))
 
 
 def clusters_to_reconcile() -> list[int]:
@@ -175,6 +181,10 @@ def cluster_poll(*, cluster_id: int) -> PollReport | None:
     try:
         report.submitted = cluster_jobs_submit(cluster_id=cluster_id)
         _follow(cluster, report)
+        if cluster_idle_sample(cluster=cluster, now=now) is not None:
+            report.backend_calls.append("idle")
+        if report.backend_calls or report.submitted:
+            cluster_reachability_seen(cluster=cluster, error=None)
         outcome = {
             "last_polled_at": timezone.now(),
             "last_error": "",
@@ -184,6 +194,7 @@ def cluster_poll(*, cluster_id: int) -> PollReport | None:
         }
     except BridgeError as error:
         backend_failed(cluster, error)
+        cluster_reachability_seen(cluster=cluster, error=error)
         report.error = str(error)[:500]
         logger.warning("poll of cluster %s failed: %s", cluster_id, error)
         outcome = {
@@ -761,6 +772,14 @@ def _settle(
                 source_name=cluster.name,
             )
         cores = run.allocated_gpus if allocation.resource == Resource.GPU else run.allocated_cpus
+        if is_owner_caused:
+            market.owner_side_run_end_record(
+                cluster=cluster,
+                raw_job_id=run.raw_job_id,
+                submit_time=run.submit_time,
+                scheduler_state=run.scheduler_state,
+                ended_at=run.end_time or timezone.now(),
+            )
         JobRun.objects.create(
             task=task,
             cluster=cluster,

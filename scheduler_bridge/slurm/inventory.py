@@ -318,3 +318,72 @@ def _split_outside_parentheses(text: str) -> list[str]:
     if not all(items):
         raise UnexpectedOutput(f"empty item in GRES {text!r}")
     return items
+
+
+# --- Idle time -----------------------------------------------------------------------------------
+
+# One line per (partition, node) with what is idle on the node now: %C is the node's CPUs as
+# `allocated/idle/other/total` (Slurm counts those of a drained or down node as `other`), %G
+# its configured GRES, %b the GRES in use, %t its state in short form.
+SINFO_IDLE_FIELDS = ("partition", "node", "cpus", "gres", "gres_used", "state")
+SINFO_IDLE_COMMAND = ("sinfo", "--noheader", "--Node", "--format", "%R|%N|%C|%G|%b|%t")
+# Node states in which a new job can start on the node's idle CPUs and GPUs: idle, partly
+# allocated, and either of them powered down to be woken on demand (`~`). A node that does not
+# respond (`*`), drains, is down, reserved or failing takes nothing new.
+_SCHEDULABLE_STATES = frozenset({"idle", "mix", "idle~", "mix~"})
+
+
+@dataclass(frozen=True)
+class PartitionIdle:
+    """What one partition had idle at the moment sinfo answered, over its distinct nodes."""
+
+    name: str
+    cpus: int
+    idle_cpus: int
+    gpus: int
+    idle_gpus: int
+
+
+def parse_sinfo_idle(text: str) -> tuple[PartitionIdle, ...]:
+    """Idle CPUs and GPUs per partition from the output of `SINFO_IDLE_COMMAND`, sorted by
+    name. A node in several partitions counts in each; a node listed twice in one partition
+    counts once, and must read the same both times. The idle CPUs are the `idle` field of
+    `%C` on a node that can take work; its idle GPUs are its configured ones less those in
+    use. A line that does not read as such raises rather than guessing."""
+    partitions: dict[str, dict[str, tuple[int, int, int, int]]] = {}
+    for row in parse_parsable2(text, list(SINFO_IDLE_FIELDS)):
+        name, node = row["partition"], row["node"]
+        if not name or name.endswith("*"):
+            raise UnexpectedOutput(f"sinfo printed partition {name!r}")
+        nodes = partitions.setdefault(name, {})
+        if node == _NO_NODE:
+            continue
+        counts = row["cpus"].split("/")
+        if len(counts) != 4:
+            raise UnexpectedOutput(f"not a CPU state (allocated/idle/other/total): {row['cpus']!r}")
+        allocated, idle, other, total = (_count(count, "CPU count") for count in counts)
+        if allocated + idle + other != total:
+            raise UnexpectedOutput(f"CPU states that do not add up: {row['cpus']!r}")
+        gpus = gpus_in_gres(row["gres"])
+        used = gpus_in_gres(row["gres_used"])
+        if row["state"] in _SCHEDULABLE_STATES:
+            figures = (total, idle, gpus, max(gpus - used, 0))
+        else:
+            figures = (total, 0, gpus, 0)
+        if nodes.setdefault(node, figures) != figures:
+            raise UnexpectedOutput(f"sinfo printed node {node!r} twice, differently")
+    return tuple(
+        PartitionIdle(
+            name=name,
+            cpus=sum(figures[0] for figures in nodes.values()),
+            idle_cpus=sum(figures[1] for figures in nodes.values()),
+            gpus=sum(figures[2] for figures in nodes.values()),
+            idle_gpus=sum(figures[3] for figures in nodes.values()),
+        )
+        for name, nodes in sorted(partitions.items())
+    )
+
+
+def idle_read(connection: SSHConnection, *, timeout: float = 30.0) -> tuple[PartitionIdle, ...]:
+    """What each partition the service user can use has idle now: one sinfo command."""
+    return parse_sinfo_idle(connection.run(list(SINFO_IDLE_COMMAND), timeout=timeout).stdout)

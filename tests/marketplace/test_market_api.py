@@ -98,7 +98,7 @@ def snapshot() -> dict[str, Any]:
         "holds": list(Hold.objects.order_by("pk").values_list("pk", "status", "amount")),
         "offers": list(
             Offer.objects.order_by("pk").values_list(
-                "pk", "status", "units_sold", "bid_count", "units_bid"
+                "pk", "status", "quantity", "window_end", "units_sold", "bid_count", "units_bid"
             )
         ),
         "bids": list(Bid.objects.order_by("pk").values_list("pk", "status", "quantity_won")),

@@ -69,6 +69,9 @@ MATRIX: dict[str, tuple[int, int, int, int, int, int]] = {
     "POST /offers/{offer}/buy/":         (400,    400,    201,    403,    400,    401),
     "POST /offers/{offer}/bids/":        (400,    400,    201,    403,    400,    401),
     "POST /offers/{spare}/cancel/":      (200,    403,    403,    403,    403,    401),
+    "POST /offers/{spare}/extend/":      (200,    403,    403,    403,    403,    401),
+    "GET /clusters/{cluster}/partitions/debug/calendar/":
+                                         (200,    200,    200,    200,    200,    401),
     "GET /offers/price-history/":        (200,    200,    200,    200,    200,    401),
     "GET /bids/":                        (200,    200,    200,    200,    200,    401),
     "GET /bids/{bid}/":                  (404,    404,    200,    200,    404,    401),
@@ -142,6 +145,8 @@ class World:
             }
         if endpoint == "PATCH /clusters/{cluster}/":
             return {"ssh_port": 2200}
+        if endpoint.endswith("/extend/"):
+            return {"quantity": 150}
         if endpoint.endswith("/buy/"):
             return {"organization": str(self.team.uuid), "quantity": 5}
         if endpoint.endswith("/bids/"):

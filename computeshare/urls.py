@@ -8,6 +8,7 @@ api_v1 = [
     path("", include("marketplace.api_urls")),
     path("", include("billing.api_urls")),
     path("", include("scheduler_bridge.api_urls")),
+    path("", include("notifications.api_urls")),
     path("schema/", SpectacularAPIView.as_view(), name="api-schema"),
     path("docs/", SpectacularSwaggerView.as_view(url_name="api-schema"), name="api-docs"),
 ]
@@ -18,6 +19,7 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("", include("marketplace.urls")),
     path("", include("scheduler_bridge.urls")),
+    path("", include("notifications.urls")),
 ]
 
 handler400 = "computeshare.views.bad_request"

@@ -138,6 +138,14 @@ def organization_admin_emails(organization: Organization) -> list[str]:
     )
 
 
+def organization_notified_user_ids(organization_id: int, admins_only: bool) -> list[int]:
+    """The active users an organization's notifications go to: every member, or its admins."""
+    members = Membership.objects.filter(organization_id=organization_id, user__is_active=True)
+    if admins_only:
+        members = members.filter(role=Membership.Role.ADMIN)
+    return list(members.order_by("user_id").values_list("user_id", flat=True))
+
+
 def membership_for_body(
     user: User, organization_uuid: Any, field: str = "organization"
 ) -> Membership:

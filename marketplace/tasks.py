@@ -5,7 +5,7 @@ import datetime
 
 from celery import shared_task
 
-from marketplace import selectors, services, webhook_events
+from marketplace import notices, selectors, services, webhook_events
 from scheduler_bridge.slurm.errors import BridgeError
 
 
@@ -49,7 +49,9 @@ def allocations_close_due_task() -> int:
 
 @shared_task(time_limit=300, soft_time_limit=280)
 def allocation_webhook_events_task() -> int:
-    """Periodic: `allocation.starting` and `allocation.ending` webhook events that are due."""
+    """Periodic: `allocation.starting` and `allocation.ending` webhook events that are due, and
+    the members' notifications of the same."""
+    notices.allocation_notices_due()
     return webhook_events.allocation_events_due()
 
 

@@ -1,6 +1,6 @@
 """The rules of DESIGN.md that a reader of one file cannot see: imports go one way
-(scheduler_bridge -> marketplace -> billing -> computeshare), the SSH and Slurm library has no
-Django, and only one module talks to Stripe.
+(scheduler_bridge -> marketplace -> billing -> notifications -> webhooks -> computeshare), the
+SSH and Slurm library has no Django, and only one module talks to Stripe.
 
 The SSH and Slurm library (`scheduler_bridge.slurm`) and the schedulers behind one interface
 (`scheduler_bridge.backends`) are plain Python with no Django and no app import: a leaf that
@@ -14,7 +14,14 @@ from pathlib import Path
 import pytest
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-LAYERS = ["computeshare", "webhooks", "billing", "marketplace", "scheduler_bridge"]
+LAYERS = [
+    "computeshare",
+    "webhooks",
+    "notifications",
+    "billing",
+    "marketplace",
+    "scheduler_bridge",
+]
 
 
 def imported_modules(path: Path) -> set[str]:

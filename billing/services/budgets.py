@@ -19,7 +19,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
-from billing import webhook_events
+from billing import notices, webhook_events
 from billing.errors import BudgetExceeded
 from billing.models import (
     DEFAULT_ALERT_THRESHOLDS,
@@ -31,6 +31,7 @@ from billing.models import (
 )
 from computeshare.errors import ValidationFailed
 from computeshare.queue import enqueue_after_commit
+from notifications import selectors as notification_selectors
 
 MAX_THRESHOLDS = 10
 
@@ -154,6 +155,7 @@ def _alerts_record(budget: Budget, period: datetime.date, used: Decimal) -> list
         from billing.tasks import budget_alert_notify_task
 
         webhook_events.budget_thresholds_crossed(alerts)
+        notices.budget_thresholds_crossed(alerts)
         ids = [alert.pk for alert in alerts]
         enqueue_after_commit(
             budget_alert_notify_task, ids, recovered_by="the periodic mail of unmailed alerts"
@@ -182,7 +184,9 @@ def budget_alert_notify(*, alert_ids: Sequence[int]) -> int:
             )
             if alert is None:
                 continue
-            recipients = list(_admin_emails(alert.organization))
+            recipients = notification_selectors.addresses_wanting_email(
+                _admin_emails(alert.organization), "budget_threshold"
+            )
             alert.notified_at = timezone.now()
             alert.save(update_fields=["notified_at", "updated_at"])
             if recipients:

@@ -16,7 +16,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from billing import stripe_gateway, webhook_events
+from billing import notices, stripe_gateway, webhook_events
 from billing.errors import InvalidSignature, PaymentProviderUnavailable
 from billing.models import StripeEvent, TopUp
 from billing.services.ledger import money, wallet_credit
@@ -199,6 +199,7 @@ def _payment_succeeded(event: dict[str, Any]) -> str:
         memo=f"Top-up through Stripe ({intent['id']})",
     )
     webhook_events.top_up_ended(top_up)
+    notices.top_up_ended(top_up)
     return "credited"
 
 
@@ -217,6 +218,7 @@ def _payment_failed(event: dict[str, Any]) -> str:
     top_up.payment_intent = intent["id"]
     top_up.save(update_fields=["status", "failure_reason", "payment_intent", "updated_at"])
     webhook_events.top_up_ended(top_up)
+    notices.top_up_ended(top_up)
     return "marked failed"
 
 

@@ -39,6 +39,7 @@ INSTALLED_APPS = [
     "axes",
     "computeshare",
     "webhooks",
+    "notifications",
     "billing",
     "marketplace",
     "scheduler_bridge",
@@ -392,6 +393,16 @@ BILLING_ADMIN_EMAILS = "marketplace.selectors.organization_admin_emails"
 INVITATION_EXPIRY_DAYS = env.int("INVITATION_EXPIRY_DAYS", default=14)
 SITE_URL = env("SITE_URL", default="http://127.0.0.1:8000").rstrip("/")
 
+# --- Notifications -----------------------------------------------------------------------------
+# Notifications do not know memberships (imports go one way); this names who tells them the
+# users of an organization (all active members, or only its admins).
+NOTIFICATIONS_RECIPIENTS = "marketplace.selectors.organization_notified_user_ids"
+# Mails whose task the broker lost are sent by this sweep.
+CELERY_BEAT_SCHEDULE["notification-emails-due"] = {
+    "task": "notifications.tasks.notification_emails_due_task",
+    "schedule": 300.0,
+}
+
 # --- Mail --------------------------------------------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 EMAIL_FILE_PATH = env("EMAIL_FILE_PATH", default=str(BASE_DIR / "var" / "mail"))
@@ -446,6 +457,7 @@ SPECTACULAR_SETTINGS = {
         "InvitationStatusEnum": "marketplace.models.Invitation.Status",
         "JobResultsStateEnum": "scheduler_bridge.models.Job.ResultsState",
         "StateEnum": "scheduler_bridge.models.JobState",
+        "NotificationKindEnum": "notifications.models.Kind",
     },
 }
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from billing import services as billing
 from billing.models import Hold, ReferenceKind
-from marketplace import webhook_events
+from marketplace import notices, webhook_events
 from marketplace.auction import SealedBid, uniform_price_clear
 from marketplace.models import Allocation, Bid, Offer
 from marketplace.services.offers import allocation_of, slurm_accounts_follow
@@ -129,6 +129,7 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
         ]
     )
     webhook_events.auction_cleared(offer, rows, clearing.fills, price)
+    notices.auction_cleared(offer, rows, clearing.fills, price)
     if allocations and offer.cluster.account_mode == offer.cluster.AccountMode.MANAGED:
         slurm_accounts_follow(offer.cluster, {row[6] for row in winners.values()})
     return AuctionOutcome(

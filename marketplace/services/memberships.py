@@ -17,8 +17,10 @@ from django.utils import timezone
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from computeshare.models import User
 from computeshare.queue import enqueue_after_commit
+from marketplace import notices
 from marketplace.errors import InvitationExpired, InvitationNotPending, LastAdmin
 from marketplace.models import Invitation, Membership, Organization
+from notifications import selectors as notification_selectors
 
 USERNAME_MAX_LENGTH = int(Invitation._meta.get_field("username").max_length or 150)
 
@@ -95,6 +97,7 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
         if existing is None:
             raise
         return existing
+    notices.invitation_created(invitation)
     enqueue_after_commit(
         invitation_notify_task,
         invitation.pk,
@@ -113,6 +116,8 @@ def invitation_notify(*, invitation_id: int) -> bool:
     )
     if invitation is None or invitation.invitee is None or not invitation.invitee.email:
         return False
+    if not notification_selectors.users_wanting_email([invitation.invitee_id], "invitation"):
+        return False  # the invitee turned off mail of invitations
     context = {"invitation": invitation, "site_url": settings.SITE_URL}
     send_mail(
         subject=f"You are invited to join {invitation.organization.name} on ComputeShare",

@@ -32,7 +32,7 @@ from marketplace.models import (
     TenantLease,
 )
 from marketplace.services import tenant_lease_take, tenant_slurm_join
-from scheduler_bridge import errors, webhook_events
+from scheduler_bridge import errors, notices, webhook_events
 from scheduler_bridge.backends.arrays import InvalidArray, parse_array
 from scheduler_bridge.backends.types import (
     Backend,
@@ -220,6 +220,7 @@ def job_state_record(job: Job, state: str, reason: str = "", at: datetime | None
         )
     if changed and state in ENDED_STATES:
         webhook_events.job_ended(job, at)
+        notices.job_ended(job)
 
 
 def allocation_check_open(allocation: Allocation) -> None:

@@ -1,0 +1,243 @@
+"""Each kind of notification is made where its event happens (the apps' services), once per event
+and user, to the right people, and as each user's preference says."""
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from django.test import Client
+from django.utils import timezone
+
+from billing import services as billing
+from billing.models import ReferenceKind
+from marketplace import notices as market_notices
+from marketplace import services as market
+from marketplace.models import Membership, Offer
+from notifications.models import Notification, NotificationPreference
+from scheduler_bridge.models import Job, JobState
+from scheduler_bridge.services.submission import job_state_record
+from tests.billing.test_webhook import deliver, payment_event
+from tests.factories import (
+    MembershipFactory,
+    OrganizationFactory,
+    PartitionFactory,
+    UserFactory,
+    allocation_bought,
+    funded_organization,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def told(kind: str) -> list[tuple[str, str]]:
+    """(username, key) of every notification of `kind`, sorted."""
+    return sorted(Notification.objects.filter(kind=kind).values_list("user__username", "key"))
+
+
+def admin(organization, username: str) -> Membership:
+    return MembershipFactory(
+        organization=organization,
+        role=Membership.Role.ADMIN,
+        user=UserFactory(username=username, email=f"{username}@example.org"),
+    )
+
+
+def member(organization, username: str) -> Membership:
+    return MembershipFactory(
+        organization=organization,
+        role=Membership.Role.MEMBER,
+        user=UserFactory(username=username, email=f"{username}@example.org"),
+    )
+
+
+def test_an_auction_tells_the_winner_the_loser_and_the_owner_once_each():
+    partition = PartitionFactory()
+    owner = admin(partition.cluster.organization, "olivia")
+    member(partition.cluster.organization, "oscar")  # the owner's member: not told
+    now = timezone.now()
+    offer = market.offer_create(
+        actor=owner,
+        cluster=partition.cluster,
+        partition=partition.name,
+        resource="cpu",
+        quantity=100,
+        window_start=now + timedelta(hours=2),
+        window_end=now + timedelta(days=30),
+        reserve_price="1.00",
+        buy_now_price=None,
+        auction_closes_at=now + timedelta(hours=1),
+    )
+    winner = admin(funded_organization("500", name="Nimbus"), "tom")
+    member(winner.organization, "mia")  # a member of the winner: bids are the admins' business
+    loser = admin(funded_organization("500", name="Helix"), "hana")
+    won = market.bid_place(actor=winner, offer=offer, quantity=100, price="2.00")
+    lost = market.bid_place(actor=loser, offer=offer, quantity=50, price="1.50")
+    Offer.objects.filter(pk=offer.pk).update(auction_closes_at=now - timedelta(seconds=1))
+
+    market.auction_clear(offer_id=offer.pk)
+    market.auction_clear(offer_id=offer.pk)  # again: nothing more happens, nobody is told again
+
+    assert told("auction_won") == [("tom", f"auction_won:bid:{won.uuid}")]
+    assert told("bid_outbid") == [("hana", f"bid_outbid:bid:{lost.uuid}")]
+    assert told("auction_cleared") == [("olivia", f"auction_cleared:offer:{offer.uuid}")]
+    outbid = Notification.objects.get(kind="bid_outbid")
+    assert outbid.title == f"Your bid on {partition.cluster.name} lost"
+    # Uniform price: the highest bid left out sets it.
+    assert "you bid 1.50 USD for 50 units; the auction cleared at 1.50 USD" in outbid.body
+    assert outbid.link == f"/offers/{offer.uuid}/"
+    assert outbid.email_state == Notification.EmailState.PENDING
+
+
+def test_a_loser_who_turned_both_off_is_not_told_and_one_who_wants_no_mail_is_not_mailed():
+    partition = PartitionFactory()
+    owner = admin(partition.cluster.organization, "olivia")
+    now = timezone.now()
+    offer = market.offer_create(
+        actor=owner,
+        cluster=partition.cluster,
+        partition=partition.name,
+        resource="cpu",
+        quantity=10,
+        window_start=now + timedelta(hours=2),
+        window_end=now + timedelta(days=30),
+        reserve_price="1.00",
+        buy_now_price=None,
+        auction_closes_at=now + timedelta(hours=1),
+    )
+    winner = admin(funded_organization("500", name="Nimbus"), "tom")
+    loser = admin(funded_organization("500", name="Helix"), "hana")
+    quiet = admin(loser.organization, "quentin")
+    NotificationPreference.objects.create(
+        user=loser.user, kind="bid_outbid", in_site=False, by_email=False
+    )
+    NotificationPreference.objects.create(user=quiet.user, kind="bid_outbid", by_email=False)
+    market.bid_place(actor=winner, offer=offer, quantity=10, price="2.00")
+    market.bid_place(actor=loser, offer=offer, quantity=10, price="1.50")
+    Offer.objects.filter(pk=offer.pk).update(auction_closes_at=now - timedelta(seconds=1))
+
+    market.auction_clear(offer_id=offer.pk)
+
+    rows = list(
+        Notification.objects.filter(kind="bid_outbid").values_list(
+            "user__username", "is_shown", "email_state"
+        )
+    )
+    assert rows == [("quentin", True, "none")]
+
+
+def test_an_ended_job_tells_the_one_who_submitted_it_with_its_state_and_cost():
+    allocation = allocation_bought()
+    submitter = member(allocation.organization, "mia")
+    job = Job.objects.create(
+        allocation=allocation,
+        organization=allocation.organization,
+        cluster=allocation.cluster,
+        submitted_by=submitter.user,
+        name="render",
+        script="#!/bin/bash\ntrue\n",
+        time_limit_minutes=10,
+        partition_name=allocation.partition.name,
+        reserved_units=Decimal(1),
+        state=JobState.QUEUED,
+    )
+
+    job_state_record(job, JobState.CANCELLED, "Cancelled by mia")
+    job_state_record(job, JobState.CANCELLED, "Cancelled by mia")  # no change: no second notice
+    market_notices_again = Notification.objects.filter(kind="job_ended").count()
+
+    assert told("job_ended") == [("mia", f"job_ended:job:{job.uuid}")]
+    assert market_notices_again == 1
+    notice = Notification.objects.get(kind="job_ended")
+    assert notice.title == "Job render cancelled"
+    assert notice.body.startswith("State cancelled; cost so far 0.00 USD")
+    assert notice.link == f"/jobs/{job.uuid}/"
+
+
+def test_an_allocation_tells_every_member_when_it_starts_and_when_it_ends_soon_once(settings):
+    settings.WEBHOOK_ALLOCATION_ENDING_LEAD_SECONDS = 3 * 3600
+    organization = funded_organization("0", name="Nimbus")
+    admin(organization, "tom")
+    member(organization, "mia")
+    allocation = allocation_bought(organization, window_end=timedelta(hours=2))
+
+    market_notices.allocation_notices_due()
+    market_notices.allocation_notices_due()  # the next minute's run: nobody is told twice
+
+    assert told("allocation_starting") == [
+        ("mia", f"allocation_starting:allocation:{allocation.uuid}"),
+        ("tom", f"allocation_starting:allocation:{allocation.uuid}"),
+    ]
+    assert told("allocation_ending") == [
+        ("mia", f"allocation_ending:allocation:{allocation.uuid}"),
+        ("tom", f"allocation_ending:allocation:{allocation.uuid}"),
+    ]
+
+
+def test_a_top_up_tells_the_admins_once_however_often_stripe_repeats_it(client: Client):
+    from billing.models import TopUp
+
+    organization = OrganizationFactory(name="Nimbus")
+    tom = admin(organization, "tom")
+    member(organization, "mia")
+    billing.wallet_open(organization)
+    succeeded = TopUp.objects.create(
+        organization=organization,
+        created_by=tom.user,
+        amount=Decimal("40.00"),
+        currency="USD",
+        payment_intent="pi_notify_ok",
+        client_secret="secret",
+    )
+    failed = TopUp.objects.create(
+        organization=organization,
+        created_by=tom.user,
+        amount=Decimal("25.00"),
+        currency="USD",
+        payment_intent="pi_notify_declined",
+        client_secret="secret",
+    )
+
+    for _ in range(3):
+        deliver(client, payment_event(succeeded))
+    deliver(client, payment_event(failed, "payment_intent.payment_failed"))
+
+    assert told("top_up_succeeded") == [("tom", f"top_up_succeeded:top_up:{succeeded.uuid}")]
+    assert told("top_up_failed") == [("tom", f"top_up_failed:top_up:{failed.uuid}")]
+    assert Notification.objects.get(kind="top_up_failed").body == (
+        "Your card was declined. Nothing was charged."
+    )
+
+
+def test_a_budget_threshold_tells_the_admins_once_a_month_and_its_mail_stays_billing_s():
+    organization = OrganizationFactory(name="Photon Lab")
+    admin(organization, "ada")
+    member(organization, "mia")
+    billing.wallet_credit(organization=organization, amount=Decimal(500), idempotency_reference="c")
+    billing.budget_set(
+        organization=organization, monthly_limit=Decimal("200.00"), alert_thresholds=[50]
+    )
+
+    billing.hold_place(
+        organization=organization, amount=Decimal(110), reference_kind=ReferenceKind.BID
+    )
+    billing.hold_place(
+        organization=organization, amount=Decimal(5), reference_kind=ReferenceKind.BID
+    )
+
+    rows = list(Notification.objects.values_list("user__username", "kind", "email_state"))
+    assert rows == [("ada", "budget_threshold", "none")]  # mailed by billing's alert mail
+
+
+def test_an_invitation_tells_the_invitee_only_if_the_name_is_a_user_and_only_once():
+    organization = OrganizationFactory(name="Nimbus")
+    tom = admin(organization, "tom")
+    invitee = UserFactory(username="ines")
+
+    first = market.invitation_create(actor=tom, username="ines", role="member")
+    again = market.invitation_create(actor=tom, username="ines", role="member")
+    market.invitation_create(actor=tom, username="nobody-by-this-name", role="member")
+
+    assert first.pk == again.pk
+    assert told("invitation") == [("ines", f"invitation:{first.uuid}")]
+    notice = Notification.objects.get(user=invitee)
+    assert (notice.title, notice.email_state) == ("You are invited to join Nimbus", "none")

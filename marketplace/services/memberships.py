@@ -97,7 +97,6 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
         if existing is None:
             raise
         return existing
-    notices.invitation_created(invitation)
     enqueue_after_commit(
         invitation_notify_task,
         invitation.pk,
@@ -107,14 +106,20 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
 
 
 def invitation_notify(*, invitation_id: int) -> bool:
-    """Mails the invitee their invitation; False when there is nobody to mail (an invitation
-    without an invitee, one answered meanwhile, a user without an address)."""
+    """Tells the invitee under the bell and mails them their invitation (unless they turned
+    mail of invitations off); False when there is nobody to mail (an invitation without an
+    invitee, one answered meanwhile, a user without an address)."""
     invitation = (
         Invitation.objects.select_related("organization", "invitee", "invited_by")
         .filter(pk=invitation_id, status=Invitation.Status.PENDING, invitee__isnull=False)
         .first()
     )
-    if invitation is None or invitation.invitee is None or not invitation.invitee.email:
+    if invitation is None or invitation.invitee is None:
+        return False
+    # Here, in the worker, and not in the request: the admin's request runs the same queries
+    # whether the name exists or not (ADR 0008).
+    notices.invitation_created(invitation)
+    if not invitation.invitee.email:
         return False
     if not notification_selectors.users_wanting_email([invitation.invitee_id], "invitation"):
         return False  # the invitee turned off mail of invitations

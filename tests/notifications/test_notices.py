@@ -235,9 +235,31 @@ def test_an_invitation_tells_the_invitee_only_if_the_name_is_a_user_and_only_onc
 
     first = market.invitation_create(actor=tom, username="ines", role="member")
     again = market.invitation_create(actor=tom, username="ines", role="member")
-    market.invitation_create(actor=tom, username="nobody-by-this-name", role="member")
+    unknown = market.invitation_create(actor=tom, username="nobody-by-this-name", role="member")
+    # The task each invitation enqueues (after the commit; here called as the worker would,
+    # twice for the first, as a retried task would).
+    for invitation in (first, again, unknown):
+        market.invitation_notify(invitation_id=invitation.pk)
 
     assert first.pk == again.pk
     assert told("invitation") == [("ines", f"invitation:{first.uuid}")]
     notice = Notification.objects.get(user=invitee)
     assert (notice.title, notice.email_state) == ("You are invited to join Nimbus", "none")
+
+
+def test_an_invitee_who_turned_off_mail_of_invitations_is_told_only_in_the_site(mailoutbox):
+    organization = OrganizationFactory(name="Nimbus")
+    tom = admin(organization, "tom")
+    ines = UserFactory(username="ines", email="ines@example.org")
+    ivan = UserFactory(username="ivan", email="ivan@example.org")
+    NotificationPreference.objects.create(user=ivan, kind="invitation", by_email=False)
+
+    for name in ("ines", "ivan"):
+        invitation = market.invitation_create(actor=tom, username=name, role="member")
+        market.invitation_notify(invitation_id=invitation.pk)
+
+    assert [mail.to for mail in mailoutbox] == [[ines.email]]
+    assert told("invitation") == sorted(
+        (name, f"invitation:{invitation.uuid}")
+        for name, invitation in ((user.username, user.invitations.get()) for user in (ines, ivan))
+    )

@@ -26,6 +26,9 @@ It also makes the "declined" test cards (4000000000000002 and friends) decline t
 Stripe does; localstripe declines them only when a card is attached to a customer, so a
 PaymentIntent paid with one would succeed.
 
+Stripe Connect (accounts, account links and their onboarding page, transfers), refunds'
+`charge.refunded`, disputes and idempotency keys come from scripts/localstripe_connect.py.
+
 `--webhook-url` and `--webhook-secret` register a webhook at start, so that the demo need not
 call /_config/webhooks/ itself; that route still works for the tests.
 """
@@ -42,6 +45,7 @@ from localstripe import resources, server
 from localstripe.errors import UserError
 from localstripe.resources import PaymentIntent, PaymentMethod
 from localstripe.webhooks import register_webhook
+from localstripe_connect import install as install_connect
 
 STRIPE_JS_PATH = "/js.stripe.com/v3/"
 LOCALSTRIPE_JS = Path(localstripe.__file__).with_name("localstripe-v3.js")
@@ -285,6 +289,7 @@ def build_app(webhook_url: str | None = None, webhook_secret: str | None = None)
     position = list(app.middlewares).index(server.auth_middleware)
     app.middlewares.insert(position, publishable_key_confirm)
     app.middlewares.insert(position, _stripe_js_middleware(script))
+    install_connect(app)
 
     if webhook_url and webhook_secret:
         register_webhook(WEBHOOK_ID, webhook_url, webhook_secret, None)

@@ -38,6 +38,8 @@ class ReferenceKind(models.TextChoices):
     ALLOCATION = "allocation", "Allocation"
     JOB = "job", "Job"
     ADJUSTMENT = "adjustment", "Adjustment"
+    PAYOUT = "payout", "Payout"
+    DISPUTE = "dispute", "Dispute"
 
 
 class Account(BaseModel):
@@ -48,8 +50,11 @@ class Account(BaseModel):
         FEES = "fees", "Platform fees"
         STRIPE_CLEARING = "stripe_clearing", "Stripe clearing"
         ADJUSTMENTS = "adjustments", "Platform adjustments"
+        # What the organization owes the platform, as a negative balance: a refund or a lost
+        # dispute its available balance could not cover. Its next money in repays it first.
+        DEBT = "debt", "Owed to the platform"
 
-    ORGANIZATION_KINDS = (Kind.AVAILABLE, Kind.HELD, Kind.EARNINGS)
+    ORGANIZATION_KINDS = (Kind.AVAILABLE, Kind.HELD, Kind.EARNINGS, Kind.DEBT)
     PLATFORM_KINDS = (Kind.FEES, Kind.STRIPE_CLEARING, Kind.ADJUSTMENTS)
     NEVER_NEGATIVE = (Kind.AVAILABLE, Kind.HELD, Kind.EARNINGS, Kind.FEES)
     # Each platform account is this many rows (ADR 10): a transaction posts to the shard of the
@@ -90,7 +95,10 @@ class Account(BaseModel):
             ),
             models.CheckConstraint(
                 condition=(
-                    Q(organization__isnull=False, kind__in=["available", "held", "earnings"])
+                    Q(
+                        organization__isnull=False,
+                        kind__in=["available", "held", "earnings", "debt"],
+                    )
                     | Q(
                         organization__isnull=True,
                         kind__in=["fees", "stripe_clearing", "adjustments"],
@@ -103,6 +111,9 @@ class Account(BaseModel):
                 condition=Q(balance__gte=0)
                 | ~Q(kind__in=["available", "held", "earnings", "fees"]),
                 name="account_balance_never_negative",
+            ),
+            models.CheckConstraint(
+                condition=Q(balance__lte=0) | ~Q(kind="debt"), name="account_debt_never_positive"
             ),
         ]
 
@@ -181,6 +192,9 @@ class Transaction(BaseModel):
         RELEASE = "release", "Release"
         CHARGE = "charge", "Charge"
         ADJUSTMENT = "adjustment", "Adjustment"
+        REFUND = "refund", "Refund"
+        DISPUTE = "dispute", "Dispute"
+        PAYOUT = "payout", "Payout"
 
     kind = models.CharField(max_length=16, choices=Kind.choices)
     organization = models.ForeignKey(
@@ -213,7 +227,18 @@ class Transaction(BaseModel):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(kind__in=["top_up", "hold", "release", "charge", "adjustment"]),
+                condition=Q(
+                    kind__in=[
+                        "top_up",
+                        "hold",
+                        "release",
+                        "charge",
+                        "adjustment",
+                        "refund",
+                        "dispute",
+                        "payout",
+                    ]
+                ),
                 name="transaction_kind_valid",
             ),
         ]
@@ -233,6 +258,9 @@ class Entry(BaseModel):
         EARNING = "earning", "Earning"
         FEE = "fee", "Fee"
         ADJUSTMENT = "adjustment", "Adjustment"
+        REFUND = "refund", "Refund"
+        DISPUTE = "dispute", "Dispute"
+        PAYOUT = "payout", "Payout"
 
     transaction = models.ForeignKey(Transaction, on_delete=models.PROTECT, related_name="entries")
     # No index of its own: `entry_account_time` (account, created_at) serves every lookup by
@@ -348,6 +376,9 @@ class TopUp(BaseModel):
     client_secret = models.CharField(max_length=255, blank=True)
     failure_reason = models.CharField(max_length=500, blank=True)
     succeeded_at = models.DateTimeField(null=True, blank=True)
+    # What Stripe's `charge.refunded` events said was refunded, and the ledger debited: each
+    # event carries the charge's running total, so a replayed or late event changes nothing.
+    amount_refunded = models.DecimalField(max_digits=14, decimal_places=2, default=ZERO)
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -389,3 +420,193 @@ class StripeEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.type} {self.event_id}"
+
+
+class TopUpRefund(BaseModel):
+    """A refund an operator asked Stripe for. The wallet is debited by Stripe's
+    `charge.refunded`, as a top-up is credited only by `payment_intent.succeeded`; this row is
+    who asked, why, and Stripe's answer. Its idempotency key is derived from the row, so that
+    asking again after a lost answer refunds once."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+
+    TRANSITIONS = {
+        Status.PENDING: {Status.SUCCEEDED, Status.FAILED},
+        Status.SUCCEEDED: set(),
+        Status.FAILED: set(),
+    }
+
+    top_up = models.ForeignKey(TopUp, on_delete=models.PROTECT, related_name="refunds")
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    reason = models.CharField(max_length=255)
+    stripe_refund = models.CharField(max_length=255, unique=True, null=True, blank=True)
+    failure_reason = models.CharField(max_length=500, blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "succeeded", "failed"]),
+                name="top_up_refund_status_valid",
+            ),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="top_up_refund_amount_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Refund {self.uuid} of {self.amount} ({self.status})"
+
+
+class Dispute(BaseModel):
+    """A chargeback of a top-up, from Stripe's `charge.dispute.*` events. `withdrawn` says the
+    wallet gave the money back (Stripe took it from the platform); a won dispute returns it."""
+
+    class Status(models.TextChoices):
+        OPEN = "open", "Open"
+        WON = "won", "Won"
+        LOST = "lost", "Lost"
+
+    TRANSITIONS = {
+        Status.OPEN: {Status.WON, Status.LOST},
+        Status.WON: set(),
+        Status.LOST: set(),
+    }
+
+    top_up = models.ForeignKey(TopUp, on_delete=models.PROTECT, related_name="disputes")
+    stripe_dispute = models.CharField(max_length=255, unique=True)
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    reason = models.CharField(max_length=64, blank=True)
+    is_withdrawn = models.BooleanField(default=False)
+    closed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["open", "won", "lost"]), name="dispute_status_valid"
+            ),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="dispute_amount_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Dispute {self.stripe_dispute} of {self.amount} ({self.status})"
+
+
+class ConnectedAccount(BaseModel):
+    """An owner organization's Stripe Connect (Express) account, where its payouts go. Our row
+    exists before Stripe's account; its state follows Stripe's `account.updated` events, the
+    newest applied last (`stripe_updated`, the event's creation time)."""
+
+    class Status(models.TextChoices):
+        ONBOARDING = "onboarding", "Onboarding"
+        ACTIVE = "active", "Active"
+        RESTRICTED = "restricted", "Restricted"
+
+    TRANSITIONS = {
+        Status.ONBOARDING: {Status.ACTIVE, Status.RESTRICTED},
+        Status.ACTIVE: {Status.RESTRICTED},
+        Status.RESTRICTED: {Status.ACTIVE},
+    }
+
+    organization = models.OneToOneField(
+        "marketplace.Organization", on_delete=models.PROTECT, related_name="connected_account"
+    )
+    stripe_account = models.CharField(max_length=255, unique=True, null=True, blank=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.ONBOARDING)
+    details_submitted = models.BooleanField(default=False)
+    payouts_enabled = models.BooleanField(default=False)
+    transfers_active = models.BooleanField(default=False)
+    requirements_due = models.JSONField(default=list, blank=True)
+    stripe_updated = models.BigIntegerField(
+        default=0, help_text="When Stripe created the last event applied (Unix seconds)."
+    )
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+
+    class Meta:
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["onboarding", "active", "restricted"]),
+                name="connected_account_status_valid",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Stripe account {self.stripe_account or '(not created)'} of {self.organization}"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status == self.Status.ACTIVE
+
+
+class Payout(BaseModel):
+    """Payable earnings sent to the organization's connected account by a Stripe transfer. The
+    ledger moves the money out of `earnings` when the row is made (so two payouts never pay
+    the same earnings); a transfer Stripe refuses puts it back. The transfer's idempotency key
+    is derived from the row, so a retry after a lost answer transfers once."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending", "Pending"
+        PAID = "paid", "Paid"
+        FAILED = "failed", "Failed"
+
+    TRANSITIONS = {
+        Status.PENDING: {Status.PAID, Status.FAILED},
+        Status.PAID: set(),
+        Status.FAILED: set(),
+    }
+
+    organization = models.ForeignKey(
+        "marketplace.Organization", on_delete=models.PROTECT, related_name="payouts"
+    )
+    connected_account = models.ForeignKey(
+        ConnectedAccount, on_delete=models.PROTECT, related_name="payouts"
+    )
+    amount = models.DecimalField(max_digits=14, decimal_places=2)
+    currency = models.CharField(max_length=3)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
+    stripe_transfer = models.CharField(max_length=255, unique=True, null=True, blank=True)
+    failure_reason = models.CharField(max_length=500, blank=True)
+    paid_at = models.DateTimeField(null=True, blank=True)
+    # NULL, not "": unique only when given.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(status__in=["pending", "paid", "failed"]), name="payout_status_valid"
+            ),
+            models.CheckConstraint(condition=Q(amount__gt=0), name="payout_amount_positive"),
+            models.UniqueConstraint(
+                fields=["created_by", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="payout_unique_idempotency_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Payout {self.uuid} of {self.amount} {self.currency} ({self.status})"
+
+    @property
+    def amount_minor(self) -> int:
+        return int(self.amount * 100)
+
+
+class Debt(Account):
+    """The organizations' `debt` accounts, for the operators' admin (no table of its own)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "outstanding debt"

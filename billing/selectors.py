@@ -13,8 +13,19 @@ from django.db.models import Count, DecimalField, F, OuterRef, Q, QuerySet, Subq
 from django.db.models.functions import Coalesce, TruncMonth
 from django.utils import timezone
 
-from billing.models import ZERO, Account, BudgetAlert, Entry, TopUp, Transaction
+from billing.models import (
+    ZERO,
+    Account,
+    BudgetAlert,
+    ConnectedAccount,
+    Debt,
+    Entry,
+    Payout,
+    TopUp,
+    Transaction,
+)
 from billing.services.budgets import budget_get, month_start, spent_since
+from billing.services.ledger import debt_owed, earnings_split
 
 
 @dataclass(frozen=True)
@@ -204,6 +215,61 @@ def earnings_summary(
     fees = sum((row.fees for row in rows), start=ZERO)
     return Earnings(
         currency=settings.PLATFORM_CURRENCY, gross=gross, fees=fees, net=gross - fees, results=rows
+    )
+
+
+# --- Payouts -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PayoutBalance:
+    earnings: Decimal
+    held: Decimal
+    payable: Decimal
+    owed: Decimal
+    holding_days: int
+    minimum: Decimal
+    currency: str
+
+
+def payout_balance(organization: Any) -> PayoutBalance:
+    """The organization's earnings split into what is still held (earned within the holding
+    period) and what is payable now, and what it owes the platform (no payout until repaid)."""
+    earnings = (
+        Account.objects.filter(organization=organization, kind=Account.Kind.EARNINGS)
+        .values_list("balance", flat=True)
+        .first()
+    ) or ZERO
+    held, payable = earnings_split(organization, earnings)
+    return PayoutBalance(
+        earnings=earnings,
+        held=held,
+        payable=payable,
+        owed=debt_owed(organization),
+        holding_days=settings.PAYOUT_HOLDING_PERIOD.days,
+        minimum=settings.PAYOUT_MINIMUM,
+        currency=settings.PLATFORM_CURRENCY,
+    )
+
+
+def connected_account_get(organization: Any) -> ConnectedAccount | None:
+    return ConnectedAccount.objects.filter(organization=organization).first()
+
+
+def payout_list(organization: Any) -> QuerySet[Payout]:
+    return Payout.objects.filter(organization=organization).order_by("-created_at", "-id")
+
+
+def payout_get(organization: Any, payout_uuid: uuid.UUID) -> Payout | None:
+    return Payout.objects.filter(organization=organization, uuid=payout_uuid).first()
+
+
+def debt_list() -> QuerySet[Debt]:
+    """Every organization that owes the platform, most owed first (for the operators)."""
+    return (
+        Debt.objects.filter(kind=Account.Kind.DEBT, balance__lt=0)
+        .select_related("organization")
+        .order_by("balance", "id")
     )
 
 

@@ -4,9 +4,10 @@ It knows Stripe's wire format and nothing of our models: callers pass amounts in
 and their own idempotency keys, and get plain records back."""
 
 import json
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 import stripe
 from django.conf import settings
@@ -15,9 +16,20 @@ from django.conf import settings
 WEBHOOK_TOLERANCE_SECONDS = 300
 REQUEST_TIMEOUT_SECONDS = 15
 
+_T = TypeVar("_T")
+
 
 class StripeUnavailable(Exception):
     """Stripe could not be reached or refused the request; nothing was charged."""
+
+
+class StripeRefused(Exception):
+    """Stripe answered and refused the request (a 4xx): retrying the same request cannot
+    succeed, and nothing was done."""
+
+    def __init__(self, message: str, code: str = "") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class StripeSignatureInvalid(Exception):
@@ -67,6 +79,156 @@ def payment_intent_create(
         raise StripeUnavailable(str(error.user_message or error)) from error
     return PaymentIntentRecord(
         id=intent.id, client_secret=intent.client_secret or "", status=intent.status
+    )
+
+
+# --- Connect, transfers and refunds --------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ConnectedAccountRecord:
+    id: str
+    details_submitted: bool
+    payouts_enabled: bool
+    transfers_active: bool
+    requirements_due: list[str]
+
+
+@dataclass(frozen=True)
+class AccountLinkRecord:
+    url: str
+    expires_at: int
+
+
+@dataclass(frozen=True)
+class TransferRecord:
+    id: str
+    amount_minor: int
+    destination: str
+
+
+@dataclass(frozen=True)
+class RefundRecord:
+    id: str
+    charge: str
+    amount_minor: int
+    status: str
+
+
+def _call(request: Callable[[], _T]) -> _T:
+    """Runs one request: a refusal (4xx) is `StripeRefused`, anything else that failed
+    (network, 5xx, rate limit after the client's retries) `StripeUnavailable`."""
+    try:
+        return request()
+    except (
+        stripe.InvalidRequestError,
+        stripe.CardError,
+        stripe.PermissionError,
+        stripe.IdempotencyError,
+    ) as error:
+        raise StripeRefused(str(error.user_message or error), error.code or "") from error
+    except stripe.StripeError as error:
+        raise StripeUnavailable(str(error.user_message or error)) from error
+
+
+def connected_account_record(account: Mapping[str, Any]) -> ConnectedAccountRecord:
+    """An account object (from the API or an `account.updated` event) as our record."""
+    capabilities = account.get("capabilities") or {}
+    requirements = account.get("requirements") or {}
+    due = requirements.get("currently_due") if isinstance(requirements, Mapping) else None
+    return ConnectedAccountRecord(
+        id=str(account.get("id", "")),
+        details_submitted=account.get("details_submitted") is True,
+        payouts_enabled=account.get("payouts_enabled") is True,
+        transfers_active=isinstance(capabilities, Mapping)
+        and capabilities.get("transfers") == "active",
+        requirements_due=[str(item) for item in due] if isinstance(due, list) else [],
+    )
+
+
+def connected_account_create(
+    *, idempotency_key: str, metadata: dict[str, str]
+) -> ConnectedAccountRecord:
+    """An Express account that can receive transfers; the same key gives the same account."""
+    account = _call(
+        lambda: client().v1.accounts.create(
+            params={
+                "type": "express",
+                "capabilities": {"transfers": {"requested": True}},
+                "metadata": metadata,
+            },
+            options={"idempotency_key": idempotency_key},
+        )
+    )
+    return connected_account_record(account.to_dict())
+
+
+def account_link_create(*, account: str, refresh_url: str, return_url: str) -> AccountLinkRecord:
+    """A single-use onboarding link (Stripe's expire after minutes: make one per visit)."""
+    link = _call(
+        lambda: client().v1.account_links.create(
+            params={
+                "account": account,
+                "type": "account_onboarding",
+                "refresh_url": refresh_url,
+                "return_url": return_url,
+            }
+        )
+    )
+    return AccountLinkRecord(url=link.url, expires_at=link.expires_at)
+
+
+def transfer_create(
+    *,
+    amount_minor: int,
+    currency: str,
+    destination: str,
+    idempotency_key: str,
+    transfer_group: str,
+    metadata: dict[str, str],
+) -> TransferRecord:
+    """Moves money from the platform's Stripe balance to a connected account, once per
+    `idempotency_key`."""
+    transfer = _call(
+        lambda: client().v1.transfers.create(
+            params={
+                "amount": amount_minor,
+                "currency": currency.lower(),
+                "destination": destination,
+                "transfer_group": transfer_group,
+                "metadata": metadata,
+            },
+            options={"idempotency_key": idempotency_key},
+        )
+    )
+    destination_id = transfer.destination
+    return TransferRecord(
+        id=transfer.id,
+        amount_minor=transfer.amount,
+        destination=destination_id if isinstance(destination_id, str) else str(destination_id),
+    )
+
+
+def refund_create(
+    *, payment_intent: str, amount_minor: int, idempotency_key: str, metadata: dict[str, str]
+) -> RefundRecord:
+    """Refunds part or all of a PaymentIntent's charge, once per `idempotency_key`."""
+    refund = _call(
+        lambda: client().v1.refunds.create(
+            params={
+                "payment_intent": payment_intent,
+                "amount": amount_minor,
+                "metadata": metadata,
+            },
+            options={"idempotency_key": idempotency_key},
+        )
+    )
+    charge = refund.charge
+    return RefundRecord(
+        id=refund.id,
+        charge=charge if isinstance(charge, str) else getattr(charge, "id", ""),
+        amount_minor=refund.amount,
+        status=str(refund.status),
     )
 
 

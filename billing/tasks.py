@@ -35,6 +35,13 @@ def stripe_events_process_task() -> int:
     return services.stripe_events_process_pending()
 
 
+@shared_task(time_limit=300, soft_time_limit=240)
+def payouts_pending_send_task() -> int:
+    """Periodic: sends again the transfers of payouts that Stripe did not answer (the same
+    idempotency key, so a transfer that did go through is not made twice)."""
+    return services.payouts_pending_send(older_than=datetime.timedelta(minutes=5))
+
+
 @shared_task(time_limit=600, soft_time_limit=540)
 def ledger_verify_task() -> int:
     """Checks the ledger's invariants and logs every breach as an error for the operators."""

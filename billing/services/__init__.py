@@ -6,6 +6,7 @@ from billing.services.budgets import (
     budget_get,
     budget_set,
 )
+from billing.services.chargebacks import top_up_refund
 from billing.services.ledger import (
     LARGEST as LARGEST_AMOUNT,
 )
@@ -20,7 +21,14 @@ from billing.services.ledger import (
     platform_fee,
     wallet_adjust,
     wallet_credit,
+    wallet_debit,
     wallet_open,
+)
+from billing.services.payouts import (
+    connected_account_onboard,
+    payout_create,
+    payout_transfer,
+    payouts_pending_send,
 )
 from billing.services.top_ups import (
     stripe_event_process,
@@ -35,6 +43,7 @@ __all__ = [
     "budget_alert_notify",
     "budget_get",
     "budget_set",
+    "connected_account_onboard",
     "hold_capture",
     "hold_place",
     "hold_place_within",
@@ -42,12 +51,17 @@ __all__ = [
     "hold_resize",
     "holds_settle",
     "money",
+    "payout_create",
+    "payout_transfer",
+    "payouts_pending_send",
     "platform_fee",
     "stripe_event_process",
     "stripe_events_process_pending",
     "stripe_webhook_receive",
     "top_up_create",
+    "top_up_refund",
     "wallet_adjust",
     "wallet_credit",
+    "wallet_debit",
     "wallet_open",
 ]

@@ -15,17 +15,23 @@ Every service here is one database transaction that
   call made and writes nothing.
 """
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Q, QuerySet, Sum
 from django.utils import timezone
 
-from billing.errors import HoldNotOpen, HoldTooSmall, InsufficientFunds
+from billing.errors import (
+    AmountNotPayable,
+    HoldNotOpen,
+    HoldTooSmall,
+    InsufficientFunds,
+    OutstandingDebt,
+)
 from billing.models import ZERO, Account, Entry, Hold, ReferenceKind, Transaction
 from billing.services import budgets
 from computeshare.errors import ValidationFailed
@@ -233,17 +239,24 @@ def _available_from_platform(
     created_by: Any = None,
 ) -> Transaction:
     """Moves `amount` from a platform account to the organization's available balance (a
-    negative amount the other way, never past what is available)."""
-    key = (organization.pk, Account.Kind.AVAILABLE)
-    available = _lock([key])[key]
+    negative amount the other way, never past what is available). Money in repays what the
+    organization owes the platform first (its `debt` account), the rest becomes available."""
+    key, debt_key = (organization.pk, Account.Kind.AVAILABLE), (organization.pk, Account.Kind.DEBT)
+    accounts = _lock([key, debt_key])
+    available, debt = accounts[key], accounts[debt_key]
     if (done := _replayed(idempotency_reference)) is not None:
         return done
+    repaid = min(amount, -debt.balance) if amount > 0 else ZERO
     # Entry kinds share the transaction kinds' names: a top-up's lines are `top_up`, an
     # adjustment's `adjustment`.
     return _post(
         kind=kind,
         organization=organization,
-        lines=[((None, platform_kind), kind, -amount), (available, kind, amount)],
+        lines=[
+            ((None, platform_kind), kind, -amount),
+            (debt, kind, repaid),
+            (available, kind, amount - repaid),
+        ],
         reference_kind=reference_kind,
         reference=reference,
         idempotency_reference=idempotency_reference,
@@ -260,17 +273,168 @@ def wallet_credit(
     idempotency_reference: str,
     reference: UUID | None = None,
     memo: str = "",
+    kind: str = Transaction.Kind.TOP_UP,
 ) -> Transaction:
     """Credits money paid in through Stripe to the organization's available balance, from the
-    Stripe clearing account. Once per `idempotency_reference` (one per PaymentIntent)."""
+    Stripe clearing account: a top-up, or a won dispute's money back (`kind` `dispute`). Once
+    per `idempotency_reference` (one per PaymentIntent, one per dispute)."""
+    if kind not in (Transaction.Kind.TOP_UP, Transaction.Kind.DISPUTE):
+        raise AssertionError(f"wallet_credit is for top-ups and disputes, not {kind}")
     return _available_from_platform(
         organization=organization,
         amount=_positive(amount),
         platform_kind=Account.Kind.STRIPE_CLEARING,
-        kind=Transaction.Kind.TOP_UP,
-        reference_kind=ReferenceKind.TOP_UP,
+        kind=kind,
+        reference_kind=ReferenceKind.TOP_UP
+        if kind == Transaction.Kind.TOP_UP
+        else ReferenceKind.DISPUTE,
         reference=reference,
         idempotency_reference=idempotency_reference,
+        memo=memo,
+    )
+
+
+@transaction.atomic
+def wallet_debit(
+    *,
+    organization: Any,
+    amount: Any,
+    kind: str,
+    idempotency_reference: str,
+    reference: UUID | None = None,
+    memo: str = "",
+) -> Transaction:
+    """Gives money paid in through Stripe back to Stripe (a refund, a dispute's withdrawal):
+    from the organization's available balance as far as it goes, the rest recorded as owed to
+    the platform (its `debt` account), which refuses new commitments until it is repaid. Money
+    already held for bids and allocations is not touched. Once per `idempotency_reference`."""
+    amount = _positive(amount)
+    if kind not in (Transaction.Kind.REFUND, Transaction.Kind.DISPUTE):
+        raise AssertionError(f"wallet_debit is for refunds and disputes, not {kind}")
+    key, debt_key = (organization.pk, Account.Kind.AVAILABLE), (organization.pk, Account.Kind.DEBT)
+    accounts = _lock([key, debt_key])
+    if (done := _replayed(idempotency_reference)) is not None:
+        return done
+    available, debt = accounts[key], accounts[debt_key]
+    taken = min(amount, max(available.balance, ZERO))
+    return _post(
+        kind=kind,
+        organization=organization,
+        lines=[
+            ((None, Account.Kind.STRIPE_CLEARING), kind, amount),
+            (available, kind, -taken),
+            (debt, kind, taken - amount),
+        ],
+        reference_kind=ReferenceKind.TOP_UP
+        if kind == Transaction.Kind.REFUND
+        else ReferenceKind.DISPUTE,
+        reference=reference,
+        idempotency_reference=idempotency_reference,
+        memo=memo,
+    )
+
+
+def debt_owed(organization: Any) -> Decimal:
+    """What the organization owes the platform (positive), from its `debt` account."""
+    balance = (
+        Account.objects.filter(organization=organization, kind=Account.Kind.DEBT)
+        .values_list("balance", flat=True)
+        .first()
+    )
+    return -balance if balance else ZERO
+
+
+def debt_refuse(organization: Any) -> None:
+    """`OutstandingDebt` while the organization owes the platform anything."""
+    owed = debt_owed(organization)
+    if owed > 0:
+        raise OutstandingDebt(extra={"owed": str(owed), "currency": settings.PLATFORM_CURRENCY})
+
+
+# --- Earnings and payouts ----------------------------------------------------------------------
+
+
+def earnings_split(organization: Any, balance: Decimal) -> tuple[Decimal, Decimal]:
+    """(held, payable) of an earnings balance: what was earned within the holding period
+    (`PAYOUT_HOLDING_PERIOD`, time for a dispute to arrive) is held, the rest is payable,
+    in whole cents as money leaves through Stripe."""
+    recent = (
+        Entry.objects.filter(
+            account__organization=organization,
+            account__kind=Account.Kind.EARNINGS,
+            kind=Entry.Kind.EARNING,
+            created_at__gt=timezone.now() - settings.PAYOUT_HOLDING_PERIOD,
+        ).aggregate(total=Sum("amount"))["total"]
+        or ZERO
+    )
+    held = min(max(balance, ZERO), recent)
+    payable = (balance - held).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
+    return balance - payable, max(payable, ZERO)
+
+
+def earnings_pay_out(
+    *,
+    organization: Any,
+    amount: Decimal | None,
+    reference_for: Callable[[Decimal], UUID],
+    memo: str,
+) -> tuple[Transaction, Decimal]:
+    """In the caller's transaction: moves `amount` (all that is payable when None) out of the
+    organization's earnings towards Stripe, refused with `AmountNotPayable` past what is
+    payable now. `reference_for(amount)` makes the caller's row (the payout) once the amount is
+    known, under the earnings' lock, so that two payouts never pay the same earnings."""
+    if not connection.in_atomic_block:
+        raise AssertionError("earnings_pay_out needs the caller's transaction")
+    key = (organization.pk, Account.Kind.EARNINGS)
+    earnings = _lock([key])[key]
+    _held, payable = earnings_split(organization, earnings.balance)
+    paying = payable if amount is None else amount
+    minimum = settings.PAYOUT_MINIMUM
+    if paying > payable or paying < minimum:
+        raise AmountNotPayable(
+            extra={
+                "payable": str(payable),
+                "minimum": str(minimum),
+                "currency": settings.PLATFORM_CURRENCY,
+            }
+        )
+    reference = reference_for(paying)
+    posted = _post(
+        kind=Transaction.Kind.PAYOUT,
+        organization=organization,
+        lines=[
+            (earnings, Entry.Kind.PAYOUT, -paying),
+            ((None, Account.Kind.STRIPE_CLEARING), Entry.Kind.PAYOUT, paying),
+        ],
+        reference_kind=ReferenceKind.PAYOUT,
+        reference=reference,
+        idempotency_reference=f"payout:{reference}",
+        memo=memo,
+    )
+    return posted, paying
+
+
+@transaction.atomic
+def earnings_pay_out_reverse(
+    *, organization: Any, amount: Decimal, reference: UUID, memo: str
+) -> Transaction:
+    """Puts a payout Stripe refused back into the organization's earnings, once per payout;
+    payable at once (it is not new earnings)."""
+    # The earnings first, the platform's row last: the order `earnings_pay_out` takes them in.
+    key = (organization.pk, Account.Kind.EARNINGS)
+    earnings = _lock([key])[key]
+    if (done := _replayed(f"payout-reversal:{reference}")) is not None:
+        return done
+    return _post(
+        kind=Transaction.Kind.PAYOUT,
+        organization=organization,
+        lines=[
+            ((None, Account.Kind.STRIPE_CLEARING), Entry.Kind.PAYOUT, -amount),
+            (earnings, Entry.Kind.PAYOUT, amount),
+        ],
+        reference_kind=ReferenceKind.PAYOUT,
+        reference=reference,
+        idempotency_reference=f"payout-reversal:{reference}",
         memo=memo,
     )
 
@@ -375,8 +539,10 @@ def hold_place_within(
 
 
 def _commit(organization: Any, available: Account, held: Account, amount: Decimal) -> None:
-    """Refuses a new commitment of `amount` (funds first, then the budget), or admits it and
-    records the budget alerts it causes. The caller holds both accounts' locks."""
+    """Refuses a new commitment of `amount` (debt first, then funds, then the budget), or
+    admits it and records the budget alerts it causes. The caller holds both accounts' locks,
+    and with them any debt being recorded (`wallet_debit` locks `available` too)."""
+    debt_refuse(organization)
     if available.balance < amount:
         raise InsufficientFunds(
             extra={

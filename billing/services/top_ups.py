@@ -19,6 +19,7 @@ from django.utils import timezone
 from billing import notices, stripe_gateway, webhook_events
 from billing.errors import InvalidSignature, PaymentProviderUnavailable
 from billing.models import StripeEvent, TopUp
+from billing.services import chargebacks, payouts
 from billing.services.ledger import money, wallet_credit
 from computeshare.errors import IdempotencyKeyReused, ValidationFailed
 
@@ -225,6 +226,10 @@ def _payment_failed(event: dict[str, Any]) -> str:
 _HANDLERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "payment_intent.succeeded": _payment_succeeded,
     "payment_intent.payment_failed": _payment_failed,
+    "charge.refunded": chargebacks.charge_refunded,
+    "charge.dispute.created": chargebacks.dispute_created,
+    "charge.dispute.closed": chargebacks.dispute_closed,
+    "account.updated": payouts.account_updated,
 }
 
 

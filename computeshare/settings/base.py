@@ -156,6 +156,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 300.0,
     },
     "ledger-verify": {"task": "billing.tasks.ledger_verify_task", "schedule": 3600.0},
+    "payouts-pending-send": {
+        "task": "billing.tasks.payouts_pending_send_task",
+        "schedule": 600.0,
+    },
     # Auctions clear within this many seconds of their close time.
     "auctions-clear-due": {
         "task": "marketplace.tasks.auctions_clear_due_task",
@@ -386,6 +390,10 @@ STRIPE_JS_URL = env("STRIPE_JS_URL", default="https://js.stripe.com/v3/")
 # Two-decimal currencies only: top-ups are sent to Stripe in cents.
 TOP_UP_MINIMUM = Decimal(env("TOP_UP_MINIMUM", default="5.00"))
 TOP_UP_MAXIMUM = Decimal(env("TOP_UP_MAXIMUM", default="50000.00"))
+# Owners' earnings become payable this long after they were earned: the time a team has to
+# dispute the top-up that paid for them. The smallest payout Stripe is asked for.
+PAYOUT_HOLDING_PERIOD = timedelta(days=env.int("PAYOUT_HOLDING_DAYS", default=7))
+PAYOUT_MINIMUM = Decimal(env("PAYOUT_MINIMUM", default="1.00"))
 # Billing does not know memberships (imports go one way); this names who tells it the
 # addresses of an organization's admins.
 BILLING_ADMIN_EMAILS = "marketplace.selectors.organization_admin_emails"

@@ -318,7 +318,7 @@ def test_ledger_filters_by_kind_and_time(busy_month: OrganizationWithPeople):
 
 @pytest.mark.parametrize(
     "query",
-    [{"kind": "refund"}, {"from": "yesterday"}, {"from": "2026-11-02", "to": "2026-11-01"}],
+    [{"kind": "bonus"}, {"from": "yesterday"}, {"from": "2026-11-02", "to": "2026-11-01"}],
 )
 def test_bad_ledger_filters_are_400(busy_month: OrganizationWithPeople, query):
     answer = client_for(busy_month.admin).get(url(busy_month, "ledger/"), query)

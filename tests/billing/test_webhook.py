@@ -231,7 +231,7 @@ def test_an_amount_that_differs_from_our_row_is_not_credited(client: Client, top
 
 
 def test_events_we_do_not_act_on_are_kept(client: Client, top_up: TopUp):
-    payload = payment_event(top_up, "charge.refunded")
+    payload = payment_event(top_up, "customer.created")
 
     answer = deliver(client, payload)
 

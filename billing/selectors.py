@@ -331,6 +331,8 @@ def statement_build(organization: Any, year: int, month: int) -> Statement:
             if entry.account.kind == kind:
                 summary.totals[entry.kind] = summary.totals.get(entry.kind, ZERO) + entry.amount
                 summary.closing += entry.amount
+        if kind == Account.Kind.DEBT and not (summary.opening or summary.totals):
+            continue  # an organization that never owed anything has no such line
         summaries.append(summary)
     return Statement(
         organization=organization,

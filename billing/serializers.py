@@ -2,7 +2,7 @@
 
 from rest_framework import serializers
 
-from billing.models import Entry, TopUp
+from billing.models import ConnectedAccount, Entry, Payout, TopUp
 from computeshare.numbers import DecimalString, WholeNumber
 
 
@@ -118,3 +118,59 @@ class EarningsSerializer(serializers.Serializer):
     fees = Money()
     net = Money()
     results = EarningsRowSerializer(many=True)
+
+
+class PayoutSerializer(serializers.ModelSerializer):
+    id = serializers.UUIDField(source="uuid", read_only=True)
+    amount = Money(places=2)
+    stripe_transfer = serializers.CharField(allow_null=True)
+
+    class Meta:
+        model = Payout
+        fields = [
+            "id",
+            "amount",
+            "currency",
+            "status",
+            "stripe_transfer",
+            "failure_reason",
+            "created_at",
+            "paid_at",
+        ]
+
+
+class PayoutCreateSerializer(serializers.Serializer):
+    amount = DecimalString(
+        max_digits=14,
+        decimal_places=2,
+        required=False,
+        allow_null=True,
+        help_text="Leave out to pay out everything payable now.",
+    )
+
+
+class ConnectedAccountSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=ConnectedAccount.Status.choices)
+    stripe_account = serializers.CharField(allow_null=True)
+    payouts_enabled = serializers.BooleanField()
+    requirements_due = serializers.ListField(child=serializers.CharField())
+
+
+class PayoutAccountSerializer(serializers.Serializer):
+    connected_account = ConnectedAccountSerializer(
+        allow_null=True, help_text="Null until an admin starts Stripe onboarding."
+    )
+    earnings = Money(help_text="Everything earned and not paid out.")
+    held = Money(help_text="Earned within the holding period: not payable yet.")
+    payable = Money(help_text="What a payout can send now, in whole cents.")
+    owed = Money(help_text="Owed to the platform: no payout until a top-up repays it.")
+    holding_days = serializers.IntegerField()
+    minimum = Money(places=2, help_text="The smallest payout.")
+    currency = serializers.CharField()
+
+
+class OnboardingLinkSerializer(serializers.Serializer):
+    url = serializers.URLField(
+        help_text="Stripe's single-use onboarding page: send the admin there."
+    )
+    expires_at = serializers.IntegerField(help_text="Unix seconds; make a new link after it.")

@@ -66,6 +66,22 @@ urlpatterns += [
     ),
     path(f"{organization_money}ledger/", money.LedgerApi.as_view(), name="api-ledger"),
     path(f"{organization_money}earnings/", money.EarningsApi.as_view(), name="api-earnings"),
+    path(
+        f"{organization_money}payout-account/",
+        money.PayoutAccountApi.as_view(),
+        name="api-payout-account",
+    ),
+    path(
+        f"{organization_money}payout-account/onboarding/",
+        money.PayoutOnboardingApi.as_view(),
+        name="api-payout-onboarding",
+    ),
+    path(f"{organization_money}payouts/", money.PayoutListCreateApi.as_view(), name="api-payouts"),
+    path(
+        f"{organization_money}payouts/<uuid:payout_id>/",
+        money.PayoutDetailApi.as_view(),
+        name="api-payout",
+    ),
 ]
 
 urlpatterns += [

@@ -71,6 +71,11 @@ urlpatterns += [
         views_money.StatementView.as_view(),
         name="organization-statement",
     ),
+    path(
+        "organizations/<uuid:organization_id>/payouts/",
+        views_money.PayoutsView.as_view(),
+        name="organization-payouts",
+    ),
 ]
 
 # The market's pages (marketplace/views_market.py).

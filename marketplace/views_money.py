@@ -20,7 +20,7 @@ from django.views import View
 from billing import selectors as billing_selectors
 from billing import services as billing_services
 from computeshare.csv_export import csv_writer
-from computeshare.errors import ValidationFailed
+from computeshare.errors import ApplicationError, ValidationFailed
 from computeshare.forms import form_add_service_error
 from marketplace import selectors
 from marketplace.forms import BudgetForm
@@ -169,3 +169,74 @@ def _statement_csv(statement: billing_selectors.Statement) -> HttpResponse:
             ]
         )
     return response
+
+
+class PayoutsView(LoginRequiredMixin, View):
+    """An owner's payouts, for admins: the Stripe account (connect, its status), earnings held
+    and payable, the pay-out form and the history. Connecting sends the admin to Stripe's
+    onboarding page; Stripe sends them back here."""
+
+    template_name = "billing/payouts.html"
+    NOTICES = {
+        "returned": (
+            "info",
+            "Back from Stripe. The account becomes active when Stripe confirms it to us; "
+            "this page updates by itself.",
+        ),
+        "expired": ("warning", "That Stripe link expired or was used already: connect again."),
+    }
+
+    def _render(
+        self, request: HttpRequest, membership: Membership, error: str = "", status: int = 200
+    ) -> HttpResponse:
+        organization = membership.organization
+        account = billing_selectors.connected_account_get(organization)
+        context = {
+            "membership": membership,
+            "organization": organization,
+            "account": account,
+            "balance": billing_selectors.payout_balance(organization),
+            "payouts": billing_selectors.payout_list(organization)[:50],
+            "notice": self.NOTICES.get(request.GET.get("onboarding", "")),
+            "awaiting_stripe": request.GET.get("onboarding") == "returned"
+            and (account is None or not account.is_active),
+            "error": error,
+            # A fresh key per page: a form sent twice (a double click, a reload) pays once.
+            "payout_key": uuid.uuid4(),
+        }
+        return render(request, self.template_name, context, status=status)
+
+    def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        return self._render(request, membership)
+
+    def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        organization = membership.organization
+        page = request.build_absolute_uri(reverse("organization-payouts", args=[organization.uuid]))
+        try:
+            if "connect" in request.POST:
+                link = billing_services.connected_account_onboard(
+                    organization=organization,
+                    actor=request.user,
+                    return_url=f"{page}?onboarding=returned",
+                    refresh_url=f"{page}?onboarding=expired",
+                )
+                return HttpResponseRedirect(link.url)
+            payout = billing_services.payout_create(
+                organization=organization,
+                actor=request.user,
+                amount=request.POST.get("amount") or None,
+                idempotency_key=f"payouts-page-{request.POST.get('payout_key', '')}"[:255],
+            )
+        except ApplicationError as error:
+            return self._render(
+                request, membership, error=str(error.detail), status=error.status_code
+            )
+        if payout.status == payout.Status.PAID:
+            messages.success(request, f"{payout.amount} {payout.currency} sent to Stripe.")
+        elif payout.status == payout.Status.PENDING:
+            messages.warning(request, "Stripe did not answer; the payout is sent again shortly.")
+        else:
+            messages.error(request, payout.failure_reason)
+        return HttpResponseRedirect(request.path)

@@ -205,6 +205,7 @@ account_links = _AccountLinks()
 ONBOARDING_PAGE = """<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<link rel="icon" href="data:,">
 <title>Stripe Express onboarding (local test mode)</title>
 <style>body{{font-family:system-ui,sans-serif;max-width:32rem;margin:2rem auto;padding:0 1rem}}
 button{{font-size:1rem;padding:.6rem 1.2rem}}</style></head>

@@ -5,6 +5,7 @@ billing service."""
 import uuid
 from typing import Any
 
+from django.urls import reverse
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import status
 from rest_framework.request import Request
@@ -20,6 +21,10 @@ from billing.serializers import (
     EarningsSerializer,
     LedgerEntrySerializer,
     LedgerFilterSerializer,
+    OnboardingLinkSerializer,
+    PayoutAccountSerializer,
+    PayoutCreateSerializer,
+    PayoutSerializer,
     TopUpCreatedSerializer,
     TopUpCreateSerializer,
     TopUpSerializer,
@@ -173,3 +178,122 @@ class EarningsApi(APIView):
             membership.organization, since=filters.get("since"), until=filters.get("until")
         )
         return Response(EarningsSerializer(earnings).data)
+
+
+# --- Payouts (owners) --------------------------------------------------------------------------
+
+
+def payout_account_data(organization: Any) -> dict[str, Any]:
+    """The connected account's state and the earnings' split, as `PayoutAccountSerializer`."""
+    balance = billing_selectors.payout_balance(organization)
+    account = billing_selectors.connected_account_get(organization)
+    return {
+        "connected_account": account,
+        "earnings": balance.earnings,
+        "held": balance.held,
+        "payable": balance.payable,
+        "owed": balance.owed,
+        "holding_days": balance.holding_days,
+        "minimum": balance.minimum,
+        "currency": balance.currency,
+    }
+
+
+class PayoutAccountApi(APIView):
+    @extend_schema(
+        operation_id="organization_payout_account_retrieve",
+        responses={200: PayoutAccountSerializer, **LIST_ERRORS, 403: ErrorSerializer},
+        description=(
+            "The organization's Stripe Connect account (null before onboarding starts) and its "
+            "earnings: held for the holding period, then payable."
+        ),
+    )
+    def get(self, request: Request, organization_id: str) -> Response:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        return Response(PayoutAccountSerializer(payout_account_data(membership.organization)).data)
+
+
+class PayoutOnboardingApi(APIView):
+    @extend_schema(
+        operation_id="organization_payout_account_onboard",
+        request=None,
+        responses={200: OnboardingLinkSerializer, **MONEY_ERRORS},
+        description=(
+            "Creates the organization's Stripe Express account on first use and answers a "
+            "single-use onboarding link. Stripe sends the admin back to the payouts page; the "
+            "account becomes active when Stripe's `account.updated` says so."
+        ),
+    )
+    def post(self, request: Request, organization_id: str) -> Response:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        page = request.build_absolute_uri(
+            reverse("organization-payouts", args=[membership.organization.uuid])
+        )
+        link = billing_services.connected_account_onboard(
+            organization=membership.organization,
+            actor=request.user,
+            return_url=f"{page}?onboarding=returned",
+            refresh_url=f"{page}?onboarding=expired",
+        )
+        return Response(OnboardingLinkSerializer(link).data)
+
+
+class PayoutListCreateApi(APIView):
+    @extend_schema(
+        operation_id="organization_payouts_list",
+        responses={200: paginated(PayoutSerializer), **LIST_ERRORS, 403: ErrorSerializer},
+        parameters=PAGE_PARAMETERS,
+    )
+    def get(self, request: Request, organization_id: str) -> Response:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        return paginated_response(
+            request,
+            self,
+            billing_selectors.payout_list(membership.organization),
+            PayoutSerializer,
+        )
+
+    @extend_schema(
+        operation_id="organization_payouts_create",
+        request=PayoutCreateSerializer,
+        responses={201: PayoutSerializer, **MONEY_ERRORS},
+        parameters=[IDEMPOTENCY_KEY],
+        description=(
+            "Transfers `amount` (everything payable when left out) to the organization's "
+            "Stripe account. 409 `payouts_not_enabled` before onboarding is done, 409 "
+            "`amount_not_payable` past what is payable or under the minimum, 402 "
+            "`outstanding_debt` while the organization owes the platform. `status` is "
+            "`pending` when Stripe did not answer: it is sent again with the same key."
+        ),
+    )
+    def post(self, request: Request, organization_id: str) -> Response:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        payload = PayoutCreateSerializer(data=request.data)
+        payload.is_valid(raise_exception=True)
+        # Not `computeshare.api.idempotent`: no transaction may stay open across a Stripe
+        # call. The payout row carries the key.
+        payout = billing_services.payout_create(
+            organization=membership.organization,
+            actor=request.user,
+            amount=payload.validated_data.get("amount"),
+            idempotency_key=request.headers.get("Idempotency-Key") or None,
+        )
+        return Response(PayoutSerializer(payout).data, status=status.HTTP_201_CREATED)
+
+
+class PayoutDetailApi(APIView):
+    @extend_schema(
+        operation_id="organization_payouts_retrieve",
+        responses={
+            200: PayoutSerializer,
+            401: ErrorSerializer,
+            403: ErrorSerializer,
+            404: ErrorSerializer,
+        },
+    )
+    def get(self, request: Request, organization_id: str, payout_id: uuid.UUID) -> Response:
+        membership = selectors.membership_get_admin(request.user, organization_id)
+        payout = billing_selectors.payout_get(membership.organization, payout_id)
+        if payout is None:
+            raise NotFound("No such payout.")
+        return Response(PayoutSerializer(payout).data)

@@ -10,6 +10,7 @@ from decimal import Decimal
 
 import pytest
 from django.test import Client
+from django.utils import timezone
 
 from billing import selectors, services
 from billing.errors import AmountNotPayable, OutstandingDebt, PayoutsNotEnabled
@@ -259,3 +260,22 @@ def test_a_transfer_stripe_refuses_puts_the_money_back_in_earnings(
         ("stripe_clearing", Decimal("9.000000")),
     ]
     assert selectors.ledger_verify() == []
+
+
+def test_a_payout_is_a_line_of_the_months_statement(
+    client: Client, stripe_events: WebhookReceiver, no_holding_period, owner, owner_admin
+):
+    connected_and_active(client, stripe_events, owner, owner_admin)
+    earn(owner, "30.00")
+    services.payout_create(organization=owner, actor=owner_admin)
+    today = timezone.localdate()
+
+    statement = selectors.statement_build(owner, today.year, today.month)
+
+    earnings = {account.kind: account for account in statement.accounts}["earnings"]
+    assert earnings.totals == {"earning": Decimal("27"), "payout": Decimal("-27")}
+    assert (earnings.opening, earnings.closing) == (0, 0)
+    assert "debt" not in {account.kind for account in statement.accounts}
+    client.force_login(owner_admin)
+    page = client.get(f"/organizations/{owner.uuid}/statements/{today.year}/{today.month}/")
+    assert b'data-field="payout"' in page.content

@@ -444,6 +444,20 @@ def allocations_with_status(allocations: QuerySet[Allocation], status: str) -> Q
     return open_now.filter(window_start__gt=now)
 
 
+def allocation_resubmit_target(
+    user: User, allocation: Allocation, *, organization_id: int
+) -> Allocation | None:
+    """Where a copy of a job on `allocation` can run now: that allocation while its window is
+    open, else the organization's active allocation of the same partition that ends last."""
+    active = allocations_with_status(
+        allocation_list_for_user(user).filter(
+            organization_id=organization_id, partition_id=allocation.partition_id
+        ),
+        Allocation.Status.ACTIVE,
+    )
+    return active.filter(pk=allocation.pk).first() or active.order_by("-window_end").first()
+
+
 def tenant_leases_to_scrub_again(*, quiet_for: datetime.timedelta) -> list[int]:
     """Leases left `ending` with no scrub running and no change for `quiet_for`: their scrub's
     message was lost (the broker down) or it gave up retrying an unreachable cluster. Their

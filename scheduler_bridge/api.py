@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from django.http import FileResponse, HttpResponse, StreamingHttpResponse
+from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -43,9 +44,11 @@ from scheduler_bridge.job_files import (
     job_files_storage,
     tar_gz_stream,
 )
+from scheduler_bridge.job_templates import JOB_TEMPLATES
 from scheduler_bridge.models import Job, JobState
 from scheduler_bridge.serializers import (
     USAGE_CSV_COLUMNS,
+    EfficiencyReportSerializer,
     JobCreateSerializer,
     JobDetailSerializer,
     JobFilterSerializer,
@@ -53,7 +56,10 @@ from scheduler_bridge.serializers import (
     JobQuoteSerializer,
     JobResultFileSerializer,
     JobSerializer,
+    JobTemplateSerializer,
+    MonthQuerySerializer,
     UsageRowSerializer,
+    month_start_of,
     usage_csv_row,
 )
 
@@ -334,6 +340,44 @@ class UsageApi(APIView):
             f'attachment; filename="usage-{membership.organization.uuid}.csv"'
         )
         return response
+
+
+class JobTemplateListApi(APIView):
+    @extend_schema(
+        operation_id="job_templates_list",
+        parameters=PAGE_PARAMETERS,
+        responses={200: paginated(JobTemplateSerializer), **LIST_ERRORS},
+        description="Ready job templates, each with a sentence on its technique: a Python "
+        "parameter sweep (a job array), a multi-threaded OpenMP run sized by `cpus_per_task`, "
+        "an MPI run across nodes started with `srun`, a GPU run (`needs_gpus`). POST a "
+        "template's fields to /jobs/ with your `allocation` (and `template` set to its `id`) "
+        "to run it.",
+    )
+    def get(self, request: Request) -> Response:
+        return paginated_response(request, self, list(JOB_TEMPLATES), JobTemplateSerializer)
+
+
+class EfficiencyApi(APIView):
+    @extend_schema(
+        operation_id="organization_efficiency_retrieve",
+        parameters=[
+            OpenApiParameter(
+                "month", str, required=False, description="YYYY-MM (UTC); this month if left out."
+            )
+        ],
+        responses={200: EfficiencyReportSerializer, **LIST_ERRORS},
+        description="The team's monthly efficiency report over the jobs that ended in the "
+        "month: core-hours and money spent on idle cores (allocated cores x elapsed less the "
+        "CPU time used, at what those runs cost), and what the jobs reserved of their "
+        "allocations without using it, with its value at the allocations' prices; the jobs "
+        "that wasted most.",
+    )
+    def get(self, request: Request, organization_id: str) -> Response:
+        membership = market_selectors.membership_get_for_user(request.user, organization_id)
+        query = validated(MonthQuerySerializer, request.query_params)
+        month_start = query.get("month") or month_start_of(timezone.now())
+        report = selectors.organization_efficiency_report(membership.organization, month_start)
+        return Response(EfficiencyReportSerializer(report).data)
 
 
 class BinaryRenderer(BaseRenderer):

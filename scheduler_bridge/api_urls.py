@@ -37,4 +37,10 @@ urlpatterns = [
         name="api-sweep-results-csv",
     ),
     path("organizations/<uuid:organization_id>/usage/", api.UsageApi.as_view(), name="api-usage"),
+    path(
+        "organizations/<uuid:organization_id>/efficiency/",
+        api.EfficiencyApi.as_view(),
+        name="api-efficiency",
+    ),
+    path("job-templates/", api.JobTemplateListApi.as_view(), name="api-job-templates"),
 ]

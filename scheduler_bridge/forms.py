@@ -5,6 +5,7 @@ their refusals beside these fields."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django import forms
@@ -14,6 +15,7 @@ from computeshare.numbers import WholeNumberFormField
 from scheduler_bridge.backends.arrays import InvalidArray, parse_array
 from scheduler_bridge.models import JobState
 from scheduler_bridge.services import JobRequest
+from scheduler_bridge.services.submission import MAX_MEM_PER_CPU_MIB
 
 SAMPLE_SCRIPT = """#!/bin/bash
 # Resources come from the fields below, not from #SBATCH lines.
@@ -50,6 +52,15 @@ class JobSizesForm(StyledFormMixin, forms.Form):
     ntasks = _whole_number("Tasks (ntasks)", minimum=1, maximum=MAX_CPUS, initial=1)
     nodes = _whole_number("Nodes", minimum=1, maximum=MAX_NODES, initial=1)
     gpus = _whole_number("GPUs", minimum=0, maximum=MAX_NODES, initial=0)
+    mem_per_cpu = WholeNumberFormField(
+        label="Memory per CPU (MiB)",
+        min_value=1,
+        max_value=MAX_MEM_PER_CPU_MIB,
+        required=False,
+        help_text="Optional: sbatch's <code>--mem-per-cpu</code>. Empty: the partition's "
+        "default. The job's page compares it with what the job used (MaxRSS).",
+        widget=forms.NumberInput(attrs={"min": "1", "step": "1", "placeholder": "default"}),
+    )
     array = forms.CharField(
         label="Array",
         max_length=200,
@@ -98,6 +109,8 @@ class JobSizesForm(StyledFormMixin, forms.Form):
             array=data["array"],
             environment=data.get("environment", {}),
             secret_environment=data.get("secret_environment", {}),
+            mem_per_cpu=data.get("mem_per_cpu"),
+            template=data.get("template", ""),
         )
 
 
@@ -200,6 +213,8 @@ class JobSubmitForm(JobSizesForm):
         ),
     )
 
+    template = forms.CharField(required=False, max_length=32, widget=forms.HiddenInput)
+
     input_files = MultipleFileField(
         label="Input files",
         required=False,
@@ -215,6 +230,7 @@ class JobSubmitForm(JobSizesForm):
         "ntasks",
         "nodes",
         "gpus",
+        "mem_per_cpu",
         "array",
         "environment",
         "secret_environment",
@@ -244,3 +260,24 @@ class JobFilterForm(StyledFormMixin, forms.Form):
             choices=[("", "All your organizations")]
             + [(str(organization.uuid), organization.name) for organization in organizations],
         )
+
+
+class MonthForm(StyledFormMixin, forms.Form):
+    """The month of a report, as the API takes it (`YYYY-MM`, UTC)."""
+
+    month = forms.RegexField(
+        label="Month",
+        regex=r"^[0-9]{4}-(0[1-9]|1[0-2])$",
+        required=False,
+        error_messages={"invalid": "A month as YYYY-MM, such as 2026-11."},
+        widget=forms.TextInput(attrs={"type": "month"}),
+    )
+
+    def clean_month(self) -> datetime | None:
+        text: str = self.cleaned_data["month"]
+        if not text:
+            return None
+        year, month = (int(part) for part in text.split("-"))
+        if year < 2000:
+            raise forms.ValidationError("A month from 2000 on.")
+        return datetime(year, month, 1, tzinfo=UTC)

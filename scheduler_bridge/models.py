@@ -20,9 +20,20 @@ MICRO_UNIT = Decimal("0.000001")
 PLATFORM_NAME_PREFIX = "cs-"
 
 
+SECONDS_PER_HOUR = Decimal(3600)
+
+
 def money_of(units: Decimal, unit_price: Decimal) -> Decimal:
     """The price of `units`, to the ledger's micro-unit (half up)."""
     return (units * unit_price).quantize(MICRO_UNIT, rounding=ROUND_HALF_UP)
+
+
+def metered_units(count: int, elapsed_seconds: int) -> Decimal:
+    """What a run of `count` cores (or GPUs) for `elapsed_seconds` uses, in core-hours (or
+    GPU-hours) to the micro-unit: what settlement charges before the cap of the reservation."""
+    return (Decimal(count) * Decimal(elapsed_seconds) / SECONDS_PER_HOUR).quantize(
+        MICRO_UNIT, rounding=ROUND_HALF_UP
+    )
 
 
 class JobState(models.TextChoices):
@@ -107,6 +118,9 @@ class Progress(BaseModel):
     cpu_seconds = models.DecimalField(max_digits=20, decimal_places=3, default=ZERO)
     # Core-seconds (or GPU-seconds) allocated over the runs: the denominator of efficiency.
     allocated_core_seconds = models.PositiveBigIntegerField(default=0)
+    # The largest resident set (MaxRSS) any step of the runs reached, in bytes; None until a
+    # run with steps was settled.
+    max_rss_bytes = models.PositiveBigIntegerField(null=True, blank=True)
 
     class Meta:
         abstract = True
@@ -162,6 +176,11 @@ class Job(Progress):
     ntasks = models.PositiveIntegerField(default=1)
     cpus_per_task = models.PositiveIntegerField(default=1)
     gpus = models.PositiveIntegerField(default=0)
+    # Memory per allocated CPU in MiB (sbatch --mem-per-cpu); None: the partition's default.
+    mem_per_cpu = models.PositiveIntegerField(null=True, blank=True)
+    # The ready template the job was started from (`job_templates`), "" for none: the form
+    # started from that template again offers the sizes this job's use suggests.
+    template = models.CharField(max_length=32, blank=True)
     array = models.CharField(max_length=200, blank=True)
     task_count = models.PositiveIntegerField(default=1)
     environment = models.JSONField(default=dict, blank=True)
@@ -368,6 +387,8 @@ class JobRun(BaseModel):
     allocated_cpus = models.PositiveIntegerField()
     allocated_gpus = models.PositiveIntegerField()
     cpu_seconds = models.DecimalField(max_digits=20, decimal_places=3)
+    # The largest MaxRSS of the run's steps, in bytes (None when accounting had none).
+    max_rss_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     # What accounting says was used, and what was charged: capped at what the task reserved,
     # zero when the owner's side ended it.
     metered_units = units_field()

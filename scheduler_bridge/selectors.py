@@ -3,16 +3,22 @@ nobody else's."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Prefetch, Q, QuerySet
 
 from computeshare.errors import NotFound
 from computeshare.models import User
-from marketplace.models import Membership, Organization
+from marketplace.models import Membership, Organization, Resource
+from scheduler_bridge import sizing
 from scheduler_bridge.models import (
+    ENDED_STATES,
+    SECONDS_PER_HOUR,
     Job,
     JobEvent,
     JobFile,
@@ -22,7 +28,9 @@ from scheduler_bridge.models import (
     Sweep,
     SweepJob,
     SweepRow,
+    money_of,
 )
+from scheduler_bridge.sizing import SizingAdvice
 
 
 def job_list_for_user(user: User) -> QuerySet[Job]:
@@ -196,4 +204,153 @@ def sweep_rows(sweep: Sweep) -> QuerySet[SweepRow]:
             "task__job__uuid",
         )
         .order_by("index")
+    )
+
+
+def job_sizing_advice(job: Job) -> SizingAdvice | None:
+    """The right-sizing advice on a job the caller may see (`job_get_for_user`), from its
+    settled runs; None before it ended or when it never ran."""
+    return sizing.job_sizing_advice(job, list(job_run_list(job)), str(settings.PLATFORM_CURRENCY))
+
+
+def job_latest_sized(
+    organization_id: int, *, template: str = "", partition_id: int | None = None
+) -> Job | None:
+    """The organization's newest ended job started from `template`: the one whose use the
+    form started from that template again offers as sizes."""
+    jobs = Job.objects.filter(
+        organization_id=organization_id,
+        template=template,
+        state__in=[state.value for state in ENDED_STATES],
+        elapsed_seconds__gt=0,
+    ).select_related("allocation")
+    if partition_id is not None:
+        jobs = jobs.filter(allocation__partition_id=partition_id)
+    return jobs.order_by("-ended_at", "-id").first()
+
+
+@dataclass(frozen=True)
+class EfficiencyJob:
+    """One job's share of the month's waste."""
+
+    job: Job
+    idle_core_hours: Decimal
+    idle_cost: Decimal
+    unused_reserved_units: Decimal
+    unused_reserved_value: Decimal
+
+
+@dataclass(frozen=True)
+class EfficiencyReport:
+    """A team's month: what its jobs were charged for cores that sat idle (allocated cores x
+    elapsed, less the CPU time they used, at what those runs cost), and what they reserved of
+    their allocations without using it (time limit far above the run). Reservations are not
+    charged, but they hold allocation units other jobs could not use meanwhile; their value is
+    the allocation's unit price."""
+
+    organization: Organization
+    month_start: datetime
+    month_end: datetime
+    currency: str
+    jobs_count: int
+    core_hours: Decimal  # allocated core-hours of the CPU runs
+    used_core_hours: Decimal  # their CPU time, in hours
+    idle_core_hours: Decimal
+    cost: Decimal  # what the CPU runs were charged
+    idle_cost: Decimal
+    reserved_units: Decimal  # what the month's ended jobs reserved
+    unused_reserved_units: Decimal
+    unused_reserved_value: Decimal
+    worst_jobs: list[EfficiencyJob]
+
+    @property
+    def efficiency(self) -> Decimal | None:
+        if not self.core_hours:
+            return None
+        return (self.used_core_hours / self.core_hours).quantize(Decimal("0.0001"))
+
+
+EFFICIENCY_WORST_JOBS = 10
+_HOURS = Decimal("0.000001")
+
+
+def organization_efficiency_report(
+    organization: Organization, month_start: datetime
+) -> EfficiencyReport:
+    """The report of the month that starts at `month_start` (UTC, first day 00:00) over the
+    organization's jobs that ended in it; the caller is a member (`membership_get_for_user`).
+    GPU allocations' runs are left out of the idle cores: they are priced per GPU."""
+    month_end = (month_start + timedelta(days=32)).replace(day=1)
+    jobs = list(
+        Job.objects.filter(
+            organization=organization,
+            ended_at__gte=month_start,
+            ended_at__lt=month_end,
+        )
+        .select_related("allocation")
+        .only(
+            "uuid",
+            "name",
+            "state",
+            "reserved_units",
+            "units",
+            "cost",
+            "ended_at",
+            "allocation__unit_price",
+            "allocation__resource",
+        )
+        .order_by("ended_at", "id")
+    )
+    idle: dict[int, tuple[Decimal, Decimal]] = {}
+    core_seconds = used_seconds = Decimal(0)
+    cost = Decimal(0)
+    runs = JobRun.objects.filter(
+        task__job__in=[job.pk for job in jobs],
+        task__job__allocation__resource=Resource.CPU,
+        elapsed_seconds__gt=0,
+    ).values_list("task__job_id", "allocated_cpus", "elapsed_seconds", "cpu_seconds", "cost")
+    for job_id, cpus, elapsed, cpu, run_cost in runs.iterator(chunk_size=2000):
+        allocated = Decimal(cpus * elapsed)
+        if not allocated:
+            continue
+        used = min(cpu, allocated)
+        share = (allocated - used) / allocated
+        seconds, money = idle.get(job_id, (Decimal(0), Decimal(0)))
+        idle[job_id] = (seconds + allocated - used, money + run_cost * share)
+        core_seconds += allocated
+        used_seconds += used
+        cost += run_cost
+    rows = []
+    for job in jobs:
+        seconds, money = idle.get(job.pk, (Decimal(0), Decimal(0)))
+        unused = max(job.reserved_units - job.units, Decimal(0))
+        rows.append(
+            EfficiencyJob(
+                job=job,
+                idle_core_hours=(seconds / SECONDS_PER_HOUR).quantize(_HOURS),
+                idle_cost=money_of(money, Decimal(1)),
+                unused_reserved_units=unused,
+                unused_reserved_value=money_of(unused, job.allocation.unit_price),
+            )
+        )
+    worst = sorted(
+        (row for row in rows if row.idle_cost or row.unused_reserved_units),
+        key=lambda row: (row.idle_cost, row.unused_reserved_value),
+        reverse=True,
+    )[:EFFICIENCY_WORST_JOBS]
+    return EfficiencyReport(
+        organization=organization,
+        month_start=month_start,
+        month_end=month_end,
+        currency=str(settings.PLATFORM_CURRENCY),
+        jobs_count=len(jobs),
+        core_hours=(core_seconds / SECONDS_PER_HOUR).quantize(_HOURS),
+        used_core_hours=(used_seconds / SECONDS_PER_HOUR).quantize(_HOURS),
+        idle_core_hours=((core_seconds - used_seconds) / SECONDS_PER_HOUR).quantize(_HOURS),
+        cost=cost,
+        idle_cost=sum((row.idle_cost for row in rows), Decimal(0)),
+        reserved_units=sum((job.reserved_units for job in jobs), Decimal(0)),
+        unused_reserved_units=sum((row.unused_reserved_units for row in rows), Decimal(0)),
+        unused_reserved_value=sum((row.unused_reserved_value for row in rows), Decimal(0)),
+        worst_jobs=worst,
     )

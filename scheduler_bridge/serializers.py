@@ -3,6 +3,7 @@ decide."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -12,7 +13,10 @@ from rest_framework import serializers
 from billing.serializers import Money
 from computeshare.numbers import WholeNumber
 from marketplace.serializers_market import Units, units_text
+from scheduler_bridge import selectors
+from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
 from scheduler_bridge.models import Job, JobFile, JobState, JobTask
+from scheduler_bridge.services.submission import MAX_MEM_PER_CPU_MIB
 
 
 class JobCreateSerializer(serializers.Serializer):
@@ -24,6 +28,24 @@ class JobCreateSerializer(serializers.Serializer):
     ntasks = WholeNumber(min_value=1, max_value=100000, default=1)
     nodes = WholeNumber(min_value=1, max_value=10000, default=1)
     gpus = WholeNumber(min_value=0, max_value=10000, default=0)
+    mem_per_cpu = WholeNumber(
+        min_value=1,
+        max_value=MAX_MEM_PER_CPU_MIB,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Optional: memory per allocated CPU in MiB, passed to sbatch as "
+        "--mem-per-cpu. Left out (or null), the partition's default applies.",
+    )
+    template = serializers.CharField(
+        max_length=SLUG_MAX_LENGTH,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Optional: the id of the ready template the job starts from (GET "
+        "/job-templates/). Jobs started from one template offer their measured sizes the "
+        "next time the form starts from it.",
+    )
     array = serializers.CharField(max_length=200, required=False, allow_null=True)
     environment = serializers.DictField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False),
@@ -122,6 +144,10 @@ class JobSerializer(serializers.Serializer):
     ntasks = serializers.IntegerField()
     nodes = serializers.IntegerField()
     gpus = serializers.IntegerField()
+    mem_per_cpu = serializers.IntegerField(
+        allow_null=True, help_text="MiB per allocated CPU asked for; null: the partition's default."
+    )
+    template = serializers.CharField(help_text="The template it started from; empty for none.")
     created_at = serializers.DateTimeField()
     submitted_at = serializers.DateTimeField(allow_null=True)
     started_at = serializers.DateTimeField(allow_null=True)
@@ -134,6 +160,10 @@ class JobSerializer(serializers.Serializer):
     cost = Money()
     currency = serializers.SerializerMethodField()
     efficiency = serializers.SerializerMethodField()
+    max_rss_bytes = serializers.SerializerMethodField(
+        help_text="The largest resident set any step of its runs reached (sacct MaxRSS), in "
+        "bytes; null until a run with steps was settled."
+    )
 
     def to_representation(self, job: Job) -> dict[str, Any]:
         data = super().to_representation(job)
@@ -146,6 +176,10 @@ class JobSerializer(serializers.Serializer):
     def get_cancel_requested(self, job: Job) -> bool:
         return job.cancel_requested_at is not None
 
+    @extend_schema_field(serializers.IntegerField(allow_null=True))
+    def get_max_rss_bytes(self, job: Job) -> int | None:
+        return job.max_rss_bytes
+
     @extend_schema_field(UsageSerializer)
     def get_usage(self, job: Job) -> dict[str, Any]:
         return UsageSerializer(_usage(job)).data
@@ -156,6 +190,116 @@ class JobSerializer(serializers.Serializer):
     @extend_schema_field(EfficiencySerializer)
     def get_efficiency(self, job: Job) -> dict[str, Any]:
         return EfficiencySerializer({"cpu": job.efficiency}).data
+
+
+class CoresAdviceSerializer(serializers.Serializer):
+    asked = serializers.IntegerField(help_text="Cores of one task: ntasks x cpus_per_task.")
+    used = serializers.DecimalField(
+        max_digits=12, decimal_places=2, help_text="Cores busy on average: CPU time / elapsed."
+    )
+    suggested_cpus_per_task = serializers.IntegerField(allow_null=True)
+    suggested = serializers.IntegerField(allow_null=True, help_text="Cores of one task.")
+    cost = Money(help_text="What the runs were charged.")
+    cost_if_suggested = Money(
+        allow_null=True, help_text="What they would have been charged with the suggested cores."
+    )
+    text = serializers.CharField()
+
+
+class TimeAdviceSerializer(serializers.Serializer):
+    limit_minutes = serializers.IntegerField()
+    longest_run_seconds = serializers.IntegerField(help_text="sacct's Elapsed of its longest run.")
+    suggested_limit_minutes = serializers.IntegerField(allow_null=True)
+    reserved_units = Units(help_text="What the job reserved of its allocation.")
+    reserved_units_if_suggested = Units(allow_null=True)
+    reservation_ratio = serializers.DecimalField(
+        max_digits=12,
+        decimal_places=1,
+        allow_null=True,
+        help_text="How many times less the suggested limit reserves (below 1: more).",
+    )
+    text = serializers.CharField()
+
+
+class MemoryAdviceSerializer(serializers.Serializer):
+    asked_mib = serializers.IntegerField(
+        allow_null=True, help_text="Per task: mem_per_cpu x cpus_per_task; null when not asked."
+    )
+    max_rss_mib = serializers.DecimalField(max_digits=14, decimal_places=2)
+    suggested_mem_per_cpu = serializers.IntegerField(allow_null=True)
+    text = serializers.CharField()
+
+
+class SizingAdviceSerializer(serializers.Serializer):
+    cores = CoresAdviceSerializer()
+    time = TimeAdviceSerializer()
+    memory = MemoryAdviceSerializer(
+        allow_null=True, help_text="Null when accounting recorded no MaxRSS."
+    )
+    currency = serializers.CharField()
+    suggested_sizes = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="The sizes to ask for next time (`cpus_per_task`, `time_limit_minutes`, "
+        "`mem_per_cpu`), only those the advice changes.",
+    )
+
+
+class JobTemplateSerializer(serializers.Serializer):
+    id = serializers.CharField(source="slug")
+    title = serializers.CharField()
+    technique = serializers.CharField()
+    name = serializers.CharField()
+    script = serializers.CharField()
+    time_limit_minutes = serializers.IntegerField()
+    cpus_per_task = serializers.IntegerField()
+    ntasks = serializers.IntegerField()
+    nodes = serializers.IntegerField()
+    gpus = serializers.IntegerField()
+    array = serializers.CharField(allow_null=True)
+    environment = serializers.DictField(child=serializers.CharField())
+    needs_gpus = serializers.BooleanField(
+        help_text="Runs only on a partition with GPUs (elsewhere a job with its sizes is "
+        "refused with 400 on `gpus`)."
+    )
+
+    def to_representation(self, instance: Any) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        data["array"] = instance.array or None
+        return data
+
+
+class EfficiencyJobSerializer(serializers.Serializer):
+    job = serializers.UUIDField(source="job.uuid")
+    name = serializers.CharField(source="job.name")
+    idle_core_hours = Units()
+    idle_cost = Money()
+    unused_reserved_units = Units()
+    unused_reserved_value = Money()
+
+
+class EfficiencyReportSerializer(serializers.Serializer):
+    organization = serializers.UUIDField(source="organization.uuid")
+    month = serializers.SerializerMethodField(help_text="YYYY-MM (UTC).")
+    currency = serializers.CharField()
+    jobs_count = serializers.IntegerField(help_text="Jobs that ended in the month.")
+    core_hours = Units(help_text="Allocated core-hours of their runs (CPU allocations).")
+    used_core_hours = Units(help_text="Their CPU time (TotalCPU), in hours.")
+    idle_core_hours = Units(help_text="Allocated but idle: core_hours - used_core_hours.")
+    efficiency = serializers.DecimalField(max_digits=5, decimal_places=4, allow_null=True)
+    cost = Money(help_text="What those runs were charged.")
+    idle_cost = Money(help_text="The part of `cost` paid for idle cores.")
+    reserved_units = Units(help_text="What the jobs reserved of their allocations.")
+    unused_reserved_units = Units(
+        help_text="Reserved but never used (time limits above the runs, cores never started)."
+    )
+    unused_reserved_value = Money(
+        help_text="Those units at their allocations' prices: not charged, but held from other "
+        "jobs while the jobs were queued and running."
+    )
+    worst_jobs = EfficiencyJobSerializer(many=True)
+
+    def get_month(self, report: Any) -> str:
+        return f"{report.month_start:%Y-%m}"
 
 
 class JobInputFileSerializer(serializers.Serializer):
@@ -188,12 +332,22 @@ class JobDetailSerializer(JobSerializer):
         allow_null=True,
         help_text="Null for a job of `origin` `tenant`: the platform never had its script.",
     )
+    sizing_advice = serializers.SerializerMethodField(
+        help_text="Once the job ended: what it asked for, what it used (sacct's TotalCPU, "
+        "MaxRSS of its steps, Elapsed against the limit) and what to ask for next time, with "
+        "the effect in money and in reservation. Null before it ended or when it never ran."
+    )
 
     def to_representation(self, job: Job) -> dict[str, Any]:
         data = super().to_representation(job)
         if job.is_from_tenant:
             data["script"] = None
         return data
+
+    @extend_schema_field(SizingAdviceSerializer(allow_null=True))
+    def get_sizing_advice(self, job: Job) -> dict[str, Any] | None:
+        advice = selectors.job_sizing_advice(job)
+        return None if advice is None else SizingAdviceSerializer(advice).data
 
     @extend_schema_field(JobInputFileSerializer(many=True))
     def get_input_files(self, job: Job) -> list[dict[str, Any]]:
@@ -297,3 +451,24 @@ class JobQuoteSerializer(serializers.Serializer):
     expected_start_detail = serializers.CharField(
         help_text="Why there is no estimate, when there is none; empty otherwise."
     )
+
+
+class MonthQuerySerializer(serializers.Serializer):
+    month = serializers.RegexField(
+        r"^[0-9]{4}-(0[1-9]|1[0-2])$",
+        required=False,
+        help_text="YYYY-MM (UTC); the current month when left out.",
+        error_messages={"invalid": "A month as YYYY-MM, such as 2026-11."},
+    )
+
+    def validate_month(self, value: str) -> datetime:
+        year, month = (int(part) for part in value.split("-"))
+        if year < 2000:
+            raise serializers.ValidationError("A month from 2000 on.")
+        return datetime(year, month, 1, tzinfo=UTC)
+
+
+def month_start_of(moment: datetime) -> datetime:
+    """The first instant of the UTC month of `moment`."""
+    moment = moment.astimezone(UTC)
+    return datetime(moment.year, moment.month, 1, tzinfo=UTC)

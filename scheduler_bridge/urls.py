@@ -20,12 +20,18 @@ urlpatterns = [
         views.JobQuoteView.as_view(),
         name="job-quote",
     ),
+    path(
+        "organizations/<uuid:organization_id>/efficiency/",
+        views.EfficiencyReportView.as_view(),
+        name="organization-efficiency",
+    ),
     path("jobs/", views.JobListView.as_view(), name="job-list"),
     path("jobs/rows/", views.JobRowsView.as_view(), name="job-list-rows"),
     path("jobs/<uuid:job_id>/", views.JobDetailView.as_view(), name="job-detail"),
     path("jobs/<uuid:job_id>/status/", views.JobStatusView.as_view(), name="job-status"),
     path("jobs/<uuid:job_id>/output/", views.JobOutputView.as_view(), name="job-output"),
     path("jobs/<uuid:job_id>/cancel/", views.JobCancelView.as_view(), name="job-cancel"),
+    path("jobs/<uuid:job_id>/resubmit/", views.JobResubmitView.as_view(), name="job-resubmit"),
     path("jobs/<uuid:job_id>/files/", views.JobFilesView.as_view(), name="job-files"),
     path(
         "jobs/<uuid:job_id>/files/<path:name>",

@@ -11,7 +11,7 @@ seconds; a fragment of an ended job carries no trigger, so the polling stops by 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -28,6 +28,7 @@ from django.http import (
 )
 from django.shortcuts import render
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.cache import never_cache
@@ -44,15 +45,18 @@ from computeshare.forms import form_add_service_error
 from computeshare.numbers import whole_number
 from marketplace import selectors as market_selectors
 from marketplace.models import Allocation, Membership, Resource
-from scheduler_bridge import errors, selectors, services
-from scheduler_bridge.forms import JobFilterForm, JobSizesForm, JobSubmitForm
+from scheduler_bridge import errors, selectors, services, sizing
+from scheduler_bridge.forms import JobFilterForm, JobSizesForm, JobSubmitForm, MonthForm
 from scheduler_bridge.job_files import (
     InputUpload,
     input_uploads_check,
     job_files_storage,
     tar_gz_stream,
 )
+from scheduler_bridge.job_templates import JobTemplate, job_template_get, job_templates_for
 from scheduler_bridge.models import Job, JobFile, JobState, money_of
+from scheduler_bridge.serializers import month_start_of
+from scheduler_bridge.sizing import SizingAdvice
 
 PAGE_SIZE = 50
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -150,6 +154,95 @@ def refusal_text(error: ApplicationError) -> str:
     return error.detail
 
 
+@dataclass(frozen=True)
+class FormStart:
+    """Where the submit form starts from: a past job (`?from=`, "resubmit a copy"), a ready
+    template (`?template=`), or the blank form; and the sizes the use of that job (or of the
+    team's last run of that template) suggests, applied when `?sized=1`."""
+
+    initial: dict[str, Any]
+    source: Job | None = None
+    template: JobTemplate | None = None
+    advice_job: Job | None = None
+    advice: SizingAdvice | None = None
+    is_sized: bool = False
+    problem: str = ""
+
+    @property
+    def suggested(self) -> dict[str, int]:
+        return self.advice.suggested_sizes if self.advice is not None else {}
+
+
+def environment_text(environment: dict[str, str]) -> str:
+    """A job's variables as the form's `NAME=value` lines."""
+    return "\n".join(f"{name}={value}" for name, value in environment.items())
+
+
+def form_start(request: HttpRequest, allocation: Allocation) -> FormStart:
+    initial: dict[str, Any] = {"gpus": 1} if allocation.resource == Resource.GPU else {}
+    source: Job | None = None
+    template: JobTemplate | None = None
+    if source_id := request.GET.get("from"):
+        source = selectors.job_get_for_user(request.user, source_id)
+        if source.organization_id != allocation.organization_id or source.is_from_tenant:
+            raise NotFound("No such job to copy.")
+        initial = {
+            "name": source.name,
+            "script": source.script,
+            "time_limit_minutes": source.time_limit_minutes,
+            "cpus_per_task": source.cpus_per_task,
+            "ntasks": source.ntasks,
+            "nodes": source.nodes,
+            "gpus": source.gpus,
+            "mem_per_cpu": source.mem_per_cpu,
+            "array": source.array,
+            "environment": environment_text(source.environment),
+            "template": source.template,
+        }
+        template = job_template_get(source.template) if source.template else None
+        advice_job: Job | None = source
+    elif slug := request.GET.get("template"):
+        template = job_template_get(slug)
+        if template is None:
+            raise NotFound("No such template.")
+        if template.needs_gpus and not has_gpus(allocation):
+            return FormStart(
+                initial=initial,
+                problem=f"The template {template.title} needs GPUs, and "
+                f"{allocation.partition.name} has none: it is offered on allocations of "
+                "partitions with GPUs.",
+            )
+        initial = {
+            "name": template.name,
+            "script": template.script,
+            "time_limit_minutes": template.time_limit_minutes,
+            "cpus_per_task": template.cpus_per_task,
+            "ntasks": template.ntasks,
+            "nodes": template.nodes,
+            "gpus": template.gpus,
+            "array": template.array,
+            "environment": environment_text(template.environment),
+            "template": template.slug,
+        }
+        advice_job = selectors.job_latest_sized(
+            allocation.organization_id, template=template.slug
+        )
+    else:
+        return FormStart(initial=initial)
+    advice = selectors.job_sizing_advice(advice_job) if advice_job is not None else None
+    is_sized = request.GET.get("sized") == "1" and advice is not None
+    if is_sized and advice is not None:
+        initial.update(advice.suggested_sizes)
+    return FormStart(
+        initial=initial,
+        source=source,
+        template=template,
+        advice_job=advice_job if advice is not None else None,
+        advice=advice,
+        is_sized=is_sized,
+    )
+
+
 @method_decorator(sensitive_post_parameters("secret_environment"), name="post")
 class JobSubmitView(LoginRequiredMixin, View):
     template_name = "jobs/submit.html"
@@ -162,24 +255,37 @@ class JobSubmitView(LoginRequiredMixin, View):
         *,
         refusal: str = "",
         status: int = 200,
+        start: FormStart | None = None,
     ) -> HttpResponse:
         context = {
             "allocation": allocation,
             "organization": allocation.organization,
             "form": form,
             "estimate": job_estimate(allocation, sizes_of(allocation, form)),
-            "refusal": refusal,
+            "refusal": refusal or (start.problem if start else ""),
             "currency": settings.PLATFORM_CURRENCY,
+            "start": start,
+            "job_templates": job_templates_for(has_gpus=has_gpus(allocation)),
+            "partition_has_gpus": has_gpus(allocation),
         }
         return render(request, self.template_name, context, status=status)
 
-    def _form(self, allocation: Allocation, data: Any = None, files: Any = None) -> JobSubmitForm:
-        initial = {"gpus": 1} if allocation.resource == Resource.GPU else {}
+    def _form(
+        self,
+        allocation: Allocation,
+        data: Any = None,
+        files: Any = None,
+        initial: dict[str, Any] | None = None,
+    ) -> JobSubmitForm:
+        if initial is None:
+            initial = {"gpus": 1} if allocation.resource == Resource.GPU else {}
         return JobSubmitForm(data, files, has_gpus=has_gpus(allocation), initial=initial)
 
     def get(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
         allocation, _ = active_allocation(request, allocation_id)
-        return self._render(request, allocation, self._form(allocation))
+        start = form_start(request, allocation)
+        form = self._form(allocation, initial=start.initial)
+        return self._render(request, allocation, form, start=start)
 
     def post(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
         allocation, actor = active_allocation(request, allocation_id)
@@ -330,6 +436,7 @@ def job_context(job: Job) -> dict[str, Any]:
     runs = list(selectors.job_run_list(job))
     return {
         "job": job,
+        "advice": sizing.job_sizing_advice(job, runs, str(settings.PLATFORM_CURRENCY)),
         "tasks": list(job.tasks.all()) if job.is_array else [],
         "events": list(job.events.all()),
         # Shown when a task ran more than once (the job requeued or resized itself): each run
@@ -482,3 +589,52 @@ class JobCancelView(LoginRequiredMixin, View):
                     "until then is charged.",
                 )
         return HttpResponseRedirect(reverse("job-detail", args=[job.uuid]))
+
+
+class JobResubmitView(LoginRequiredMixin, View):
+    """"Resubmit a copy": the submit form filled with the job's script and sizes, on its own
+    allocation while that is active, else on the team's newest active allocation of the same
+    partition; a message on the job's page when the team has none."""
+
+    def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        allocation = market_selectors.allocation_resubmit_target(
+            request.user, job.allocation, organization_id=job.organization_id
+        )
+        if allocation is None or job.is_from_tenant:
+            messages.error(
+                request,
+                "No active allocation of this partition to run a copy on: buy or win one, "
+                "then resubmit.",
+            )
+            return HttpResponseRedirect(reverse("job-detail", args=[job.uuid]))
+        query = f"?from={job.uuid}"
+        if request.GET.get("sized") == "1":
+            query += "&sized=1"
+        return HttpResponseRedirect(reverse("job-submit", args=[allocation.uuid]) + query)
+
+
+class EfficiencyReportView(LoginRequiredMixin, View):
+    """A team's monthly efficiency report: core-hours and money spent on idle cores, and what
+    its jobs reserved without using, with the jobs that wasted most (the API's figures)."""
+
+    def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
+        membership = market_selectors.membership_get_for_user(request.user, organization_id)
+        form = MonthForm(request.GET)
+        status = 200
+        if form.is_valid() and form.cleaned_data["month"] is not None:
+            month_start = form.cleaned_data["month"]
+        else:
+            status = 400 if form.errors else 200
+            month_start = month_start_of(timezone.now())
+        report = selectors.organization_efficiency_report(membership.organization, month_start)
+        previous = (month_start - timedelta(days=1)).replace(day=1)
+        following = (month_start + timedelta(days=32)).replace(day=1)
+        context = {
+            "organization": membership.organization,
+            "report": report,
+            "form": form,
+            "previous_month": f"{previous:%Y-%m}",
+            "next_month": f"{following:%Y-%m}" if following <= timezone.now() else "",
+        }
+        return render(request, "jobs/efficiency.html", context, status=status)

@@ -105,6 +105,8 @@ class JobSpec:
     cpus_per_task: int = 1
     gpus: int = 0
     array: str | None = None  # "0-99", "1,3,5", "0-999%20"
+    # Memory per allocated CPU in MiB (`--mem-per-cpu`); None leaves the partition's default.
+    mem_per_cpu: int | None = None
     environment: Mapping[str, str] = field(default_factory=dict)
     # Who the job runs as: a leased pool account on a Slurm cluster (`directory` is then
     # relative to its home); None on the local backend.
@@ -177,6 +179,9 @@ class RunRecord:
     # it then names the job "allocation" and has no time limit, so nothing of it but its id
     # and times can be believed yet.
     has_own_record: bool = True
+    # The largest resident set of any task of the run's steps (MaxRSS), in bytes: None when
+    # accounting has none (no step recorded, or read without steps).
+    max_rss_bytes: int | None = None
 
     @property
     def is_ended(self) -> bool:

@@ -19,7 +19,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -53,6 +53,7 @@ from scheduler_bridge.models import (
     JobRun,
     JobState,
     JobTask,
+    metered_units,
     money_of,
 )
 from scheduler_bridge.services.backends import backend_failed, backend_for
@@ -686,6 +687,7 @@ class _Usage:
     elapsed_seconds: int = 0
     cpu_seconds: Decimal = Decimal(0)
     core_seconds: int = 0
+    max_rss_bytes: int | None = None
 
     def add(self, other: _Usage) -> None:
         self.units += other.units
@@ -693,6 +695,7 @@ class _Usage:
         self.elapsed_seconds += other.elapsed_seconds
         self.cpu_seconds += other.cpu_seconds
         self.core_seconds += other.core_seconds
+        self.max_rss_bytes = _larger(self.max_rss_bytes, other.max_rss_bytes)
 
     def add_to(self, task: JobTask) -> None:
         task.units += self.units
@@ -700,6 +703,13 @@ class _Usage:
         task.elapsed_seconds += self.elapsed_seconds
         task.cpu_seconds += self.cpu_seconds
         task.allocated_core_seconds += self.core_seconds
+        task.max_rss_bytes = _larger(task.max_rss_bytes, self.max_rss_bytes)
+
+
+def _larger(first: int | None, second: int | None) -> int | None:
+    """The larger of two memory sizes, either of which may be unknown."""
+    known = [size for size in (first, second) if size is not None]
+    return max(known) if known else None
 
 
 @dataclass(frozen=True)
@@ -710,9 +720,7 @@ class Settlement:
 
 def _metered_units(resource: str, run: RunRecord) -> Decimal:
     count = run.allocated_gpus if resource == Resource.GPU else run.allocated_cpus
-    return (Decimal(count) * Decimal(run.elapsed_seconds) / SECONDS_PER_HOUR).quantize(
-        UNITS, rounding=ROUND_HALF_UP
-    )
+    return metered_units(count, run.elapsed_seconds)
 
 
 def _run_charge_reference(cluster: Cluster, run: RunRecord) -> str:
@@ -794,6 +802,7 @@ def _settle(
             allocated_cpus=run.allocated_cpus,
             allocated_gpus=run.allocated_gpus,
             cpu_seconds=Decimal(str(round(run.cpu_seconds, 3))),
+            max_rss_bytes=run.max_rss_bytes,
             metered_units=metered,
             units=units,
             cost=cost,
@@ -809,6 +818,7 @@ def _settle(
             elapsed_seconds=run.elapsed_seconds,
             cpu_seconds=Decimal(str(round(run.cpu_seconds, 3))),
             core_seconds=cores * run.elapsed_seconds,
+            max_rss_bytes=run.max_rss_bytes,
         )
         usage.add_to(task)
         totals.add(usage)
@@ -840,6 +850,7 @@ def _settle(
         job.elapsed_seconds += totals.elapsed_seconds
         job.cpu_seconds += totals.cpu_seconds
         job.allocated_core_seconds += totals.core_seconds
+        job.max_rss_bytes = _larger(job.max_rss_bytes, totals.max_rss_bytes)
         job.save(
             update_fields=[
                 "units",
@@ -847,6 +858,7 @@ def _settle(
                 "elapsed_seconds",
                 "cpu_seconds",
                 "allocated_core_seconds",
+                "max_rss_bytes",
                 "updated_at",
             ]
         )

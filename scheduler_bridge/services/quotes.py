@@ -98,6 +98,7 @@ def _expected_start(
         ntasks=request.ntasks,
         cpus_per_task=request.cpus_per_task,
         gpus=request.gpus,
+        mem_per_cpu=request.mem_per_cpu,
         array=request.array or None,
         tenant=tenant,
     )

@@ -42,6 +42,7 @@ from scheduler_bridge.backends.types import (
     environment_name_problem,
 )
 from scheduler_bridge.job_files import InputUpload
+from scheduler_bridge.job_templates import job_template_get
 from scheduler_bridge.models import ENDED_STATES, TRANSITIONS, Job, JobEvent, JobState, JobTask
 from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.files import (
@@ -57,6 +58,8 @@ UNITS = Decimal("0.000001")
 MAX_SCRIPT_BYTES = 256 * 1024
 MAX_ENVIRONMENT_VARIABLES = 100
 MAX_ENVIRONMENT_VALUE_LENGTH = 4096
+# sbatch takes --mem-per-cpu in MiB; a TiB per CPU is beyond any node the market lists.
+MAX_MEM_PER_CPU_MIB = 1024 * 1024
 # sbatch reads options from `#SBATCH` lines, and from `#PBS` and `#BSUB` lines unless told
 # not to (the bridge tells it, with --ignore-pbs): every resource is the platform's to set.
 _DIRECTIVE_LINE = re.compile(r"^[ \t]*#[ \t]*(SBATCH|PBS|BSUB)", re.IGNORECASE)
@@ -76,6 +79,10 @@ class JobRequest:
     environment: dict[str, str] = field(default_factory=dict)
     # Given to the job like `environment`, kept encrypted and never shown again.
     secret_environment: dict[str, str] = field(default_factory=dict)
+    # MiB per allocated CPU (sbatch --mem-per-cpu); None leaves the partition's default.
+    mem_per_cpu: int | None = None
+    # The ready template the job starts from (`job_templates`), "" for none.
+    template: str = ""
 
 
 def job_units(*, resource: str, request: JobRequest, task_count: int) -> Decimal:
@@ -127,6 +134,14 @@ def job_request_check(allocation: Allocation, request: JobRequest) -> list[int |
             problems.setdefault(size_name, []).append("Must be at least 1.")
     if request.gpus < 0:
         problems.setdefault("gpus", []).append("Must not be negative.")
+    if request.mem_per_cpu is not None and not 1 <= request.mem_per_cpu <= MAX_MEM_PER_CPU_MIB:
+        problems.setdefault("mem_per_cpu", []).append(
+            f"From 1 to {MAX_MEM_PER_CPU_MIB} MiB per CPU."
+        )
+    if request.template and job_template_get(request.template) is None:
+        problems.setdefault("template", []).append(
+            f"No template `{request.template}`; see GET /api/v1/job-templates/."
+        )
     if problems:
         raise ValidationFailed(fields=problems)
 
@@ -298,6 +313,8 @@ def job_submit(
         ntasks=request.ntasks,
         cpus_per_task=request.cpus_per_task,
         gpus=request.gpus,
+        mem_per_cpu=request.mem_per_cpu,
+        template=request.template,
         array=request.array or "",
         task_count=len(indices),
         environment=request.environment,
@@ -338,6 +355,7 @@ def job_spec(job: Job, input_files: tuple[InputFile, ...] = ()) -> JobSpec:
         ntasks=job.ntasks,
         cpus_per_task=job.cpus_per_task,
         gpus=job.gpus,
+        mem_per_cpu=job.mem_per_cpu,
         array=job.array or None,
         # The secret variables reach the job exactly as the others do (the cluster's copy is
         # readable by the tenant alone, and removed once sbatch has read it).

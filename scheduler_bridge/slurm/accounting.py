@@ -276,8 +276,11 @@ SACCT_RUN_FIELDS = [
     "User",
     "Partition",
     "ReqTRES",
+    "MaxRSS",
     "JobName",
 ]
+# The fields before MaxRSS was read (output recorded with them still reads).
+SACCT_RUN_FIELDS_WITHOUT_MAX_RSS = [name for name in SACCT_RUN_FIELDS if name != "MaxRSS"]
 SACCT_NAME_FIELDS = ["JobID", "JobName"]
 SACCT_CHUNK = 100
 NAME_CHUNK = 200
@@ -349,6 +352,7 @@ def parse_sacct_runs(
     with_steps: bool = False,
     now: datetime | None = None,
     step_grace: timedelta = timedelta(seconds=60),
+    fields: Sequence[str] = tuple(SACCT_RUN_FIELDS),
 ) -> list[RunRecord]:
     """Runs of `sacct_runs_arguments` or `sacct_users_arguments` output, one per record: each
     run of a requeued or resized job is its own. A pending array's placeholder line
@@ -369,12 +373,16 @@ def parse_sacct_runs(
     once its batch step has ended too, or, for a run that never has one (a resized job's later
     record, a heterogeneous job's components after +0, an salloc allocation), once its end is
     `step_grace` old. Without step lines sacct prints a TotalCPU of 0 (seen on 22.05): only
-    output with steps tells a run's CPU time."""
+    output with steps tells a run's CPU time, and its memory (the largest MaxRSS of its
+    steps; a run's own record has none).
+
+    `fields`: the format the output was printed with (`SACCT_RUN_FIELDS`, or the older one
+    without MaxRSS)."""
     if with_steps and (now is None or now.tzinfo is None):
         raise ValueError("reading steps needs the caller's clock as an aware `now`")
     whole_if_ended_by = now - step_grace if with_steps and now is not None else None
     runs: list[tuple[dict[str, str], list[dict[str, str]]]] = []
-    for row in parse_parsable2(text, SACCT_RUN_FIELDS, last_field_is_free_text=True):
+    for row in parse_parsable2(text, list(fields), last_field_is_free_text=True):
         if "." not in row["JobID"]:
             runs.append((row, []))
             continue
@@ -425,6 +433,8 @@ def _run_record(
     allocated = parse_tres(row["AllocTRES"])
     requested = parse_tres(row["ReqTRES"])
     reason = row["Reason"]
+    sizes = [parse_memory_size(step.get("MaxRSS", "")) for step in steps]
+    known_sizes = [size for size in sizes if size is not None]
     return RunRecord(
         job_id=job_id,
         raw_job_id=row["JobIDRaw"],
@@ -449,6 +459,7 @@ def _run_record(
         requested_gpus=requested.gpus,
         het_offset=int(match["offset"]) if match["offset"] is not None else None,
         has_own_record=has_own_record,
+        max_rss_bytes=max(known_sizes) if known_sizes else None,
     )
 
 
@@ -500,6 +511,21 @@ def parse_cpu_time(text: str) -> float:
     days = int(match["days"] or 0)
     hours = int(match["hours"] or 0)
     return ((days * 24 + hours) * 60 + int(match["minutes"])) * 60 + float(match["seconds"])
+
+
+_MEMORY_SIZE = re.compile(r"(?P<number>[0-9]+(?:\.[0-9]+)?)(?P<unit>[KMGTP]?)")
+_MEMORY_UNITS = {"": 1, "K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4, "P": 1024**5}
+
+
+def parse_memory_size(text: str) -> int | None:
+    """Bytes of a size as sacct prints MaxRSS (`1234K`, `12.50M`, `0`, a bare number of bytes);
+    None when it printed none."""
+    if text in _NO_VALUE:
+        return None
+    match = _MEMORY_SIZE.fullmatch(text)
+    if not match:
+        raise UnexpectedOutput(f"not a memory size: {text!r}")
+    return round(float(match["number"]) * _MEMORY_UNITS[match["unit"]])
 
 
 def parse_exit_code(text: str) -> int:

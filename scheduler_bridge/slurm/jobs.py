@@ -52,6 +52,8 @@ def spec_problem(spec: JobSpec) -> str | None:
     sizes = (spec.time_limit_minutes, spec.nodes, spec.ntasks, spec.cpus_per_task)
     if min(sizes) < 1 or spec.gpus < 0:
         return "time limit, nodes, tasks and CPUs per task must be positive, GPUs not negative"
+    if spec.mem_per_cpu is not None and spec.mem_per_cpu < 1:
+        return "memory per CPU must be positive"
     for name, value in spec.environment.items():
         if problem := environment_name_problem(name):
             return problem
@@ -133,6 +135,8 @@ def sbatch_arguments(spec: JobSpec, job_directory: str) -> list[str]:
     ]
     if spec.gpus > 0:
         arguments.append(f"--gpus={spec.gpus}")
+    if spec.mem_per_cpu is not None:
+        arguments.append(f"--mem-per-cpu={spec.mem_per_cpu}M")
     if spec.account:
         arguments.append(f"--account={spec.account}")
     if spec.array is not None:

@@ -64,3 +64,12 @@ def on_local_backend(value: Cluster | Iterable[Job] | None) -> bool:
 def local_sandbox() -> SandboxStatus:
     """How local jobs run on this machine: sandboxed with bubblewrap or not, and why not."""
     return local_sandbox_now()
+
+
+@register.filter
+def mebibytes(size: int | None) -> str:
+    """Bytes as MiB to the hundredth (`1.5`, `812.25`)."""
+    if size is None:
+        return ""
+    mib = (Decimal(size) / (1024 * 1024)).quantize(Decimal("0.01"))
+    return f"{mib.normalize():f}"

@@ -9,6 +9,7 @@ which jobs and how. Hand-made lines are marked as such, with where their shape c
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,12 +34,12 @@ from scheduler_bridge.backends.types import (
 )
 from scheduler_bridge.slurm.accounting import (
     SACCT_RUN_FIELDS,
+    SACCT_RUN_FIELDS_WITHOUT_MAX_RSS,
     SQUEUE_FORMAT,
     api_state,
     parse_cpu_time,
     parse_exit_code,
     parse_sacct_by_name,
-    parse_sacct_runs,
     parse_squeue,
     parse_squeue_by_name,
     parse_tres,
@@ -49,13 +50,22 @@ from scheduler_bridge.slurm.accounting import (
     squeue_arguments,
     squeue_by_name_arguments,
 )
+from scheduler_bridge.slurm.accounting import (
+    parse_sacct_runs as parse_sacct_runs_of,
+)
 from scheduler_bridge.slurm.errors import UnexpectedOutput
 
 RECORDED = Path(__file__).parent / "recorded"
 SACCT_FORMAT = (
     "JobID,JobIDRaw,State,ExitCode,Submit,Start,End,ElapsedRaw,AllocTRES,TotalCPU,TimelimitRaw,"
-    "Reason,User,Partition,ReqTRES,JobName"
+    "Reason,User,Partition,ReqTRES,MaxRSS,JobName"
 )
+
+
+def parse_sacct_runs(text: str, **options: Any) -> list[RunRecord]:
+    """The module's sacct texts were recorded before MaxRSS was read: they are read with the
+    format they were printed with."""
+    return parse_sacct_runs_of(text, fields=SACCT_RUN_FIELDS_WITHOUT_MAX_RSS, **options)
 
 
 def recorded(name: str) -> str:

@@ -106,6 +106,12 @@ def job_options(function: F) -> F:
         click.option("--ntasks", type=click.IntRange(min=1), default=1, show_default=True),
         click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True),
         click.option("--gpus", type=click.IntRange(min=0), default=0, show_default=True),
+        click.option(
+            "--mem-per-cpu",
+            type=click.IntRange(min=1),
+            default=None,
+            help="Memory per CPU in MiB (sbatch --mem-per-cpu). Default: the partition's.",
+        ),
         click.option("--array", help="An array: 0-99, 1,3,5 or 0-999%20."),
         click.option("--env", "env", multiple=True, metavar="NAME=VALUE"),
         click.option(
@@ -133,6 +139,7 @@ def job_body(
     array: str | None,
     env: tuple[str, ...],
     secret_env: tuple[str, ...],
+    mem_per_cpu: int | None = None,
 ) -> dict[str, Any]:
     """The JSON body of POST /jobs/ (and /jobs/quote/) from the command's options."""
     body: dict[str, Any] = {
@@ -148,6 +155,8 @@ def job_body(
     }
     if array:
         body["array"] = array
+    if mem_per_cpu is not None:
+        body["mem_per_cpu"] = mem_per_cpu
     secrets = environment_parse(secret_env)
     if secrets:
         body["secret_environment"] = secrets
@@ -366,8 +375,14 @@ def _job_fields_print(job: dict[str, Any]) -> None:
         f"{job['nodes']} node(s), {job['ntasks']} task(s) x {job['cpus_per_task']} CPU(s), "
         f"{job['gpus']} GPU(s)"
     )
+    if job.get("mem_per_cpu"):
+        sizes += f", {job['mem_per_cpu']} MiB per CPU"
+    advice = job.get("sizing_advice") or {}
+    advice_text = " ".join(
+        part["text"] for part in (advice.get(key) for key in ("cores", "time", "memory")) if part
+    )
     fields_print(
-        {**job, "tasks_by_state": _tasks_summary(job), "sizes": sizes},
+        {**job, "tasks_by_state": _tasks_summary(job), "sizes": sizes, "advice": advice_text},
         [
             ("name", "name"),
             ("state", "state"),
@@ -391,6 +406,7 @@ def _job_fields_print(job: dict[str, Any]) -> None:
             ("cost", "cost"),
             ("currency", "currency"),
             ("cpu efficiency", "efficiency.cpu"),
+            ("advice", "advice"),
         ],
         title=f"Job {job['id']}",
     )

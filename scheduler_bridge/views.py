@@ -224,9 +224,7 @@ def form_start(request: HttpRequest, allocation: Allocation) -> FormStart:
             "environment": environment_text(template.environment),
             "template": template.slug,
         }
-        advice_job = selectors.job_latest_sized(
-            allocation.organization_id, template=template.slug
-        )
+        advice_job = selectors.job_latest_sized(allocation.organization_id, template=template.slug)
     else:
         return FormStart(initial=initial)
     advice = selectors.job_sizing_advice(advice_job) if advice_job is not None else None
@@ -592,9 +590,9 @@ class JobCancelView(LoginRequiredMixin, View):
 
 
 class JobResubmitView(LoginRequiredMixin, View):
-    """"Resubmit a copy": the submit form filled with the job's script and sizes, on its own
-    allocation while that is active, else on the team's newest active allocation of the same
-    partition; a message on the job's page when the team has none."""
+    """The "Resubmit a copy" button: the submit form filled with the job's script and sizes,
+    on its own allocation while that is active, else on the team's active allocation of the
+    same partition that ends last; a message on the job's page when the team has none."""
 
     def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
         job = selectors.job_get_for_user(request.user, job_id)

@@ -466,6 +466,7 @@ SPECTACULAR_SETTINGS = {
         "JobResultsStateEnum": "scheduler_bridge.models.Job.ResultsState",
         "StateEnum": "scheduler_bridge.models.JobState",
         "NotificationKindEnum": "notifications.models.Kind",
+        "SweepStateEnum": "scheduler_bridge.models.Sweep.State",
     },
 }
 

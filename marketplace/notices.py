@@ -89,7 +89,9 @@ def allocation_notices_due(now: datetime | None = None) -> int:
         ("allocation_ending", {"window_end__lte": now + lead, "window_end__gt": since}),
     ):
         allocations = list(
-            Allocation.objects.filter(**window).select_related("cluster").order_by("pk")[:1000]
+            Allocation.objects.filter(**window)
+            .select_related("cluster", "organization")
+            .order_by("pk")
         )
         told = notification_selectors.keys_recorded(
             [f"{kind}:allocation:{allocation.uuid}" for allocation in allocations]

@@ -2,6 +2,7 @@
 
 import datetime
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -138,12 +139,22 @@ def organization_admin_emails(organization: Organization) -> list[str]:
     )
 
 
-def organization_notified_user_ids(organization_id: int, admins_only: bool) -> list[int]:
-    """The active users an organization's notifications go to: every member, or its admins."""
-    members = Membership.objects.filter(organization_id=organization_id, user__is_active=True)
+def organization_notified_user_ids(
+    organization_ids: Iterable[int], admins_only: bool
+) -> dict[int, list[int]]:
+    """By organization, the active users its notifications go to: every member, or only its
+    admins (one query for all of them: an auction tells every bidder at once)."""
+    members = Membership.objects.filter(
+        organization_id__in=set(organization_ids), user__is_active=True
+    )
     if admins_only:
         members = members.filter(role=Membership.Role.ADMIN)
-    return list(members.order_by("user_id").values_list("user_id", flat=True))
+    found: dict[int, list[int]] = {}
+    for organization_id, user_id in members.order_by("user_id").values_list(
+        "organization_id", "user_id"
+    ):
+        found.setdefault(organization_id, []).append(user_id)
+    return found
 
 
 def membership_for_body(

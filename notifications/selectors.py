@@ -114,4 +114,9 @@ def notification_emails_due(now: datetime | None = None, grace_seconds: float = 
 
 def keys_recorded(keys: Iterable[str]) -> set[str]:
     """Which of these event keys have been told to someone already (a sweep skips them)."""
-    return set(Notification.objects.filter(key__in=set(keys)).values_list("key", flat=True))
+    wanted = sorted(set(keys))
+    found: set[str] = set()
+    for start in range(0, len(wanted), 1000):
+        batch = wanted[start : start + 1000]
+        found.update(Notification.objects.filter(key__in=batch).values_list("key", flat=True))
+    return found

@@ -9,7 +9,7 @@ row's lock in the transaction that sends it, so a retried or duplicated task sen
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, cast
@@ -57,12 +57,28 @@ def money_text(amount: Decimal | str | None) -> str:
     return f"{text} {settings.PLATFORM_CURRENCY}"
 
 
-def _organization_recipients(organization_id: int, admins_only: bool) -> list[int]:
+def _organization_recipients(
+    events: Sequence[NotificationEvent],
+) -> dict[tuple[int, bool], list[int]]:
+    """The users of each (organization, admins only) the events name, in a query per flag."""
     # Notifications sit below the market (imports go one way); settings name who knows members.
     lookup = cast(
-        Callable[[int, bool], Sequence[int]], import_string(settings.NOTIFICATIONS_RECIPIENTS)
+        Callable[[Iterable[int], bool], Mapping[int, Sequence[int]]],
+        import_string(settings.NOTIFICATIONS_RECIPIENTS),
     )
-    return list(lookup(organization_id, admins_only))
+    found: dict[tuple[int, bool], list[int]] = {}
+    for admins_only in (False, True):
+        wanted = {
+            event.organization_id
+            for event in events
+            if event.organization_id is not None
+            and not event.user_ids
+            and event.admins_only == admins_only
+        }
+        if wanted:
+            for organization_id, users in lookup(wanted, admins_only).items():
+                found[(organization_id, admins_only)] = list(users)
+    return found
 
 
 def notifications_record(events: Sequence[NotificationEvent]) -> int:
@@ -75,11 +91,12 @@ def notifications_record(events: Sequence[NotificationEvent]) -> int:
     for event in events:
         if event.kind not in Kind.values:
             raise ValueError(f"unknown notification kind {event.kind!r}")
+    members = _organization_recipients(events)
     recipients: list[tuple[NotificationEvent, list[int]]] = []
     for event in events:
         users = list(event.user_ids)
         if event.organization_id is not None and not users:
-            users += _organization_recipients(event.organization_id, event.admins_only)
+            users = members.get((event.organization_id, event.admins_only), [])
         recipients.append((event, sorted(set(users))))
     every_user = {user_id for _, users in recipients for user_id in users}
     if not every_user:

@@ -263,3 +263,33 @@ def test_an_invitee_who_turned_off_mail_of_invitations_is_told_only_in_the_site(
         (name, f"invitation:{invitation.uuid}")
         for name, invitation in ((user.username, user.invitations.get()) for user in (ines, ivan))
     )
+
+
+def test_an_auction_with_many_bidders_finds_their_admins_in_one_query(
+    django_assert_max_num_queries,
+):
+    from notifications.services import NotificationEvent, notifications_record
+
+    organizations = [OrganizationFactory(name=f"Team {number}") for number in range(30)]
+    for number, organization in enumerate(organizations):
+        admin(organization, f"admin{number}")
+        member(organization, f"member{number}")
+    events = [
+        NotificationEvent(
+            kind="bid_outbid",
+            key=f"bid_outbid:bid:{number}",
+            title="lost",
+            organization_id=organization.pk,
+            admins_only=True,
+        )
+        for number, organization in enumerate(organizations)
+    ]
+
+    # Members, preferences, users, the insert, the pending mails: not one per bidder.
+    with django_assert_max_num_queries(6):
+        written = notifications_record(events)
+
+    assert written == 30
+    assert sorted(Notification.objects.values_list("user__username", flat=True)) == sorted(
+        f"admin{number}" for number in range(30)
+    )

@@ -163,6 +163,16 @@ def job_request_check(allocation: Allocation, request: JobRequest) -> list[int |
         problems.setdefault("nodes", []).append(f"The partition has {partition.nodes} nodes.")
     if request.nodes > request.ntasks:
         problems.setdefault("nodes", []).append("Cannot exceed ntasks: every node runs a task.")
+    memory = partition.memory_per_node_mb
+    if (
+        request.mem_per_cpu is not None
+        and memory
+        and request.mem_per_cpu * request.cpus_per_task > memory
+    ):
+        problems.setdefault("mem_per_cpu", []).append(
+            f"mem_per_cpu x cpus_per_task is {request.mem_per_cpu * request.cpus_per_task} MiB; "
+            f"the partition's smallest node has {memory} MiB."
+        )
     if request.gpus > partition.gpus:
         problems.setdefault("gpus", []).append(f"The partition has {partition.gpus} GPUs.")
     if allocation.resource == Resource.GPU and request.gpus < 1:

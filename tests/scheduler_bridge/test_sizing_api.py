@@ -178,6 +178,33 @@ def test_a_bad_memory_request_or_template_is_refused_and_writes_nothing(changes,
     assert allocation.reserved == 0
 
 
+def test_memory_a_node_does_not_have_is_refused():
+    partition = PartitionFactory(cpus=8, memory_per_node_mb=4000)
+    allocation = allocation_bought(partition=partition, quantity=100)
+    member = MembershipFactory(organization=allocation.organization, role="member").user
+    body = {
+        "allocation": str(allocation.uuid),
+        "name": "big",
+        "script": "#!/bin/bash\ntrue\n",
+        "time_limit_minutes": 5,
+        "cpus_per_task": 2,
+    }
+
+    refused = client_for(member).post("/api/v1/jobs/", {**body, "mem_per_cpu": 2001}, format="json")
+    accepted = client_for(member).post(
+        "/api/v1/jobs/", {**body, "mem_per_cpu": 2000}, format="json"
+    )
+
+    assert refused.status_code == 400
+    assert refused.json()["extra"]["fields"] == {
+        "mem_per_cpu": [
+            "mem_per_cpu x cpus_per_task is 4002 MiB; the partition's smallest node has 4000 MiB."
+        ]
+    }
+    assert accepted.status_code == 201
+    assert Job.objects.count() == 1
+
+
 def test_mem_per_cpu_goes_to_sbatch_in_mebibytes():
     spec = JobSpec(
         name="cs-x",

@@ -278,6 +278,20 @@ def test_the_detail_reads_a_fixed_number_of_queries_whatever_the_rows(team, allo
     assert counts[0] == counts[1]
 
 
+def test_the_list_reads_a_fixed_number_of_queries_whatever_the_sweeps(team, allocation):
+    client = client_for(team.member)
+    client.post("/api/v1/sweeps/", _body(allocation), format="json")
+    with CaptureQueriesContext(connection) as one:
+        assert client.get("/api/v1/sweeps/").json()["count"] == 1
+    for _ in range(3):
+        client.post("/api/v1/sweeps/", _body(allocation), format="json")
+
+    with CaptureQueriesContext(connection) as four:
+        assert client.get("/api/v1/sweeps/").json()["count"] == 4
+
+    assert len(four) == len(one)
+
+
 def test_the_openapi_schema_describes_the_sweep_endpoints(team):
     schema = client_for(team.member).get("/api/v1/schema/?format=json").json()
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Prefetch, Q, QuerySet
+from django.db.models import Count, Prefetch, Q, QuerySet
 
 from computeshare.errors import NotFound
 from computeshare.models import User
@@ -51,7 +51,10 @@ def job_list_filtered(
     allocation: Any = None,
     organization: Any = None,
 ) -> QuerySet[Job]:
-    jobs = job_list_for_user(user)
+    # An array's progress on the list ("6 of 10 tasks done"), counted in the same query.
+    jobs = job_list_for_user(user).annotate(
+        tasks_done=Count("tasks", filter=Q(tasks__state__in=ENDED_STATES))
+    )
     if states:
         jobs = jobs.filter(state__in=states)
     if allocation is not None:

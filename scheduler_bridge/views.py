@@ -60,6 +60,7 @@ from scheduler_bridge.sizing import SizingAdvice
 
 PAGE_SIZE = 50
 OUTPUT_TAIL_BYTES = 64 * 1024
+OUTPUT_DOWNLOAD_BYTES = 8 * 1024 * 1024
 # Refusals of a submission that concern the whole form: shown on top of it, with their status.
 SHOWN_ON_FORM = (PaymentRequired, Conflict)
 # Refusals of the input files: shown beside their field.
@@ -316,10 +317,12 @@ class JobSubmitView(LoginRequiredMixin, View):
             return self._render(
                 request, allocation, form, refusal=refusal_text(error), status=error.status_code
             )
+        # Said once, without the state: the page's state card follows the job from here, and a
+        # message saying "queued" stayed on top of it after the job had ended.
         messages.success(
             request,
-            f"{job.name} is queued: it reserves {job.reserved_units.normalize():f} units of the "
-            "allocation until it ends.",
+            f"{job.name} is submitted: it reserves {job.reserved_units.normalize():f} units of "
+            "the allocation until it ends.",
         )
         return HttpResponseRedirect(reverse("job-detail", args=[job.uuid]))
 
@@ -367,6 +370,33 @@ class JobQuoteView(LoginRequiredMixin, View):
             except ApplicationError as error:
                 context["problem"] = refusal_text(error)
         return render(request, "jobs/_quote.html", context)
+
+
+class JobNewView(LoginRequiredMixin, View):
+    """Where "New job" leads from the jobs list, the allocations and the dashboard: the
+    submission form of the user's one active allocation, or the choice between several (of one
+    organization with `?organization=`), or a page that says where to get one."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        allocations = market_selectors.allocations_with_status(
+            market_selectors.allocation_list_for_user(request.user), Allocation.Status.ACTIVE
+        ).order_by("organization__name", "cluster__name", "partition__name", "window_end")
+        organization = None
+        organization_id = request.GET.get("organization", "")
+        if organization_id:
+            organization = market_selectors.membership_get_for_user(
+                request.user, organization_id
+            ).organization
+            allocations = allocations.filter(organization=organization)
+        choices = list(allocations)
+        if len(choices) == 1:
+            return HttpResponseRedirect(reverse("job-submit", args=[choices[0].uuid]))
+        context = {
+            "allocations": choices,
+            "organization": organization,
+            "currency": settings.PLATFORM_CURRENCY,
+        }
+        return render(request, "jobs/new.html", context)
 
 
 # --- The list of jobs --------------------------------------------------------------------------
@@ -432,10 +462,12 @@ class JobRowsView(LoginRequiredMixin, View):
 
 def job_context(job: Job) -> dict[str, Any]:
     runs = list(selectors.job_run_list(job))
+    tasks = list(job.tasks.all()) if job.is_array else []
     return {
         "job": job,
         "advice": sizing.job_sizing_advice(job, runs, str(settings.PLATFORM_CURRENCY)),
-        "tasks": list(job.tasks.all()) if job.is_array else [],
+        "tasks": tasks,
+        "tasks_done": sum(1 for task in tasks if task.is_ended),
         "events": list(job.events.all()),
         # Shown when a task ran more than once (the job requeued or resized itself): each run
         # is charged, and the page says which.
@@ -509,6 +541,31 @@ class JobStatusView(LoginRequiredMixin, View):
         return render(request, "jobs/_status.html", job_context(job))
 
 
+# Submitted to the cluster and not started there: its output files do not exist yet.
+WAITING_ON_CLUSTER = (JobState.SUBMITTED, JobState.PENDING)
+
+
+class TaskNotWhole(Exception):
+    """`task` is not a whole number."""
+
+
+TASK_NOT_WHOLE = "The task is a whole number, such as 0."
+
+
+def output_choice(request: HttpRequest, job: Job) -> tuple[str, list[int], int | None]:
+    """The stream, the array's task indexes and the task asked for (the first by default);
+    `TaskNotWhole` when `task` is not a whole number."""
+    stream = "stderr" if request.GET.get("stream") == "stderr" else "stdout"
+    tasks = [task.array_task_id for task in job.tasks.all()] if job.is_array else []
+    task = request.GET.get("task", "")
+    if not task:
+        return stream, tasks, tasks[0] if tasks else None
+    task_id = whole_number(task)
+    if task_id is None:
+        raise TaskNotWhole()
+    return stream, tasks, task_id
+
+
 @method_decorator(never_cache, name="dispatch")
 class JobOutputView(LoginRequiredMixin, View):
     """The last 64 KiB of stdout or stderr (of one task of an array), read from the cluster.
@@ -516,18 +573,12 @@ class JobOutputView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
         job = selectors.job_get_for_user(request.user, job_id)
-        stream = "stderr" if request.GET.get("stream") == "stderr" else "stdout"
-        tasks = [task.array_task_id for task in job.tasks.all()] if job.is_array else []
-        task = request.GET.get("task", "")
-        task_id: int | None = tasks[0] if tasks else None
-        if task:
-            task_id = whole_number(task)
-            if task_id is None:
-                return HttpResponse(
-                    "The task is a whole number, such as 0.",
-                    status=400,
-                    content_type="text/plain; charset=utf-8",
-                )
+        try:
+            stream, tasks, task_id = output_choice(request, job)
+        except TaskNotWhole:
+            return HttpResponse(
+                TASK_NOT_WHOLE, status=400, content_type="text/plain; charset=utf-8"
+            )
         text = ""
         problem = ""
         try:
@@ -559,9 +610,51 @@ class JobOutputView(LoginRequiredMixin, View):
             "problem": problem,
             "is_truncated": len(text.encode()) >= OUTPUT_TAIL_BYTES,
             "tail_kib": OUTPUT_TAIL_BYTES // 1024,
-            "not_started": job.state == JobState.QUEUED or not job.scheduler_job_id,
+            "download_mib": OUTPUT_DOWNLOAD_BYTES // (1024 * 1024),
+            # Said as the job is now: the fragment is fetched again while the job runs, so that
+            # "not reached the cluster" does not stay once it has.
+            "not_submitted": job.state == JobState.QUEUED or not job.scheduler_job_id,
+            "not_started": job.started_at is None and job.state in WAITING_ON_CLUSTER,
         }
         return render(request, "jobs/_output.html", context)
+
+
+class JobOutputDownloadView(LoginRequiredMixin, View):
+    """The job's stdout or stderr (of one task of an array) as a file: all of it up to 8 MiB,
+    else its last 8 MiB, read from the cluster like the tail the page shows."""
+
+    def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
+        job = selectors.job_get_for_user(request.user, job_id)
+        try:
+            stream, _, task_id = output_choice(request, job)
+        except TaskNotWhole:
+            return HttpResponse(
+                TASK_NOT_WHOLE, status=400, content_type="text/plain; charset=utf-8"
+            )
+        try:
+            output = services.job_output(
+                job=job, stream=stream, tail_bytes=OUTPUT_DOWNLOAD_BYTES, array_task_id=task_id
+            )
+        except errors.OutputNotKept as error:
+            return HttpResponse(error.detail, status=409, content_type="text/plain; charset=utf-8")
+        except errors.OutputUnavailable:
+            return HttpResponse(
+                "The cluster cannot be reached just now, so the output cannot be read. "
+                "Try again in a moment.",
+                status=503,
+                content_type="text/plain; charset=utf-8",
+            )
+        except ValidationFailed as error:
+            text = " ".join(
+                message for messages_ in error.extra["fields"].values() for message in messages_
+            )
+            return HttpResponse(text, status=400, content_type="text/plain; charset=utf-8")
+        suffix = f"-task{task_id}" if task_id is not None else ""
+        response = HttpResponse(output, content_type="text/plain; charset=utf-8")
+        response["Content-Disposition"] = (
+            f'attachment; filename="job-{job.uuid}{suffix}.{stream}.txt"'
+        )
+        return response
 
 
 class JobCancelView(LoginRequiredMixin, View):

@@ -352,7 +352,7 @@ def test_a_member_submits_a_job_which_is_queued_and_lands_on_its_page(
     assert len(callbacks) == 1  # the submission task, after the commit
     landed = client.get(response["Location"])
     assert messages_of(html(landed)) == [
-        "fold proteins is queued: it reserves 6 units of the allocation until it ends."
+        "fold proteins is submitted: it reserves 6 units of the allocation until it ends."
     ]
     assert html(landed).by_id("job-status").find(data_field="state").text() == "Queued"
 
@@ -451,7 +451,7 @@ def test_the_list_shows_each_job_newest_first_and_polls_while_one_runs(client, t
             "1.00",
         ],
     ]
-    assert cell_texts(rows[0])[0] == "second 3 tasks Quantum Lab"
+    assert cell_texts(rows[0])[0] == "second 0 of 3 tasks done Quantum Lab"
     body = page.by_id("job-rows")
     assert body.attrs["hx-get"] == reverse("job-list-rows")
     assert body.attrs["hx-trigger"] == "every 3s"
@@ -761,3 +761,48 @@ def test_a_job_that_requeued_itself_lists_each_charged_run(client, team, allocat
     requeued = body_rows(page, "job-runs")[0].find(data_field="state")
     assert "text-bg-warning" in requeued.classes
     assert html(client.get(reverse("job-detail", args=[plain.uuid]))).by_id("job-runs") is None
+
+
+# --- New job and the output's download ---------------------------------------------------------
+
+
+def test_new_job_goes_straight_to_the_form_of_the_one_active_allocation(client, team, allocation):
+    client.force_login(team.member)
+
+    response = client.get(reverse("job-new"))
+
+    assert response.status_code == 302
+    assert response["Location"] == reverse("job-submit", args=[allocation.uuid])
+
+
+def test_new_job_of_an_organization_the_user_is_not_in_is_a_404(client, team, allocation):
+    client.force_login(team.outsider)
+
+    response = client.get(reverse("job-new"), {"organization": str(team.organization.uuid)})
+
+    assert response.status_code == 404
+    # And without one: the outsider's own organizations have no active allocation.
+    page = html(client.get(reverse("job-new")))
+    assert page.by_id("job-new-none") is not None
+    assert page.by_id("job-new-allocations") is None
+
+
+def test_the_output_download_refuses_a_task_that_is_not_a_number_and_is_empty_before_it_runs(
+    client, team, allocation
+):
+    job = submit(allocation, team.member)
+    client.force_login(team.member)
+    url = reverse("job-output-download", args=[job.uuid])
+
+    refused = client.get(url, {"task": "first"})
+    queued = client.get(url, {"stream": "stderr"})
+
+    assert (refused.status_code, refused.content) == (
+        400,
+        b"The task is a whole number, such as 0.",
+    )
+    assert queued.status_code == 200
+    assert queued["Content-Disposition"] == f'attachment; filename="job-{job.uuid}.stderr.txt"'
+    assert queued.content == b""
+    client.force_login(team.outsider)
+    assert client.get(url).status_code == 404

@@ -198,6 +198,7 @@ def test_the_organization_page_links_the_market_pages_and_the_nav_links_offers(c
     organization = team.organization.uuid
     assert links == [
         reverse("organization-allocations", args=[organization]),
+        f"{reverse('job-new')}?organization={organization}",
         reverse("organization-clusters", args=[organization]),
         reverse("organization-offers", args=[organization]),
         reverse("offer-list"),

@@ -67,8 +67,8 @@ PUBLISHABLE_CONFIRM_FIELDS = {
 
 logger = logging.getLogger("localstripe_server")
 
-# Appended to localstripe-v3.js, in the same classic script, so that it sees localstripe's
-# top-level `Element` class and `LOCALSTRIPE_BASE_API` constant.
+# Appended to localstripe-v3.js inside the same function scope (see `stripe_js`), so that it
+# sees localstripe's `Element` class and `LOCALSTRIPE_BASE_API` constant.
 STRIPE_JS_SHIM = r"""
 // --- ComputeShare shim, appended by scripts/localstripe_server.py --------------------------
 // localstripe's confirmCardPayment() ignores the card Element and only finishes 3-D Secure, so
@@ -109,6 +109,38 @@ STRIPE_JS_SHIM = r"""
     return null;
   }
 
+  // The card as a person types it: "4242 4242 4242 4242" (spaces or dashes, as printed on the
+  // card) and a two- or four-digit year, as real Stripe.js accepts. localstripe's Element
+  // keeps the number as typed and prefixes the year with "20" (making 2034 into 202034).
+  function typedCard(element) {
+    const inputs = element._inputs;
+    if (!inputs) {
+      return (element.value || {}).card;
+    }
+    const year = inputs.exp_year.value.trim();
+    return {
+      number: inputs.number.value.replace(/[\s-]/g, ''),
+      exp_month: inputs.exp_month.value.trim(),
+      exp_year: /^\d{1,2}$/.test(year) ? `20${year.padStart(2, '0')}` : year,
+      cvc: inputs.cvc.value.trim(),
+    };
+  }
+
+  // localstripe's inputs carry a placeholder only; a screen reader needs a name for each.
+  const INPUT_LABELS = {
+    number: 'Card number', exp_month: 'Expiry month', exp_year: 'Expiry year',
+    cvc: 'Security code (CVC)', postal_code: 'Postal code',
+  };
+  const mount = Element.prototype.mount;
+  Element.prototype.mount = function (domElement) {
+    mount.call(this, domElement);
+    Object.entries(this._inputs || {}).forEach(([field, input]) => {
+      input.setAttribute('aria-label', INPUT_LABELS[field] || field);
+      input.setAttribute('inputmode', field === 'postal_code' ? 'text' : 'numeric');
+      input.setAttribute('autocomplete', 'off');
+    });
+  };
+
   // localstripe's modal resolves a failed authentication as {paymentIntent} back in
   // requires_payment_method; Stripe.js resolves it as {error}.
   function authenticationResult(result) {
@@ -127,7 +159,7 @@ STRIPE_JS_SHIM = r"""
                       `a client_secret string. You specified: ${clientSecret}.`);
     }
     const {card: element, ...paymentMethod} = data.payment_method;
-    const value = element.value || {};
+    const value = {...(element.value || {}), card: typedCard(element)};
     const invalid = incompleteCardError(value.card);
     if (invalid) {
       return {error: invalid};
@@ -182,6 +214,15 @@ STRIPE_JS_SHIM = r"""
   };
 })();
 """
+
+
+def stripe_js() -> str:
+    """localstripe's Stripe.js with the shim, in one function scope. As a classic script,
+    localstripe's top-level `class Element` would replace the page's global `Element` (the DOM
+    interface) for every other script: Bootstrap's `instanceof Element` checks then throw, and
+    its menus and alerts stop working on the Money page. Only `window.Stripe` leaves the scope
+    (localstripe assigns it without a declaration)."""
+    return "(function () {\n" + LOCALSTRIPE_JS.read_text() + "\n" + STRIPE_JS_SHIM + "\n})();\n"
 
 
 def _keep_store_in_memory() -> None:
@@ -283,7 +324,7 @@ def build_app(webhook_url: str | None = None, webhook_secret: str | None = None)
     _decline_charges_like_stripe()
 
     app = server.app
-    script = LOCALSTRIPE_JS.read_text() + "\n" + STRIPE_JS_SHIM
+    script = stripe_js()
     # Inside error_middleware, so that UserError becomes localstripe's JSON error answer, and
     # in front of auth_middleware, which would refuse the publishable key.
     position = list(app.middlewares).index(server.auth_middleware)

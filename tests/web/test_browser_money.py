@@ -221,3 +221,44 @@ def test_a_member_sees_the_wallet_but_neither_the_top_up_form_nor_the_ledger(
     expect(page.locator("#ledger")).to_have_count(0)
     expect(page.locator("#top-ups")).to_have_count(0)
     assert page.evaluate("typeof Stripe") == "undefined"
+
+
+def test_on_a_phone_a_card_typed_as_printed_pays_and_the_page_logs_no_error(
+    browser, live_server, stripe_webhook: str, organization, admin
+):
+    # The card as printed ("4242 4242 4242 4242") with a four-digit year, on a 390 px phone
+    # whose menu must open: localstripe's Stripe.js used to replace the page's global
+    # `Element`, so Bootstrap threw on every click and the menu stayed shut.
+    context = browser.new_context(viewport={"width": 390, "height": 844})
+    context.set_default_timeout(15_000)
+    page = context.new_page()
+    errors: list[str] = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    try:
+        log_in(page, live_server.url, admin.username)
+        open_money_page(page, live_server.url, organization)
+        assert page.evaluate("window.Element === Object.getPrototypeOf(HTMLElement)")
+        page.locator(".navbar-toggler").click()
+        expect(page.locator("#main-nav").get_by_role("link", name="Jobs")).to_be_visible()
+        expect(page.locator("#main-nav")).to_have_class(re.compile(r"\bshow\b"))
+        page.locator(".navbar-toggler").click()
+        expect(page.locator("#main-nav")).to_be_hidden()
+
+        page.locator("#top-up-amount").fill("12.50")
+        card = page.locator("#card-element")
+        card.get_by_label("Card number").fill("4242 4242 4242 4242")
+        card.get_by_label("Expiry month").fill("12")
+        card.get_by_label("Expiry year").fill(str(datetime.date.today().year + 3))
+        card.get_by_label("Security code (CVC)").fill("123")
+        card.get_by_label("Postal code").fill("75001")
+        page.locator("#top-up-submit").click()
+
+        expect(page.locator("#top-up-status")).to_have_text("12.50 USD was added to the wallet.")
+        top_up = TopUp.objects.get()
+        assert (top_up.status, top_up.amount) == (TopUp.Status.SUCCEEDED, Decimal("12.50"))
+        assert selectors.wallet_get(organization).available == Decimal("12.50")
+        assert page.evaluate("document.documentElement.scrollWidth") <= 390
+        assert errors == []
+    finally:
+        context.close()

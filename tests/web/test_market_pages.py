@@ -202,6 +202,7 @@ def test_the_organization_page_links_the_market_pages_and_the_nav_links_offers(c
         reverse("organization-clusters", args=[organization]),
         reverse("organization-offers", args=[organization]),
         reverse("offer-list"),
+        reverse("organization-efficiency", args=[organization]),
     ]
     nav = page.by_id("main-nav")
     assert "Offers" in [link.text() for link in nav.find_all("a")]

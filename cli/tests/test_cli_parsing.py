@@ -134,6 +134,27 @@ def test_job_body_and_its_form_fields(tmp_path: Path) -> None:
     assert fields["time_limit_minutes"] == "90"
 
 
+def test_a_memory_request_is_sent_only_when_given(tmp_path: Path) -> None:
+    script = tmp_path / "run.sh"
+    script.write_text("#!/bin/bash\necho hi\n")
+    sizes = {
+        "allocation": "a1",
+        "name": "mem",
+        "time_limit": "5",
+        "cpus_per_task": 2,
+        "ntasks": 1,
+        "nodes": 1,
+        "gpus": 0,
+        "array": None,
+        "env": (),
+        "secret_env": (),
+    }
+    assert "mem_per_cpu" not in job_body(script, **sizes)
+    body = job_body(script, **sizes, mem_per_cpu=512)
+    assert body["mem_per_cpu"] == 512
+    assert multipart_fields(body)["mem_per_cpu"] == "512"
+
+
 def test_usage_errors_exit_2_before_anything_is_sent(tmp_path: Path) -> None:
     runner = CliRunner()
     answer = runner.invoke(cli, ["--token", "t", "--url", "http://127.0.0.1:9", "jobs", "submit"])

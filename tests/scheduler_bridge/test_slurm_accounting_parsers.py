@@ -921,3 +921,31 @@ def test_gpus_count_typed_entries_only_without_the_untyped_total():
     assert parse_tres("cpu=8,gres/gpu=3,gres/gpu:a100=2,gres/gpu:v100=1").gpus == 3
     with pytest.raises(UnexpectedOutput):
         parse_tres("cpu")
+
+
+def test_recorded_max_rss_is_the_largest_of_a_runs_steps_and_none_when_none_was_sampled():
+    """Recorded on the test cluster (Slurm 22.05, jobacct_gather/linux every 5 s) with the
+    current format: a 2-core job that kept one core busy for 10 s (796), one that held 64 MiB
+    for 30 s with --mem-per-cpu=512M (797), an OpenMP run of 2 s (798), an MPI run of two srun
+    tasks (799, its memory is its step's) and array tasks of a second (no sample: none)."""
+    text = recorded("sacct_max_rss_with_steps.txt")
+
+    records = parse_sacct_runs_of(text, with_steps=True, now=at(17, 0, 0))
+
+    assert {record.job_id: record.max_rss_bytes for record in records} == {
+        "788_2": None,
+        "788_3": None,
+        "796": 10796 * 1024,
+        "797": 76436 * 1024,
+        "798": None,
+        "799": 8416 * 1024,
+        "800_0": None,
+        "800_1": None,
+        "800_2": None,
+        "800_3": None,
+    }
+    by_id = {record.job_id: record for record in records}
+    assert (by_id["796"].allocated_cpus, by_id["796"].elapsed_seconds) == (2, 10)
+    assert by_id["796"].cpu_seconds == pytest.approx(2.264)
+    assert by_id["799"].cpu_seconds == pytest.approx(0.120)  # the batch step's and srun's
+    assert by_id["797"].requested_cpus == 1

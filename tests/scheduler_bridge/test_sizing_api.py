@@ -244,7 +244,7 @@ def test_templates_are_listed_and_a_gpu_template_says_it_needs_gpus(api_client, 
     assert all(row["technique"].endswith(".") for row in answer["results"])
 
 
-def test_the_monthly_efficiency_report_counts_idle_cores_and_unused_reservations():
+def test_the_monthly_efficiency_report_counts_idle_cores_and_unused_reservations(api_client):
     job, member = ended_job()
     Job.objects.filter(pk=job.pk).update(ended_at=datetime(2026, 11, 26, 1, 12, tzinfo=UTC))
     client = client_for(member)
@@ -279,6 +279,7 @@ def test_the_monthly_efficiency_report_counts_idle_cores_and_unused_reservations
         ],
     }
     assert client.get(url, {"month": "2026-10"}).json()["jobs_count"] == 0
+    assert api_client.get(url).status_code == 401
     bad = client.get(url, {"month": "2026-13"})
     assert (bad.status_code, bad.json()["code"]) == (400, "invalid")
     outsider = MembershipFactory().user

@@ -3,6 +3,7 @@
 import datetime
 import uuid
 from collections.abc import Iterable
+from decimal import Decimal
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -444,6 +445,19 @@ def allocation_get_for_user(user: User, allocation_uuid: Any) -> Allocation:
         raise NotFound("No such allocation.") from error
 
 
+def allocation_list_open(organization: Organization) -> QuerySet[Allocation]:
+    """The organization's allocations whose window has not ended (upcoming and active), the
+    soonest to start first, with what a listing shows of them."""
+    return (
+        Allocation.objects.filter(
+            organization=organization, closed_at__isnull=True, window_end__gt=timezone.now()
+        )
+        .select_related("cluster", "partition")
+        .defer("cluster__ssh_private_key")
+        .order_by("window_start", "id")
+    )
+
+
 def allocations_with_status(allocations: QuerySet[Allocation], status: str) -> QuerySet[Allocation]:
     """Filters by the window's status as `Allocation.status_at` computes it, in SQL."""
     now = timezone.now()
@@ -559,3 +573,78 @@ def partition_calendar(
         start,
         end,
     )
+
+
+# --- Dashboards: what an owner listed and sold, per day ----------------------------------------
+
+
+def days_of(since: datetime.date, until: datetime.date) -> list[datetime.date]:
+    """Every day from `since` to `until`, both included."""
+    return [since + datetime.timedelta(days=index) for index in range((until - since).days + 1)]
+
+
+def spread_over_days(
+    quantity: Any, start: datetime.datetime, end: datetime.datetime, days: list[datetime.date]
+) -> dict[datetime.date, Decimal]:
+    """`quantity` units usable evenly from `start` to `end`, as the share of them in each UTC
+    day of `days`: an allocation of 240 core-hours over ten days is 24 a day."""
+    seconds = Decimal((end - start).total_seconds())
+    if seconds <= 0:
+        return {}
+    shares = {}
+    for day in days:
+        day_start = datetime.datetime.combine(day, datetime.time(), tzinfo=datetime.UTC)
+        overlap = min(end, day_start + ONE_DAY) - max(start, day_start)
+        if overlap.total_seconds() > 0:
+            shares[day] = Decimal(quantity) * Decimal(overlap.total_seconds()) / seconds
+    return shares
+
+
+ONE_DAY = datetime.timedelta(days=1)
+
+
+def owner_capacity_by_day(
+    organization: Organization, days: list[datetime.date]
+) -> dict[tuple[int, str], dict[str, Any]]:
+    """Per (cluster id, resource) of the organization's clusters: the units its offers listed
+    and its allocations sold in each of `days`, each spread evenly over its window. Two
+    queries (offers, allocations), whatever their number; cancelled offers listed nothing."""
+    if not days:
+        return {}
+    first = datetime.datetime.combine(days[0], datetime.time(), tzinfo=datetime.UTC)
+    last = datetime.datetime.combine(days[-1], datetime.time(), tzinfo=datetime.UTC) + ONE_DAY
+    overlapping = {"window_start__lt": last, "window_end__gt": first}
+    series: dict[tuple[int, str], dict[str, Any]] = {}
+
+    def add(rows: Any, kind: str) -> None:
+        for row in rows:
+            key = (row["cluster_id"], row["resource"])
+            entry = series.setdefault(
+                key,
+                {
+                    "cluster_name": row["cluster__name"],
+                    "cluster_uuid": row["cluster__uuid"],
+                    "resource": row["resource"],
+                    "offered": {},
+                    "sold": {},
+                },
+            )
+            shares = spread_over_days(row["quantity"], row["window_start"], row["window_end"], days)
+            for day, share in shares.items():
+                entry[kind][day] = entry[kind].get(day, Decimal(0)) + share
+
+    fields = ("cluster_id", "cluster__name", "cluster__uuid", "resource", "quantity")
+    add(
+        Offer.objects.filter(cluster__organization=organization, **overlapping)
+        .exclude(status=Offer.Status.CANCELLED)
+        .values(*fields, "window_start", "window_end")
+        .order_by(),
+        "offered",
+    )
+    add(
+        Allocation.objects.filter(cluster__organization=organization, **overlapping)
+        .values(*fields, "window_start", "window_end")
+        .order_by(),
+        "sold",
+    )
+    return series

@@ -16,7 +16,6 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("dashboard/", views.DashboardView.as_view(), name="dashboard"),
     path("organizations/new/", views.OrganizationCreateView.as_view(), name="organization-create"),
     path(
         "organizations/<uuid:organization_id>/",

@@ -40,15 +40,6 @@ class SignUpView(FormView):
         return redirect("dashboard")
 
 
-class DashboardView(LoginRequiredMixin, TemplateView):
-    template_name = "marketplace/dashboard.html"
-
-    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
-        context = super().get_context_data(**kwargs)
-        context["organizations"] = selectors.organization_list_for_user(self.request.user)
-        return context
-
-
 class OrganizationCreateView(LoginRequiredMixin, FormView):
     template_name = "marketplace/organization_create.html"
     form_class = OrganizationForm

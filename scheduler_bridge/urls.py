@@ -2,9 +2,17 @@
 
 from django.urls import path
 
-from scheduler_bridge import sweep_views, views
+from scheduler_bridge import sweep_views, views, views_dashboard
 
 urlpatterns = [
+    # The page after log-in (scheduler_bridge/views_dashboard.py): it shows jobs beside the
+    # market's allocations and billing's money.
+    path("dashboard/", views_dashboard.DashboardView.as_view(), name="dashboard"),
+    path(
+        "organizations/<uuid:organization_id>/dashboard/",
+        views_dashboard.DashboardView.as_view(),
+        name="organization-dashboard",
+    ),
     path(
         "allocations/<uuid:allocation_id>/jobs/new/",
         views.JobSubmitView.as_view(),

@@ -1,0 +1,261 @@
+"""The reads of an organization's dashboard, the page after log-in: its wallet and budget, its
+open allocations, its unfinished jobs and its spending per day; and, when it owns clusters,
+its earnings, the utilization of its clusters (listed, sold, used and idle units per day) and
+the jobs running on them.
+
+They sit here, above the market and billing, because the dashboard shows jobs beside both.
+Every series is one query, whatever the number of days, jobs or allocations in it; the
+membership passed in was found by `marketplace.selectors.membership_get_for_user`, so
+everything read is the organization's own (or, for an owner, about its clusters)."""
+
+from __future__ import annotations
+
+import datetime
+from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
+from typing import Any
+
+from django.db.models import Count, F, Q, Sum
+from django.db.models.functions import TruncDate
+from django.utils import timezone
+
+from billing import selectors as billing_selectors
+from marketplace import selectors as market_selectors
+from marketplace.models import Allocation, Cluster, Membership, Resource
+from scheduler_bridge.models import ACTIVE_STATES, ENDED_STATES, Job, JobRun, JobState
+
+DAYS = 30
+LISTED = 10
+CENT = Decimal("0.01")
+UNFINISHED_STATES = (JobState.QUEUED, *sorted(ACTIVE_STATES))
+
+
+def rounded(value: Decimal) -> Decimal:
+    return value.quantize(CENT, rounding=ROUND_HALF_UP)
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line or bar series of a chart, with its values by day (as many as the labels)."""
+
+    label: str
+    values: list[Decimal]
+
+    @property
+    def total(self) -> Decimal:
+        return sum(self.values, start=Decimal(0))
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A chart's labels (UTC days) and series, drawn by Chart.js and shown as a table."""
+
+    key: str
+    title: str
+    unit: str
+    days: list[datetime.date]
+    series: list[Series]
+    stacked: bool = False
+
+    @property
+    def data_id(self) -> str:
+        return f"{self.key}-data"
+
+    def as_data(self) -> dict[str, Any]:
+        """What static/js/charts.js draws: JSON numbers are enough for a picture; the table
+        beside it shows the exact figures."""
+        return {
+            "labels": [day.isoformat() for day in self.days],
+            "unit": self.unit,
+            "stacked": self.stacked,
+            "datasets": [
+                {"label": series.label, "data": [float(value) for value in series.values]}
+                for series in self.series
+            ],
+        }
+
+    @property
+    def rows(self) -> list[tuple[datetime.date, list[Decimal]]]:
+        """The table: one row per day, newest first, one column per series."""
+        return [
+            (day, [series.values[index] for series in self.series])
+            for index, day in reversed(list(enumerate(self.days)))
+        ]
+
+
+@dataclass(frozen=True)
+class JobProgress:
+    job: Job
+    tasks_done: int
+    team: str | None
+    """The job's organization, shown on an owner's dashboard to its admins only."""
+
+    @property
+    def percent(self) -> int:
+        """An array's share of tasks ended; a single job's share of its time limit used."""
+        job = self.job
+        if job.task_count > 1:
+            return round(100 * self.tasks_done / job.task_count)
+        if job.started_at is None or job.state != JobState.RUNNING:
+            return 0
+        elapsed = (timezone.now() - job.started_at).total_seconds()
+        return max(0, min(100, round(100 * elapsed / (job.time_limit_minutes * 60))))
+
+    @property
+    def ends_by(self) -> datetime.datetime | None:
+        """When Slurm's time limit ends the job at the latest (single running jobs)."""
+        job = self.job
+        if job.started_at is None or job.state != JobState.RUNNING:
+            return None
+        return job.started_at + datetime.timedelta(minutes=job.time_limit_minutes)
+
+
+@dataclass
+class Dashboard:
+    membership: Membership
+    since: datetime.datetime
+    days: list[datetime.date]
+    wallet: billing_selectors.Wallet
+    budget: billing_selectors.BudgetStatus
+    allocations: list[Allocation]
+    allocation_count: int
+    jobs: list[JobProgress]
+    job_count: int
+    spending: Chart
+    is_owner: bool = False
+    shows_teams: bool = False
+    clusters: list[Cluster] = field(default_factory=list)
+    earnings: Chart | None = None
+    utilization: list[Chart] = field(default_factory=list)
+    cluster_jobs: list[JobProgress] = field(default_factory=list)
+    cluster_job_count: int = 0
+
+    @property
+    def charts(self) -> list[Chart]:
+        charts = [self.spending]
+        if self.earnings is not None:
+            charts.append(self.earnings)
+        return charts + self.utilization
+
+
+def dashboard_get(membership: Membership, *, days: int = DAYS) -> Dashboard:
+    """The dashboard of the membership's organization over the last `days` UTC days, today
+    included. Owners' admins see which team runs each job on their clusters; their members
+    see the jobs without the teams' names."""
+    organization = membership.organization
+    today = timezone.now().astimezone(datetime.UTC).date()
+    day_list = market_selectors.days_of(today - datetime.timedelta(days=days - 1), today)
+    since = datetime.datetime.combine(day_list[0], datetime.time(), tzinfo=datetime.UTC)
+    wallet = billing_selectors.wallet_get(organization)
+    allocations = market_selectors.allocation_list_open(organization)
+    jobs = _unfinished(Job.objects.filter(organization=organization))
+    spent = billing_selectors.spending_by_day(organization, since=since)
+    dashboard = Dashboard(
+        membership=membership,
+        since=since,
+        days=day_list,
+        wallet=wallet,
+        budget=billing_selectors.budget_status(organization, wallet),
+        allocations=list(allocations[:LISTED]),
+        allocation_count=allocations.count(),
+        jobs=[JobProgress(job, job.tasks_done, None) for job in jobs[:LISTED]],
+        job_count=jobs.count(),
+        spending=Chart(
+            key="spending",
+            title="Spending per day",
+            unit=wallet.currency,
+            days=day_list,
+            series=[Series("Charged for jobs", [spent.get(day, Decimal(0)) for day in day_list])],
+        ),
+    )
+    clusters = list(market_selectors.cluster_list_for_organization(organization))
+    if clusters:
+        _add_owner_view(dashboard, clusters)
+    return dashboard
+
+
+def _unfinished(jobs: Any) -> Any:
+    """Unfinished jobs, the latest first, each with its count of ended tasks (one query)."""
+    return (
+        jobs.filter(state__in=UNFINISHED_STATES)
+        .select_related("allocation__partition", "cluster", "organization")
+        .defer("script", "environment", "secret_environment")
+        .annotate(tasks_done=Count("tasks", filter=Q(tasks__state__in=sorted(ENDED_STATES))))
+        .order_by("-created_at", "-id")
+    )
+
+
+def _add_owner_view(dashboard: Dashboard, clusters: list[Cluster]) -> None:
+    organization = dashboard.membership.organization
+    days = dashboard.days
+    dashboard.is_owner = True
+    dashboard.clusters = clusters
+    dashboard.shows_teams = dashboard.membership.is_admin
+    earned = billing_selectors.earnings_by_day(organization, since=dashboard.since)
+    dashboard.earnings = Chart(
+        key="earnings",
+        title="Net earnings per day and cluster",
+        unit=dashboard.wallet.currency,
+        days=days,
+        stacked=True,
+        series=[
+            Series(source.source_name, [source.by_day.get(day, Decimal(0)) for day in days])
+            for source in earned
+        ],
+    )
+    capacity = market_selectors.owner_capacity_by_day(organization, days)
+    used = _used_by_day(organization, dashboard.since)
+    for key, entry in sorted(
+        capacity.items(), key=lambda item: (item[1]["cluster_name"], item[1]["resource"])
+    ):
+        offered = [entry["offered"].get(day, Decimal(0)) for day in days]
+        sold = [entry["sold"].get(day, Decimal(0)) for day in days]
+        used_units = [used.get((*key, day), Decimal(0)) for day in days]
+        unit = "GPU-hours" if entry["resource"] == Resource.GPU else "core-hours"
+        dashboard.utilization.append(
+            Chart(
+                key=f"utilization-{entry['cluster_uuid']}-{entry['resource']}",
+                title=f"{entry['cluster_name']}: {unit} per day",
+                unit=unit,
+                days=days,
+                series=[
+                    Series("Sold", [rounded(value) for value in sold]),
+                    Series("Used", used_units),
+                    Series(
+                        "Idle (listed, not sold)",
+                        [
+                            rounded(max(Decimal(0), o - s))
+                            for o, s in zip(offered, sold, strict=True)
+                        ],
+                    ),
+                ],
+            )
+        )
+    jobs = _unfinished(Job.objects.filter(cluster__organization=organization))
+    dashboard.cluster_jobs = [
+        JobProgress(
+            job,
+            job.tasks_done,
+            job.organization.name if dashboard.shows_teams else None,
+        )
+        for job in jobs[:LISTED]
+    ]
+    dashboard.cluster_job_count = jobs.count()
+
+
+def _used_by_day(
+    organization: Any, since: datetime.datetime
+) -> dict[tuple[int, str, datetime.date], Decimal]:
+    """Units charged for runs that ended on the organization's clusters per (cluster id,
+    resource, UTC day), in one query."""
+    rows = (
+        JobRun.objects.filter(cluster__organization=organization, ended_at__gte=since)
+        .annotate(
+            day=TruncDate("ended_at", tzinfo=datetime.UTC),
+            resource=F("task__job__allocation__resource"),
+        )
+        .values("cluster_id", "resource", "day")
+        .annotate(total=Sum("units"))
+        .order_by()
+    )
+    return {(row["cluster_id"], row["resource"], row["day"]): row["total"] for row in rows}

@@ -223,15 +223,26 @@ class PayoutsView(LoginRequiredMixin, View):
                     refresh_url=f"{page}?onboarding=expired",
                 )
                 return HttpResponseRedirect(link.url)
+            try:
+                payout_key = uuid.UUID(request.POST.get("payout_key", ""))
+            except ValueError:
+                raise ValidationFailed(
+                    "This form is out of date: reload the page and pay out again."
+                ) from None
             payout = billing_services.payout_create(
                 organization=organization,
                 actor=request.user,
                 amount=request.POST.get("amount") or None,
-                idempotency_key=f"payouts-page-{request.POST.get('payout_key', '')}"[:255],
+                idempotency_key=f"payouts-page-{payout_key}",
             )
         except ApplicationError as error:
+            fields = error.extra.get("fields") or {}
+            said = " ".join(message for messages in fields.values() for message in messages)
             return self._render(
-                request, membership, error=str(error.detail), status=error.status_code
+                request,
+                membership,
+                error=f"{error.detail} {said}".strip(),
+                status=error.status_code,
             )
         if payout.status == payout.Status.PAID:
             messages.success(request, f"{payout.amount} {payout.currency} sent to Stripe.")

@@ -234,16 +234,26 @@ def refund_create(
 
 def webhook_event_verify(payload: bytes, signature_header: str | None) -> dict[str, Any]:
     """The event, once its signature over the raw body verifies against
-    `STRIPE_WEBHOOK_SECRET` within the tolerance; `StripeSignatureInvalid` otherwise."""
-    secret = settings.STRIPE_WEBHOOK_SECRET
-    if not secret or not signature_header:
+    `STRIPE_WEBHOOK_SECRET`, or `STRIPE_CONNECT_WEBHOOK_SECRET` (Stripe signs the Connect
+    endpoint's events, `account.updated`, with that endpoint's own secret), within the
+    tolerance; `StripeSignatureInvalid` otherwise."""
+    secrets = [
+        secret
+        for secret in (settings.STRIPE_WEBHOOK_SECRET, settings.STRIPE_CONNECT_WEBHOOK_SECRET)
+        if secret
+    ]
+    if not secrets or not signature_header:
         raise StripeSignatureInvalid("No signature, or no signing secret configured.")
-    try:
-        stripe.WebhookSignature.verify_header(
-            payload, signature_header, secret, tolerance=WEBHOOK_TOLERANCE_SECONDS
-        )
-    except stripe.SignatureVerificationError as error:
-        raise StripeSignatureInvalid(str(error)) from error
+    for number, secret in enumerate(secrets, start=1):
+        try:
+            stripe.WebhookSignature.verify_header(
+                payload, signature_header, secret, tolerance=WEBHOOK_TOLERANCE_SECONDS
+            )
+        except stripe.SignatureVerificationError as error:
+            if number == len(secrets):
+                raise StripeSignatureInvalid(str(error)) from error
+        else:
+            break
     try:
         event = json.loads(payload)
     except ValueError as error:

@@ -384,6 +384,8 @@ PLATFORM_FEE_PERCENT = Decimal(env("PLATFORM_FEE_PERCENT", default="10"))
 STRIPE_SECRET_KEY = env("STRIPE_SECRET_KEY", default="")
 STRIPE_PUBLISHABLE_KEY = env("STRIPE_PUBLISHABLE_KEY", default="")
 STRIPE_WEBHOOK_SECRET = env("STRIPE_WEBHOOK_SECRET", default="")
+# Stripe signs a Connect endpoint's events (the owners' accounts) with that endpoint's secret.
+STRIPE_CONNECT_WEBHOOK_SECRET = env("STRIPE_CONNECT_WEBHOOK_SECRET", default="")
 STRIPE_API_BASE = env("STRIPE_API_BASE", default="https://api.stripe.com")
 # Stripe.js: from Stripe in production, from the local Stripe server in the demo and the tests.
 STRIPE_JS_URL = env("STRIPE_JS_URL", default="https://js.stripe.com/v3/")

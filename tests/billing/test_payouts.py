@@ -279,3 +279,32 @@ def test_a_payout_is_a_line_of_the_months_statement(
     client.force_login(owner_admin)
     page = client.get(f"/organizations/{owner.uuid}/statements/{today.year}/{today.month}/")
     assert b'data-field="payout"' in page.content
+
+
+def test_an_account_updated_signed_by_the_connect_endpoint_needs_its_secret(
+    client: Client, settings, owner, owner_admin
+):
+    ConnectedAccount.objects.create(
+        organization=owner, created_by=owner_admin, stripe_account="acct_connect_endpoint"
+    )
+    body = signed_event(
+        "account.updated",
+        {
+            "id": "acct_connect_endpoint",
+            "object": "account",
+            "details_submitted": True,
+            "payouts_enabled": True,
+            "capabilities": {"transfers": "active"},
+            "requirements": {"currently_due": []},
+        },
+        account="acct_connect_endpoint",
+    )
+    header = signature(body, secret="whsec_connect_endpoint")
+
+    refused = deliver(client, body, header)
+    settings.STRIPE_CONNECT_WEBHOOK_SECRET = "whsec_connect_endpoint"
+    accepted = deliver(client, body, header)
+
+    assert refused.status_code == 400
+    assert accepted.json()["outcome"] == "account active"
+    assert ConnectedAccount.objects.get(organization=owner).status == "active"

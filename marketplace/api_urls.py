@@ -107,6 +107,16 @@ urlpatterns += [
         market.PartitionCalendarApi.as_view(),
         name="api-partition-calendar",
     ),
+    path(
+        "clusters/<uuid:cluster_id>/partitions/<str:partition>/idle/",
+        market.PartitionIdleApi.as_view(),
+        name="api-partition-idle",
+    ),
+    path(
+        "clusters/<uuid:cluster_id>/track-record/",
+        market.TrackRecordApi.as_view(),
+        name="api-cluster-track-record",
+    ),
     path("offers/", market.OfferListCreateApi.as_view(), name="api-offers"),
     path("offers/price-history/", market.PriceHistoryApi.as_view(), name="api-price-history"),
     path("offers/<uuid:offer_id>/", market.OfferDetailApi.as_view(), name="api-offer"),

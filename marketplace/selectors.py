@@ -1,11 +1,13 @@
 """Reads, always scoped to the user asking. What a user may not see is `NotFound`."""
 
+import dataclasses
 import datetime
 import uuid
 from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Count, F, OuterRef, Prefetch, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
@@ -18,12 +20,16 @@ from marketplace.models import (
     Allocation,
     Bid,
     Cluster,
+    ClusterOutage,
     ClusterVerification,
+    HardwareChange,
     Invitation,
     Membership,
     Offer,
     Organization,
+    OwnerSideRunEnd,
     Partition,
+    PartitionIdleHour,
     Resource,
     TenantAccount,
     TenantLease,
@@ -648,3 +654,270 @@ def owner_capacity_by_day(
         "sold",
     )
     return series
+
+
+# --- The owners' track record: computed from what the platform saw, never typed in ---------------
+
+
+@dataclasses.dataclass(frozen=True)
+class TrackRecord:
+    """What a cluster's owners' side did over the last `days` days (since `since`): runs of
+    teams' jobs it ended, by Slurm's state; the time the platform could not reach the cluster,
+    and how much of it fell while some team had hours bought there; hardware that changed
+    between verifications."""
+
+    cluster_id: int
+    since: datetime.datetime
+    days: int
+    run_ends: dict[str, int]
+    outages: int
+    unreachable_seconds: int
+    unreachable_while_sold_seconds: int
+    hardware_changes: int
+
+    @property
+    def runs_ended_by_owner(self) -> int:
+        return sum(self.run_ends.values())
+
+    @property
+    def is_clean(self) -> bool:
+        return not (self.runs_ended_by_owner or self.outages or self.hardware_changes)
+
+
+def _overlap_seconds(
+    start: datetime.datetime, end: datetime.datetime, windows: list[tuple[Any, Any]]
+) -> int:
+    """Seconds of [start, end) covered by the union of `windows`."""
+    covered = 0.0
+    cursor = start
+    for window_start, window_end in sorted(windows):
+        lower, upper = max(window_start, cursor), min(window_end, end)
+        if upper > lower:
+            covered += (upper - lower).total_seconds()
+            cursor = upper
+    return int(covered)
+
+
+def track_records(
+    cluster_ids: set[int], now: datetime.datetime | None = None
+) -> dict[int, TrackRecord]:
+    """The track record of each cluster, in a few queries however many clusters (the offers
+    page shows one per offer)."""
+    now = now or timezone.now()
+    days = settings.TRACK_RECORD_DAYS
+    since = now - datetime.timedelta(days=days)
+    if not cluster_ids:
+        return {}
+    run_ends: dict[int, dict[str, int]] = {cluster_id: {} for cluster_id in cluster_ids}
+    for cluster_id, state, count in (
+        OwnerSideRunEnd.objects.filter(cluster_id__in=cluster_ids, ended_at__gte=since)
+        .values("cluster_id", "scheduler_state")
+        .annotate(count=Count("pk"))
+        .values_list("cluster_id", "scheduler_state", "count")
+        .order_by()
+    ):
+        run_ends[cluster_id][state] = count
+    changes = dict(
+        HardwareChange.objects.filter(cluster_id__in=cluster_ids, created_at__gte=since)
+        .values("cluster_id")
+        .annotate(count=Count("pk"))
+        .values_list("cluster_id", "count")
+        .order_by()
+    )
+    outages = [
+        (cluster_id, max(started, since), ended or now)
+        for cluster_id, started, ended in ClusterOutage.objects.filter(
+            Q(ended_at__isnull=True) | Q(ended_at__gt=since), cluster_id__in=cluster_ids
+        ).values_list("cluster_id", "started_at", "ended_at")
+    ]
+    sold: dict[int, list[tuple[Any, Any]]] = {}
+    if outages:
+        overlapping = Q()
+        for cluster_id, start, end in outages:
+            overlapping |= Q(cluster_id=cluster_id, window_start__lt=end, window_end__gt=start)
+        for cluster_id, window_start, window_end in Allocation.objects.filter(
+            overlapping
+        ).values_list("cluster_id", "window_start", "window_end"):
+            sold.setdefault(cluster_id, []).append((window_start, window_end))
+    unreachable = dict.fromkeys(cluster_ids, 0)
+    while_sold = dict.fromkeys(cluster_ids, 0)
+    counted = dict.fromkeys(cluster_ids, 0)
+    for cluster_id, start, end in outages:
+        counted[cluster_id] += 1
+        unreachable[cluster_id] += int((end - start).total_seconds())
+        while_sold[cluster_id] += _overlap_seconds(start, end, sold.get(cluster_id, []))
+    return {
+        cluster_id: TrackRecord(
+            cluster_id=cluster_id,
+            since=since,
+            days=days,
+            run_ends=dict(sorted(run_ends[cluster_id].items())),
+            outages=counted[cluster_id],
+            unreachable_seconds=unreachable[cluster_id],
+            unreachable_while_sold_seconds=while_sold[cluster_id],
+            hardware_changes=changes.get(cluster_id, 0),
+        )
+        for cluster_id in cluster_ids
+    }
+
+
+def track_record(cluster: Cluster, now: datetime.datetime | None = None) -> TrackRecord:
+    return track_records({cluster.pk}, now)[cluster.pk]
+
+
+def hardware_change_list(cluster: Cluster, limit: int = 10) -> list[HardwareChange]:
+    return list(HardwareChange.objects.filter(cluster=cluster).order_by("-created_at")[:limit])
+
+
+def outage_list(cluster: Cluster, limit: int = 10) -> list[ClusterOutage]:
+    return list(ClusterOutage.objects.filter(cluster=cluster).order_by("-started_at")[:limit])
+
+
+# --- Idle time and the offers suggested from it --------------------------------------------------
+
+IDLE_PATTERN_DAYS = 28
+WEEKDAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+@dataclasses.dataclass(frozen=True)
+class IdleCell:
+    """One hour of the week over the last weeks: the mean idle units in it, as a share of what
+    the partition had, over `samples` samples."""
+
+    weekday: int
+    hour: int
+    samples: int
+    mean_idle: float
+    share: float
+
+
+def idle_pattern(
+    partition: Partition, resource: str, now: datetime.datetime | None = None
+) -> list[list[IdleCell | None]]:
+    """The partition's idle CPUs (or GPUs) by weekday (Monday first) and hour (UTC) over the
+    last `IDLE_PATTERN_DAYS` days; None where no sample fell."""
+    now = now or timezone.now()
+    sums: dict[tuple[int, int], list[float]] = {}
+    rows = PartitionIdleHour.objects.filter(
+        partition=partition, hour__gte=now - datetime.timedelta(days=IDLE_PATTERN_DAYS)
+    ).values_list("hour", "samples", "idle_cpus", "idle_gpus", "cpus", "gpus")
+    is_gpu = resource == Resource.GPU
+    for hour, samples, idle_cpus, idle_gpus, cpus, gpus in rows:
+        key = (hour.weekday(), hour.hour)
+        total = sums.setdefault(key, [0, 0.0, 0.0])
+        total[0] += samples
+        total[1] += idle_gpus if is_gpu else idle_cpus
+        total[2] += samples * (gpus if is_gpu else cpus)
+    grid: list[list[IdleCell | None]] = [[None] * 24 for _ in range(7)]
+    for (weekday, hour), (samples, idle, had) in sums.items():
+        grid[weekday][hour] = IdleCell(
+            weekday=weekday,
+            hour=hour,
+            samples=int(samples),
+            mean_idle=idle / samples,
+            share=idle / had if had else 0.0,
+        )
+    return grid
+
+
+@dataclasses.dataclass(frozen=True)
+class OfferSuggestion:
+    """An offer for the partition's next idle window: `per_hour` units in each of its hours
+    (what was idle at least, on average, in those hours of the week, and is not sold yet),
+    at the reserve price the price history suggests."""
+
+    partition: Partition
+    resource: str
+    window_start: datetime.datetime
+    window_end: datetime.datetime
+    per_hour: int
+    quantity: int
+    auction_closes_at: datetime.datetime
+    reserve_price: Decimal | None
+    price_basis: str
+
+
+# An hour counts as idle when, on average over the last weeks, at least this share of the
+# partition was idle in it; a suggested window is at most a day, and starts at least two hours
+# ahead, so that its auction has an hour.
+IDLE_SHARE = 0.25
+SUGGESTION_MAX_HOURS = 24
+SUGGESTION_LEAD = datetime.timedelta(hours=2)
+PRICE_SAMPLE = 10
+
+
+def reserve_price_suggestion(partition: Partition, resource: str) -> tuple[Decimal | None, str]:
+    """The median clearing price of the partition's last `PRICE_SAMPLE` auctions that sold
+    something; without any, of the last auctions of this resource anywhere on the market."""
+    for scope, offers in (
+        (
+            "this partition",
+            price_history(cluster=partition.cluster, partition=partition.name, resource=resource),
+        ),
+        (f"every {resource} offer on the market", price_history(resource=resource)),
+    ):
+        prices = sorted(
+            offers.filter(clearing_price__isnull=False)
+            .order_by("-auction_closes_at", "-pk")
+            .values_list("clearing_price", flat=True)[:PRICE_SAMPLE]
+        )
+        if prices:
+            middle = len(prices) // 2
+            median = (
+                prices[middle]
+                if len(prices) % 2
+                else ((prices[middle - 1] + prices[middle]) / 2).quantize(Decimal("0.000001"))
+            )
+            return median, (
+                f"the median clearing price of the last {len(prices)} "
+                f"auction{'s' if len(prices) != 1 else ''} of {scope}"
+            )
+    return None, "no auction has cleared on the market yet: set a reserve price yourself"
+
+
+def offer_suggestion(
+    partition: Partition, resource: str, now: datetime.datetime | None = None
+) -> OfferSuggestion | None:
+    """The next window, within a week, of consecutive hours in which the partition was idle
+    over the last weeks (`IDLE_SHARE`), at most a day long, sized to what was idle in its
+    leanest hour and is not sold yet; None when no such hour comes."""
+    now = now or timezone.now()
+    pattern = idle_pattern(partition, resource, now)
+    first = capacity.hour_floor(now + SUGGESTION_LEAD)
+    hours = [first + index * capacity.HOUR for index in range(24 * 7)]
+    free = {
+        hour.start: hour.free
+        for hour in partition_calendar(partition, resource, first, hours[-1] + capacity.HOUR)
+    }
+
+    def idle_units(hour: datetime.datetime) -> int:
+        cell = pattern[hour.weekday()][hour.hour]
+        if cell is None or cell.share < IDLE_SHARE:
+            return 0
+        return int(min(cell.mean_idle, free.get(hour, 0)))
+
+    window: list[tuple[datetime.datetime, int]] = []
+    for hour in hours:
+        units = idle_units(hour)
+        if units >= 1:
+            window.append((hour, units))
+            if len(window) == SUGGESTION_MAX_HOURS:
+                break
+        elif window:
+            break
+    if not window:
+        return None
+    per_hour = min(units for _, units in window)
+    start, end = window[0][0], window[-1][0] + capacity.HOUR
+    price, basis = reserve_price_suggestion(partition, resource)
+    return OfferSuggestion(
+        partition=partition,
+        resource=resource,
+        window_start=start,
+        window_end=end,
+        per_hour=per_hour,
+        quantity=per_hour * len(window),
+        auction_closes_at=start - capacity.HOUR,
+        reserve_price=price,
+        price_basis=basis,
+    )

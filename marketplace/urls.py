@@ -2,7 +2,14 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from marketplace import views, views_market, views_money, views_tokens, views_webhooks
+from marketplace import (
+    views,
+    views_capacity,
+    views_market,
+    views_money,
+    views_tokens,
+    views_webhooks,
+)
 from marketplace.forms import LoginForm
 
 urlpatterns = [
@@ -111,6 +118,16 @@ urlpatterns += [
         "clusters/<uuid:cluster_id>/verify/",
         views_market.ClusterVerifyView.as_view(),
         name="cluster-verify",
+    ),
+    path(
+        "clusters/<uuid:cluster_id>/capacity/",
+        views_capacity.ClusterCapacityView.as_view(),
+        name="cluster-capacity",
+    ),
+    path(
+        "clusters/<uuid:cluster_id>/capacity/suggested-offer/",
+        views_capacity.SuggestedOfferCreateView.as_view(),
+        name="cluster-suggested-offer",
     ),
     path(
         "clusters/<uuid:cluster_id>/verification/",

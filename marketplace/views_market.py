@@ -164,6 +164,8 @@ class OfferListView(View):
         context = {
             "form": filters.form,
             "page": page,
+            # One track record per cluster on the page, read together.
+            "track_records": selectors.track_records({offer.cluster_id for offer in page}),
             "query": page_query(request),
             "currency": settings.PLATFORM_CURRENCY,
         }
@@ -249,6 +251,7 @@ def offer_page(
         # A refused order is still said when the refusal was that orders are over.
         "order_forms": [form for form in (bid_form, buy_form) if form is not None],
         "bids": bids,
+        "track_record": selectors.track_record(offer.cluster),
         "price_history_url": price_history_url(offer),
         "currency": settings.PLATFORM_CURRENCY,
     }
@@ -276,6 +279,7 @@ def visitor_offer_page(request: HttpRequest, offer: Offer) -> HttpResponse:
         "login_url": login,
         "order_forms": [],
         "bids": [],
+        "track_record": selectors.track_record(offer.cluster),
         "price_history_url": price_history_url(offer),
         "currency": settings.PLATFORM_CURRENCY,
     }

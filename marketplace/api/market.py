@@ -25,6 +25,7 @@ from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PA
 from marketplace.filters import OfferFilter
 from marketplace.models import Cluster, Membership
 from marketplace.serializers_market import (
+    TRACK_RECORD_HOW,
     AllocationFilterSerializer,
     AllocationSerializer,
     BidCreateSerializer,
@@ -36,6 +37,8 @@ from marketplace.serializers_market import (
     ClusterCreateSerializer,
     ClusterDetailSerializer,
     ClusterSerializer,
+    IdleFilterSerializer,
+    IdleTimeSerializer,
     OfferCreateSerializer,
     OfferExtendSerializer,
     OfferSerializer,
@@ -43,6 +46,7 @@ from marketplace.serializers_market import (
     PriceHistorySerializer,
     PurchaseSerializer,
     TenantAccountSerializer,
+    TrackRecordSerializer,
 )
 
 ORDER_ERRORS = {**ERRORS, 402: ErrorSerializer}
@@ -660,3 +664,89 @@ class OfferExtendApi(APIView):
         data = validated(OfferExtendSerializer, request.data)
         services.offer_extend(actor=actor, offer=offer, **data)
         return Response(OfferSerializer(selectors.offer_get(offer_id)).data)
+
+
+class TrackRecordApi(APIView):
+    @extend_schema(
+        operation_id="clusters_track_record",
+        responses={200: TrackRecordSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
+        description="The owners' track record on this cluster, public. " + TRACK_RECORD_HOW,
+    )
+    def get(self, request: Request, cluster_id: str) -> Response:
+        cluster = selectors.cluster_get(cluster_id)
+        record = selectors.track_record(cluster)
+        return Response(
+            TrackRecordSerializer(
+                {
+                    "cluster": cluster.uuid,
+                    "days": record.days,
+                    "since": record.since,
+                    "runs_ended_by_owner": record.runs_ended_by_owner,
+                    "run_ends": record.run_ends,
+                    "outages": record.outages,
+                    "unreachable_seconds": record.unreachable_seconds,
+                    "unreachable_while_sold_seconds": record.unreachable_while_sold_seconds,
+                    "hardware_changes": record.hardware_changes,
+                    "how_computed": TRACK_RECORD_HOW,
+                }
+            ).data
+        )
+
+
+class PartitionIdleApi(APIView):
+    @extend_schema(
+        operation_id="clusters_partitions_idle",
+        parameters=[OpenApiParameter("resource", str, enum=["cpu", "gpu"], required=False)],
+        responses={200: IdleTimeSerializer, **ERRORS},
+        description=(
+            "The owners (members of the cluster's organization; 403 for anyone else): when the "
+            "partition has been idle over the last four weeks, by weekday and hour (UTC), from "
+            "one sinfo of the cluster per `IDLE_SAMPLE_SECONDS` with the poll; and `suggestion`, "
+            "an offer for its next idle window (null when none comes in the coming week): the "
+            "units idle and unsold in its leanest hour, in each hour, at the median clearing "
+            "price of the partition's last auctions (else of the market's). List it with "
+            "POST /offers/."
+        ),
+    )
+    def get(self, request: Request, cluster_id: str, partition: str) -> Response:
+        cluster = selectors.cluster_get(cluster_id)
+        found = selectors.partition_get(cluster, partition)
+        _owner_membership(request, cluster)
+        resource = validated(IdleFilterSerializer, request.query_params)["resource"]
+        grid = selectors.idle_pattern(found, resource)
+        suggestion = selectors.offer_suggestion(found, resource)
+        return Response(
+            IdleTimeSerializer(
+                {
+                    "cluster": cluster.uuid,
+                    "partition": found.name,
+                    "resource": resource,
+                    "days": selectors.IDLE_PATTERN_DAYS,
+                    "hours": [
+                        {
+                            "weekday": cell.weekday,
+                            "hour": cell.hour,
+                            "samples": cell.samples,
+                            "mean_idle": f"{cell.mean_idle:.2f}",
+                            "share": f"{cell.share:.4f}",
+                        }
+                        for row in grid
+                        for cell in row
+                        if cell is not None
+                    ],
+                    "suggestion": None
+                    if suggestion is None
+                    else {
+                        "window_start": suggestion.window_start,
+                        "window_end": suggestion.window_end,
+                        "per_hour": suggestion.per_hour,
+                        "quantity": suggestion.quantity,
+                        "auction_closes_at": suggestion.auction_closes_at,
+                        "reserve_price": None
+                        if suggestion.reserve_price is None
+                        else f"{suggestion.reserve_price:.6f}",
+                        "price_basis": suggestion.price_basis,
+                    },
+                }
+            ).data
+        )

@@ -72,6 +72,10 @@ MATRIX: dict[str, tuple[int, int, int, int, int, int]] = {
     "POST /offers/{spare}/extend/":      (200,    403,    403,    403,    403,    401),
     "GET /clusters/{cluster}/partitions/debug/calendar/":
                                          (200,    200,    200,    200,    200,    401),
+    "GET /clusters/{cluster}/partitions/debug/idle/":
+                                         (200,    200,    403,    403,    403,    401),
+    "GET /clusters/{cluster}/track-record/":
+                                         (200,    200,    200,    200,    200,    401),
     "GET /offers/price-history/":        (200,    200,    200,    200,    200,    401),
     "GET /bids/":                        (200,    200,    200,    200,    200,    401),
     "GET /bids/{bid}/":                  (404,    404,    200,    200,    404,    401),

@@ -234,7 +234,7 @@ def test_the_offers_page_lists_open_offers_with_their_figures(client, buyer, own
     assert rows[0].attrs["data-offer"] == str(offer.uuid)
     window = f"{offer.window_start:%Y-%m-%d %H:%M} → {offer.window_end:%Y-%m-%d %H:%M}"
     assert cell_texts(rows[0]) == [
-        "hpc1",
+        "hpc1 Clean record, 90 days",
         "debug",
         "Core-hours",
         "64 CPUs , 256 GB , 2 GPUs (a100) avx2 ib",
@@ -439,8 +439,14 @@ def test_the_offer_page_shows_hardware_window_prices_and_only_aggregate_demand(
         "Buy-now price": "3.00 USD per unit",
         "Auction closes (UTC)": f"{offer.auction_closes_at:%Y-%m-%d %H:%M}",
         "Teams at once": "This cluster serves up to 24 teams at once; 24 accounts are free now.",
+        "Owner's track record": facts["Owner's track record"],
         "Demand": "1 bid for 40 units",
     }
+    assert facts["Owner's track record"].startswith(
+        "0 runs of teams' jobs ended by the owner's side "
+        "Unreachable 0 min while teams had hours bought there "
+        "0 changes of verified hardware How this is computed"
+    )
     # Another team's bid is never shown: neither its price nor its organization.
     assert "2.75" not in page.text()
     assert "Rival Team" not in page.text()

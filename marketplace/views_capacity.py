@@ -1,0 +1,195 @@
+"""An owner's capacity page for one cluster: each partition's capacity calendar for the coming
+week, when it has been idle over the last weeks, a one-click offer for its next idle window,
+and the cluster's track record as buyers see it. The owners only (a 404 to anyone else), like
+the cluster's verification."""
+
+from datetime import datetime, timedelta
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from django import forms
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import render
+from django.urls import reverse
+from django.utils import timezone
+from django.views import View
+
+from computeshare.errors import ApplicationError
+from marketplace import capacity, selectors, services
+from marketplace.models import Cluster, Membership, Partition, Resource
+from marketplace.views_market import SHOWN_ON_FORM, owner_membership, refusal_text
+
+CALENDAR_DAYS = 7
+
+
+def _level(share: Fraction) -> int:
+    """The shade of a cell, 0 to 4 (a quarter each), 5 past full."""
+    if share > 1:
+        return 5
+    return min(4, int(share * 4 + Fraction(1, 2))) if share > 0 else 0
+
+
+def calendar_rows(
+    partition: Partition, resource: str, now: datetime
+) -> tuple[list[dict[str, Any]], int]:
+    """The coming week's calendar as one row of 24 hours a day (UTC), and the capacity."""
+    first = capacity.hour_floor(now).replace(hour=0)
+    hours = selectors.partition_calendar(
+        partition, resource, first, first + timedelta(days=CALENDAR_DAYS)
+    )
+    per_hour = selectors.partition_capacity(partition, resource)
+    rows = []
+    for day in range(CALENDAR_DAYS):
+        cells = []
+        for hour in hours[day * 24 : (day + 1) * 24]:
+            share = hour.sold / per_hour if per_hour else Fraction(0)
+            cells.append(
+                {
+                    "start": hour.start,
+                    "sold": capacity.units_text(hour.sold),
+                    "free": capacity.units_text(hour.free),
+                    "level": _level(share),
+                    "is_past": hour.start + capacity.HOUR <= now,
+                }
+            )
+        rows.append({"date": first + timedelta(days=day), "cells": cells})
+    return rows, per_hour
+
+
+def idle_rows(partition: Partition, resource: str, now: datetime) -> list[dict[str, Any]]:
+    grid = selectors.idle_pattern(partition, resource, now)
+    return [
+        {
+            "weekday": selectors.WEEKDAYS[weekday],
+            "cells": [
+                {
+                    "hour": hour,
+                    "cell": cell,
+                    "level": 0
+                    if cell is None
+                    else _level(Fraction(cell.share).limit_denominator()),
+                    "percent": None if cell is None else round(cell.share * 100),
+                }
+                for hour, cell in enumerate(cells)
+            ],
+        }
+        for weekday, cells in enumerate(grid)
+    ]
+
+
+class SuggestionForm(forms.Form):
+    """The suggested offer as the page shows it, posted back as it was shown: the service checks
+    it again like any listing (the calendar may have filled meanwhile)."""
+
+    partition = forms.CharField(max_length=64)
+    resource = forms.ChoiceField(choices=Resource.choices)
+    quantity = forms.IntegerField(min_value=1)
+    window_start = forms.DateTimeField()
+    window_end = forms.DateTimeField()
+    auction_closes_at = forms.DateTimeField()
+    reserve_price = forms.DecimalField(max_digits=20, decimal_places=6)
+
+
+def capacity_page(
+    request: HttpRequest,
+    cluster: Cluster,
+    membership: Membership,
+    *,
+    refusal: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    now = timezone.now()
+    partitions = []
+    for partition in cluster.partitions.filter(is_up=True).order_by("name"):
+        resources = [Resource.CPU] + ([Resource.GPU] if partition.gpus else [])
+        sections = []
+        for resource in resources:
+            rows, per_hour = calendar_rows(partition, resource, now)
+            sections.append(
+                {
+                    "resource": resource,
+                    "label": Resource(resource).label.lower(),
+                    "unit": "GPUs" if resource == Resource.GPU else "CPUs",
+                    "calendar": rows,
+                    "capacity": per_hour,
+                    "idle": idle_rows(partition, resource, now),
+                    "suggestion": selectors.offer_suggestion(partition, resource, now),
+                }
+            )
+        partitions.append({"partition": partition, "sections": sections})
+    context = {
+        "cluster": cluster,
+        "organization": cluster.organization,
+        "membership": membership,
+        "partitions": partitions,
+        "track_record": selectors.track_record(cluster, now),
+        "outages": selectors.outage_list(cluster),
+        "hardware_changes": selectors.hardware_change_list(cluster),
+        "refusal": refusal,
+        "currency": settings.PLATFORM_CURRENCY,
+        "hours": range(24),
+        "sample_minutes": round(settings.IDLE_SAMPLE_SECONDS / 60),
+        "pattern_weeks": selectors.IDLE_PATTERN_DAYS // 7,
+    }
+    return render(request, "marketplace/market/capacity.html", context, status=status)
+
+
+class ClusterCapacityView(LoginRequiredMixin, View):
+    def get(self, request: HttpRequest, cluster_id: str) -> HttpResponse:
+        cluster = selectors.cluster_get(cluster_id)
+        return capacity_page(request, cluster, owner_membership(request, cluster))
+
+
+class SuggestedOfferCreateView(LoginRequiredMixin, View):
+    """The one click: lists the suggested offer as shown (an admin of the owners)."""
+
+    def post(self, request: HttpRequest, cluster_id: str) -> HttpResponse:
+        cluster = selectors.cluster_get(cluster_id)
+        membership = owner_membership(request, cluster)
+        form = SuggestionForm(request.POST)
+        if not form.is_valid():
+            return capacity_page(
+                request,
+                cluster,
+                membership,
+                refusal="The suggestion could not be read: reload the page and try again.",
+                status=400,
+            )
+        data = form.cleaned_data
+        try:
+            offer = services.offer_create(
+                actor=membership,
+                cluster=cluster,
+                partition=data["partition"],
+                resource=data["resource"],
+                quantity=data["quantity"],
+                window_start=data["window_start"],
+                window_end=data["window_end"],
+                auction_closes_at=data["auction_closes_at"],
+                reserve_price=Decimal(data["reserve_price"]),
+            )
+        except SHOWN_ON_FORM as error:
+            return capacity_page(
+                request, cluster, membership, refusal=_refusal(error), status=error.status_code
+            )
+        messages.success(
+            request,
+            f"Listed {offer.quantity} {offer.get_resource_display().lower()} on "
+            f"{cluster.name}/{offer.partition.name} for {offer.window_start:%Y-%m-%d %H:%M} to "
+            f"{offer.window_end:%Y-%m-%d %H:%M} UTC; the auction closes "
+            f"{offer.auction_closes_at:%Y-%m-%d %H:%M} UTC.",
+        )
+        return HttpResponseRedirect(reverse("cluster-capacity", args=[cluster.uuid]))
+
+
+def _refusal(error: ApplicationError) -> str:
+    fields = error.extra.get("fields") if isinstance(error.extra, dict) else None
+    if fields:
+        return " ".join(
+            f"{name.replace('_', ' ')}: {' '.join(messages)}" for name, messages in fields.items()
+        )
+    return refusal_text(error)

@@ -112,8 +112,11 @@ def job_estimate(allocation: Allocation, sizes: JobSizesForm) -> Estimate:
             problem=f"{label}: {problems[0]}" if label else str(problems[0]),
         )
     task_count = sizes.task_count()
-    units = services.job_units(
-        resource=allocation.resource, request=sizes.job_request(), task_count=task_count
+    # Per task, then times the tasks, as `job_request_sized` reserves and the API's quote
+    # (POST /jobs/quote/) counts: the form's figure is the quote's to the micro-unit.
+    units = (
+        services.job_units(resource=allocation.resource, request=sizes.job_request(), task_count=1)
+        * task_count
     )
     return Estimate(
         unreserved=unreserved,

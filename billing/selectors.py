@@ -21,6 +21,7 @@ from billing.models import (
     Debt,
     Entry,
     Payout,
+    ReferenceKind,
     TopUp,
     Transaction,
 )
@@ -284,6 +285,62 @@ class AccountStatement:
     closing: Decimal = ZERO
     totals: dict[str, Decimal] = field(default_factory=dict)
 
+    @property
+    def labelled_totals(self) -> list[tuple[str, str, Decimal]]:
+        """(kind, label, total) of each kind of entry: "Top-up", never "Top_up"."""
+        return [(kind, Entry.Kind(kind).label, total) for kind, total in self.totals.items()]
+
+
+@dataclass
+class StatementLine:
+    """A line of the statement page: one entry, or all the entries of one job on one account
+    and of one kind (an array's tasks are charged and released one by one: a thousand-task
+    array would be a thousand lines of fractions of a cent), with the entries behind it."""
+
+    entries: list[Entry]
+
+    @property
+    def first(self) -> Entry:
+        return self.entries[0]
+
+    @property
+    def amount(self) -> Decimal:
+        return sum((entry.amount for entry in self.entries), ZERO)
+
+    @property
+    def is_job(self) -> bool:
+        transaction = self.first.transaction
+        return transaction.reference_kind == ReferenceKind.JOB and transaction.reference is not None
+
+    @property
+    def is_own_job(self) -> bool:
+        """A job of the organization itself (its wallet paid), whose page it may open; an
+        owner's earnings come from other teams' jobs."""
+        return self.is_job and self.first.account.kind in (
+            Account.Kind.AVAILABLE,
+            Account.Kind.HELD,
+        )
+
+
+def statement_lines(entries: list[Entry]) -> list[StatementLine]:
+    """The entries in order, a job's entries of one account and kind as one line where the
+    first of them is."""
+    lines: list[StatementLine] = []
+    by_job: dict[tuple[Any, str, str], StatementLine] = {}
+    for entry in entries:
+        transaction = entry.transaction
+        if transaction.reference_kind != ReferenceKind.JOB or transaction.reference is None:
+            lines.append(StatementLine([entry]))
+            continue
+        key = (transaction.reference, entry.account.kind, entry.kind)
+        line = by_job.get(key)
+        if line is None:
+            line = by_job[key] = StatementLine([entry])
+            lines.append(line)
+        else:
+            line.entries.append(entry)
+    return lines
+
 
 @dataclass
 class Statement:
@@ -293,6 +350,10 @@ class Statement:
     currency: str
     accounts: list[AccountStatement]
     entries: list[Entry]
+
+    @property
+    def lines(self) -> list[StatementLine]:
+        return statement_lines(self.entries)
 
 
 def month_bounds(year: int, month: int) -> tuple[datetime.datetime, datetime.datetime]:

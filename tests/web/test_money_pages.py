@@ -5,6 +5,7 @@ earnings. The browser test walks the top-up in Chromium."""
 import csv
 import datetime
 import io
+import uuid
 from decimal import ROUND_HALF_UP, Decimal
 from html.parser import HTMLParser
 from typing import Any
@@ -18,7 +19,7 @@ from billing import selectors, services
 from billing.models import Budget, BudgetAlert, Hold, ReferenceKind, Transaction
 from billing.services.budgets import month_start
 from marketplace.models import Membership
-from tests.factories import MembershipFactory, OrganizationFactory
+from tests.factories import MembershipFactory, OrganizationFactory, allocation_bought
 
 pytestmark = pytest.mark.django_db
 
@@ -686,3 +687,37 @@ def test_the_owner_sees_gross_fee_and_net_of_a_capture_paid_to_it(
     # The payer earned nothing: no earnings table on its page.
     client.force_login(team.admin)
     assert html(client.get(money_url(team.organization))).by_id("earnings") is None
+
+
+def test_a_jobs_charges_are_one_statement_line_with_its_entries_behind_it(client, team):
+    # An array of three tasks, each charged as it ended, as the settlement does.
+    allocation = allocation_bought(team.organization, quantity=10, price="2.00")
+    job = uuid.uuid4()
+    for task, amount in enumerate(("0.000049", "0.000049", "0.000050")):
+        services.hold_capture(
+            hold=allocation.hold,
+            amount=amount,
+            payee=allocation.cluster.organization,
+            idempotency_reference=f"test-job-{job}-{task}",
+            reference=job,
+            memo=f"task {task}",
+        )
+    today = timezone.now()
+    client.force_login(team.admin)
+
+    page = html(client.get(statement_url(team.organization, today.year, today.month)))
+
+    lines = page.by_id("statement-entries").find("tbody").find_all("tr")
+    charged = [line for line in lines if line.attrs.get("data-job") == str(job)]
+    assert len(charged) == 1
+    cells = charged[0].find_all("td")
+    assert [cell.text() for cell in cells[1:3]] == ["Held", "Charge"]
+    assert cells[3].text() == f"Job {str(job)[:8]}"
+    assert cells[3].find("a").attrs["href"] == reverse("job-detail", args=[job])
+    assert cells[-1].find("span").attrs["title"] == "-0.000148"
+    details = charged[0].find(data_field="line-entries")
+    assert details.find("summary").text().startswith("3 entries")
+    assert len(details.find_all("li")) == 3
+    # The totals say what the entries are in words.
+    held = page.find(data_account="held")
+    assert "Charge" in [row.find("td").text() for row in held.find_all("tr") if row.find("td")]

@@ -352,12 +352,17 @@ class TopUp(BaseModel):
         PENDING = "pending", "Pending"
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
+        # Never paid: left pending for TOP_UP_PENDING_EXPIRY_MINUTES (the card form closed, a
+        # card Stripe.js refused before asking Stripe).
+        EXPIRED = "expired", "Expired"
 
-    # A failed payment can still succeed when the team retries with another card; a success
-    # is final.
+    # A failed payment can still succeed when the team retries with another card; so can an
+    # expired one if Stripe does take the money after all (it is credited, never lost); a
+    # success is final.
     TRANSITIONS = {
-        Status.PENDING: {Status.SUCCEEDED, Status.FAILED},
+        Status.PENDING: {Status.SUCCEEDED, Status.FAILED, Status.EXPIRED},
         Status.FAILED: {Status.SUCCEEDED},
+        Status.EXPIRED: {Status.SUCCEEDED, Status.FAILED},
         Status.SUCCEEDED: set(),
     }
 
@@ -384,7 +389,7 @@ class TopUp(BaseModel):
         ordering = ["-created_at", "-id"]
         constraints = [
             models.CheckConstraint(
-                condition=Q(status__in=["pending", "succeeded", "failed"]),
+                condition=Q(status__in=["pending", "succeeded", "failed", "expired"]),
                 name="top_up_status_valid",
             ),
             models.CheckConstraint(condition=Q(amount__gt=0), name="top_up_amount_positive"),

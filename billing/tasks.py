@@ -2,6 +2,7 @@ import datetime
 import logging
 
 from celery import shared_task
+from django.conf import settings
 
 from billing import selectors, services
 
@@ -33,6 +34,14 @@ def stripe_events_process_task() -> int:
     """Processes stored events that a crash left unprocessed (the webhook view processes each
     event as it arrives; this is the safety net)."""
     return services.stripe_events_process_pending()
+
+
+@shared_task(time_limit=120, soft_time_limit=100)
+def top_ups_expire_task() -> int:
+    """Periodic: marks expired the top-ups nobody paid within TOP_UP_PENDING_EXPIRY_MINUTES."""
+    return services.top_ups_expire_abandoned(
+        older_than=datetime.timedelta(minutes=settings.TOP_UP_PENDING_EXPIRY_MINUTES)
+    )
 
 
 @shared_task(time_limit=300, soft_time_limit=240)

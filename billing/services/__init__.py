@@ -35,6 +35,7 @@ from billing.services.top_ups import (
     stripe_events_process_pending,
     stripe_webhook_receive,
     top_up_create,
+    top_ups_expire_abandoned,
 )
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "stripe_webhook_receive",
     "top_up_create",
     "top_up_refund",
+    "top_ups_expire_abandoned",
     "wallet_adjust",
     "wallet_credit",
     "wallet_debit",

@@ -5,6 +5,7 @@ afterwards, outside any transaction, with an idempotency key derived from our ro
 is credited only by a verified `payment_intent.succeeded`, once per PaymentIntent, for the
 amount of our row (never the amount an event claims)."""
 
+import datetime
 import logging
 import uuid
 from collections.abc import Callable
@@ -231,6 +232,20 @@ _HANDLERS: dict[str, Callable[[dict[str, Any]], str]] = {
     "charge.dispute.closed": chargebacks.dispute_closed,
     "account.updated": payouts.account_updated,
 }
+
+
+def top_ups_expire_abandoned(*, older_than: datetime.timedelta) -> int:
+    """Marks `expired` the top-ups still pending `older_than` after they were made: paid for by
+    nobody (the page was closed, or Stripe.js refused the card before asking Stripe), they
+    would show as pending for ever. Nothing was credited for them, so nothing moves; a payment
+    that does arrive later is still credited (expired -> succeeded). Returns how many."""
+    cutoff = timezone.now() - older_than
+    minutes = int(older_than.total_seconds() // 60)
+    return TopUp.objects.filter(status=TopUp.Status.PENDING, created_at__lt=cutoff).update(
+        status=TopUp.Status.EXPIRED,
+        failure_reason=f"Not paid within {minutes} minutes: abandoned.",
+        updated_at=timezone.now(),
+    )
 
 
 def stripe_events_process_pending() -> int:

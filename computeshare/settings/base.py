@@ -392,6 +392,12 @@ STRIPE_JS_URL = env("STRIPE_JS_URL", default="https://js.stripe.com/v3/")
 # Two-decimal currencies only: top-ups are sent to Stripe in cents.
 TOP_UP_MINIMUM = Decimal(env("TOP_UP_MINIMUM", default="5.00"))
 TOP_UP_MAXIMUM = Decimal(env("TOP_UP_MAXIMUM", default="50000.00"))
+# A top-up nobody paid within this many minutes is marked expired (billing.tasks).
+TOP_UP_PENDING_EXPIRY_MINUTES = env.int("TOP_UP_PENDING_EXPIRY_MINUTES", default=60)
+CELERY_BEAT_SCHEDULE["top-ups-expire"] = {
+    "task": "billing.tasks.top_ups_expire_task",
+    "schedule": 600.0,
+}
 # Owners' earnings become payable this long after they were earned: the time a team has to
 # dispute the top-up that paid for them. The smallest payout Stripe is asked for.
 PAYOUT_HOLDING_PERIOD = timedelta(days=env.int("PAYOUT_HOLDING_DAYS", default=7))

@@ -125,6 +125,11 @@ urlpatterns += [
         name="cluster-capacity",
     ),
     path(
+        "offers/<uuid:offer_id>/extend/",
+        views_capacity.OfferExtendView.as_view(),
+        name="offer-extend",
+    ),
+    path(
         "clusters/<uuid:cluster_id>/capacity/suggested-offer/",
         views_capacity.SuggestedOfferCreateView.as_view(),
         name="cluster-suggested-offer",

@@ -18,10 +18,11 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views import View
 
-from computeshare.errors import ApplicationError
+from computeshare.errors import ApplicationError, NotFound
 from marketplace import capacity, selectors, services
+from marketplace.forms_market import UTC
 from marketplace.models import Cluster, Membership, Partition, Resource
-from marketplace.views_market import SHOWN_ON_FORM, owner_membership, refusal_text
+from marketplace.views_market import SHOWN_ON_FORM, next_url, owner_membership, refusal_text
 
 CALENDAR_DAYS = 7
 
@@ -132,7 +133,9 @@ def capacity_page(
         "refusal": refusal,
         "currency": settings.PLATFORM_CURRENCY,
         "hours": range(24),
-        "sample_minutes": round(settings.IDLE_SAMPLE_SECONDS / 60),
+        "sample_minutes": (
+            max(1, round(settings.IDLE_SAMPLE_SECONDS / 60)) if settings.IDLE_SAMPLE_SECONDS else 0
+        ),
         "pattern_weeks": selectors.IDLE_PATTERN_DAYS // 7,
     }
     return render(request, "marketplace/market/capacity.html", context, status=status)
@@ -193,3 +196,52 @@ def _refusal(error: ApplicationError) -> str:
             f"{name.replace('_', ' ')}: {' '.join(messages)}" for name, messages in fields.items()
         )
     return refusal_text(error)
+
+
+class OfferGrowForm(forms.Form):
+    quantity = forms.IntegerField(min_value=1, required=False)
+    # A `datetime-local` input: read as UTC, as the offer form reads its times.
+    window_end = forms.DateTimeField(required=False)
+
+
+class OfferExtendView(LoginRequiredMixin, View):
+    """The owners grow an open offer from their offers page: more units, or a later end of its
+    window; a refusal (the calendar, bids on the window) is said in a message."""
+
+    def post(self, request: HttpRequest, offer_id: str) -> HttpResponse:
+        offer = selectors.offer_get(offer_id)
+        membership = selectors.membership_in(request.user, offer.cluster.organization_id)
+        if membership is None:
+            raise NotFound("No such offer.")
+        back = next_url(
+            request, reverse("organization-offers", args=[membership.organization.uuid])
+        )
+        with timezone.override(UTC):
+            form = OfferGrowForm(request.POST)
+            is_valid = form.is_valid()
+        if not is_valid:
+            messages.error(
+                request, "Give the new quantity as a whole number and the end as a date and time."
+            )
+            return HttpResponseRedirect(back)
+        window_end = form.cleaned_data["window_end"]
+        if window_end == offer.window_end.replace(second=0, microsecond=0):
+            window_end = None  # the field as the page filled it in: the end is not changed
+        quantity = form.cleaned_data["quantity"]
+        if quantity == offer.quantity and window_end is not None:
+            quantity = None
+        try:
+            grown = services.offer_extend(
+                actor=membership, offer=offer, quantity=quantity, window_end=window_end
+            )
+        except SHOWN_ON_FORM as error:
+            messages.error(
+                request, f"{offer.cluster.name}/{offer.partition.name}: {_refusal(error)}"
+            )
+        else:
+            messages.success(
+                request,
+                f"The offer on {offer.cluster.name}/{offer.partition.name} now sells "
+                f"{grown.quantity} units until {grown.window_end:%Y-%m-%d %H:%M} UTC.",
+            )
+        return HttpResponseRedirect(back)

@@ -660,6 +660,7 @@ class OrganizationOffersView(LoginRequiredMixin, View):
             "form": form or OfferCreateForm(clusters=clusters),
             "has_clusters": bool(clusters),
             "offers": page,
+            "now": timezone.now(),
             "query": page_query(request),
             "currency": settings.PLATFORM_CURRENCY,
         }

@@ -169,3 +169,48 @@ def test_the_offers_page_reads_track_records_in_the_same_queries_however_many_cl
         client.get(reverse("offer-list"))
 
     assert len(many) == len(few)
+
+
+def test_an_owner_grows_an_offer_from_the_offers_page_until_the_calendar_refuses(client, owner):
+    client.force_login(owner.admin)
+    admin = owner.organization.memberships.get(user=owner.admin)
+    start = capacity.hour_floor(timezone.now()) + 3 * HOUR
+    grown = services.offer_create(
+        actor=admin,
+        cluster=owner.cluster,
+        partition="debug",
+        resource="cpu",
+        quantity=256,
+        window_start=start,
+        window_end=start + 2 * HOUR,
+        auction_closes_at=start - HOUR,
+        reserve_price="1.00",
+    )
+    services.offer_create(
+        actor=admin,
+        cluster=owner.cluster,
+        partition="debug",
+        resource="cpu",
+        quantity=256,
+        window_start=start + 2 * HOUR,
+        window_end=start + 3 * HOUR,
+        auction_closes_at=start - HOUR,
+        reserve_price="1.00",
+    )
+    url = reverse("offer-extend", args=[grown.uuid])
+    page = html(client.get(offers_url(owner.organization)))
+    assert page.find(css_class="form-control") is not None
+
+    more = client.post(url, {"quantity": "512", "window_end": local(start + 2 * HOUR)}, follow=True)
+    refused = client.post(
+        url, {"quantity": "512", "window_end": local(start + 3 * HOUR)}, follow=True
+    )
+
+    grown.refresh_from_db()
+    assert (grown.quantity, grown.window_end) == (512, start + 2 * HOUR)
+    texts = [alert.text() for alert in html(refused).find_all(css_class="alert-dismissible")]
+    assert any(
+        "now sells 512 units" in text
+        for text in [alert.text() for alert in html(more).find_all(css_class="alert-dismissible")]
+    )
+    assert any("debug" in text and "Hours that clash (UTC):" in text for text in texts), texts

@@ -310,3 +310,27 @@ def test_the_pages_show_the_advice_copy_a_job_and_start_from_a_template(client):
     assert report.status_code == 200
     text = report.content.decode()
     assert 'data-field="idle-core-hours">1.38<' in text and f"/jobs/{job.uuid}/" in text
+
+
+def test_the_gpu_template_on_a_partition_without_gpus_is_refused_on_gpus():
+    allocation = allocation_bought(partition=PartitionFactory(cpus=8, gpus=0), quantity=100)
+    member = MembershipFactory(organization=allocation.organization, role="member").user
+    client = client_for(member)
+    [gpu] = [
+        row for row in client.get("/api/v1/job-templates/").json()["results"] if row["id"] == "gpu"
+    ]
+    fields = ("name", "script", "time_limit_minutes", "cpus_per_task", "ntasks", "nodes", "gpus")
+
+    answer = client.post(
+        "/api/v1/jobs/",
+        {
+            "allocation": str(allocation.uuid),
+            "template": "gpu",
+            **{key: gpu[key] for key in fields},
+        },
+        format="json",
+    )
+
+    assert answer.status_code == 400
+    assert answer.json()["extra"]["fields"] == {"gpus": ["The partition has 0 GPUs."]}
+    assert Job.objects.count() == 0

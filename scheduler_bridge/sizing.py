@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
 from marketplace.models import Resource
-from scheduler_bridge.models import Job, JobRun, JobState, metered_units, money_of
+from scheduler_bridge.models import Job, JobRun, JobState, RunState, metered_units, money_of
 from scheduler_bridge.services.submission import MAX_MEM_PER_CPU_MIB, JobRequest, job_units
 
 CORE_SLACK = Decimal("0.05")
@@ -91,10 +91,10 @@ class SizingAdvice:
 
 def job_sizing_advice(job: Job, runs: Sequence[JobRun], currency: str) -> SizingAdvice | None:
     """The advice on an ended job from its settled runs; None before it ended, or when it
-    never ran (no run with elapsed time that the team paid for)."""
+    never ran (no run that started its script, owner-caused ends aside)."""
     if not job.is_ended or job.is_from_tenant:
         return None
-    measured = [run for run in runs if run.elapsed_seconds > 0 and not run.is_owner_caused]
+    measured = [run for run in runs if _ran(run) and not run.is_owner_caused]
     if not measured:
         return None
     allocation = job.allocation
@@ -106,11 +106,23 @@ def job_sizing_advice(job: Job, runs: Sequence[JobRun], currency: str) -> Sizing
     )
 
 
+# Ends of a run that started its script: such a run ran even when sacct counts no whole second
+# of it (a task of a fraction of a second); a run cancelled or ended otherwise in 0 s never did.
+_RAN_STATES = frozenset(
+    {RunState.COMPLETED, RunState.FAILED, RunState.TIMEOUT, RunState.OUT_OF_MEMORY}
+)
+
+
+def _ran(run: JobRun) -> bool:
+    return run.elapsed_seconds > 0 or run.cpu_seconds > 0 or run.state in _RAN_STATES
+
+
 def _cores(
     job: Job, runs: Sequence[JobRun], resource: str, unit_price: Decimal, currency: str
 ) -> CoresAdvice:
     asked = job.ntasks * job.cpus_per_task
-    elapsed = sum(run.elapsed_seconds for run in runs)
+    # sacct counts whole seconds: runs shorter than one count as one.
+    elapsed = max(sum(run.elapsed_seconds for run in runs), 1)
     cpu_seconds = sum((run.cpu_seconds for run in runs), Decimal(0))
     used = (cpu_seconds / Decimal(elapsed)).quantize(_HUNDREDTH, rounding=ROUND_HALF_UP)
     cost = sum((run.cost for run in runs), Decimal(0))

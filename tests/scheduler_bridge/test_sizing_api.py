@@ -334,3 +334,16 @@ def test_the_gpu_template_on_a_partition_without_gpus_is_refused_on_gpus():
     assert answer.status_code == 400
     assert answer.json()["extra"]["fields"] == {"gpus": ["The partition has 0 GPUs."]}
     assert Job.objects.count() == 0
+
+
+def test_a_run_shorter_than_a_second_still_gets_advice():
+    """sacct counts whole seconds: an array task of a fraction of a second ran 0 of them."""
+    job, member = ended_job(cpus=1, minutes=5, elapsed=0, cpu_seconds=0.017)
+
+    advice = client_for(member).get(f"/api/v1/jobs/{job.uuid}/").json()["sizing_advice"]
+
+    assert advice["cores"]["text"] == "Asked for 1 core, used 0.02 on average: the size fits."
+    assert advice["time"]["text"] == (
+        "Ran 0 seconds of a 5-minute limit: a 1-minute limit reserves 5 times less "
+        "(0.016667 units instead of 0.083334) and may start sooner."
+    )

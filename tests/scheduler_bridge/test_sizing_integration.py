@@ -147,7 +147,7 @@ def test_advice_and_templates_on_the_real_cluster(client_and_allocation, testclu
             return last["state"] in ENDED and last["sizing_advice"] is not None and dict(last)
 
         try:
-            return wait_for(done, timeout=240, interval=1)
+            return wait_for(done, timeout=150, interval=1)
         except pytest.fail.Exception:
             pytest.fail(f"{what} did not end with advice: {last}")
 

@@ -3,9 +3,9 @@ and at 390 px: a member reads the advice on an ended job's page, resubmits a cop
 suggested sizes, starts a sweep from a template, is offered the sizes its run suggests the next
 time, and reads the team's efficiency report; no sideways panning, no console error.
 
-No Celery worker runs here: the test settles runs through the settlement service as the poll
-would hand them over from sacct (the real cluster's figures are checked in
-tests/scheduler_bridge/test_sizing_integration.py)."""
+The jobs' cluster cannot be reached, so nothing reaches a scheduler: the test settles runs
+through the settlement service as the poll would hand them over from sacct (the real
+cluster's figures are checked in tests/scheduler_bridge/test_sizing_integration.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
-from marketplace.models import Cluster, Membership
+from marketplace.models import Membership
 from scheduler_bridge import services
 from scheduler_bridge.backends.types import RunRecord
 from scheduler_bridge.models import Job, JobState, JobTask
@@ -70,8 +70,9 @@ def test_advice_resubmit_with_its_sizes_and_a_template_run_before(page: Page, li
     base = live_server.url
     team = funded_organization("1000", name="Right Size Lab")
     membership = MembershipFactory(organization=team, role=Membership.Role.MEMBER)
-    # The demo's local scheduler: the job page reads the jobs' output from this machine.
-    cluster = ClusterFactory(backend=Cluster.Backend.LOCAL, tenant_group="")
+    # A Slurm cluster whose SSH port refuses connections: a Celery worker that the session may
+    # run leaves the jobs queued (a transient failure) and this test settles them itself.
+    cluster = ClusterFactory(ssh_port=1)
     allocation = allocation_bought(
         team,
         partition=PartitionFactory(cluster=cluster, cpus=8, gpus=0),

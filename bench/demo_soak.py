@@ -249,7 +249,11 @@ class ApiClient:
                 continue
             state = answer.json()["state"]
             stream = rng.choice(["stdout", "stderr"])
-            self.call("GET", f"{API}/jobs/{job}/output/?stream={stream}", "GET /jobs/{id}/output/")
+            # An array's output is its tasks': the first one's.
+            task = "&task=0" if answer.json().get("array") else ""
+            self.call(
+                "GET", f"{API}/jobs/{job}/output/?stream={stream}{task}", "GET /jobs/{id}/output/"
+            )
             if state in ENDED:
                 self.jobs.remove(job)
                 with self.tally.lock:
@@ -292,7 +296,7 @@ def pay(stripe_port: int, payment_intent: str) -> str:
     return str(client.v1.payment_intents.confirm(payment_intent).status)
 
 
-def browser_loop(demo: Demo, tally: Tally, until: float) -> None:
+def browser_loop(demo: Demo, tally: Tally, until: float, organization: str) -> None:
     """A person in Chromium: logs in (mia or tom in turn) and walks the pages."""
     from playwright.sync_api import Error as PlaywrightError
     from playwright.sync_api import sync_playwright
@@ -332,10 +336,8 @@ def browser_loop(demo: Demo, tally: Tally, until: float) -> None:
                         if href.count("/") >= 3:
                             visit(href, "page /offers|jobs/{id}/")
                     if username == "tom":
-                        organizations = page.locator("a[href^='/organizations/']").all()
-                        if organizations:
-                            href = organizations[0].get_attribute("href") or "/"
-                            visit(href.rstrip("/") + "/money/", "page /organizations/{id}/money/")
+                        money = f"/organizations/{organization}/money/"
+                        visit(money, "page /organizations/{id}/money/")
                     time.sleep(rng.uniform(1, 3))
             except PlaywrightError as error:
                 tally.error(f"browser: {error}")
@@ -374,10 +376,12 @@ def main() -> int:
     demo.start()
     until = time.monotonic() + arguments.minutes * 60
     print(f"{now()} the demo answers; soaking for {arguments.minutes:g} minutes")
+    client = ApiClient(demo, tally)
+    client.log_in()
     threads = [
         threading.Thread(target=demo.watch, daemon=True),
-        threading.Thread(target=api_loop, args=(ApiClient(demo, tally), tally, until)),
-        threading.Thread(target=browser_loop, args=(demo, tally, until)),
+        threading.Thread(target=api_loop, args=(client, tally, until)),
+        threading.Thread(target=browser_loop, args=(demo, tally, until, client.organization)),
     ]
     for thread in threads:
         thread.start()

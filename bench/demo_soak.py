@@ -310,7 +310,10 @@ def browser_loop(demo: Demo, tally: Tally, until: float, organization: str) -> N
             username = "mia" if round_number % 2 else "tom"
             context = browser.new_context(viewport={"width": 390, "height": 844})
             page = context.new_page()
-            page.on("pageerror", lambda error: tally.error(f"browser page error: {error}"))
+            page.on(
+                "pageerror",
+                lambda error, page=page: tally.error(f"browser page error on {page.url}: {error}"),
+            )
 
             def visit(path: str, kind: str, page: Any = page) -> None:
                 try:

@@ -22,10 +22,12 @@ from tests.billing.stripe_flows import (
 )
 from tests.billing.test_localstripe_server import WebhookReceiver
 from tests.billing.test_webhook import signature
+from tests.conftest import client_for
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 from tests.localstripe import LocalStripe
+from tests.marketplace.test_market_api import market, offer_for_sale
 
-__all__ = ["stripe_events"]
+__all__ = ["market", "stripe_events"]
 
 pytestmark = pytest.mark.django_db
 
@@ -320,4 +322,33 @@ def test_an_operator_refunds_from_the_admin_and_sees_the_debt_there(
         "/admin/billing/topuprefund/",
     ]
     assert [client.get(page).status_code for page in pages] == [200] * 4
+    assert selectors.ledger_verify() == []
+
+
+def test_an_organization_that_owes_can_neither_bid_nor_buy_through_the_api(market):
+    offer = offer_for_sale(market)
+    services.wallet_debit(
+        organization=market.team,
+        amount="1000",
+        kind="dispute",
+        idempotency_reference="test-lost-dispute",
+    )
+    services.wallet_debit(
+        organization=market.team,
+        amount="0.50",
+        kind="refund",
+        idempotency_reference="test-refund-beyond",
+    )
+    before = money_rows()
+    api = client_for(market.team_admin)
+    body = {"organization": str(market.team.uuid), "quantity": 1}
+
+    bid = api.post(f"/api/v1/offers/{offer.uuid}/bids/", {**body, "price": "1.00"}, format="json")
+    buy = api.post(f"/api/v1/offers/{offer.uuid}/buy/", body, format="json")
+
+    for answer in (bid, buy):
+        assert answer.status_code == 402
+        assert answer.json()["code"] == "outstanding_debt"
+        assert answer.json()["extra"] == {"owed": "0.500000", "currency": "USD"}
+    assert money_rows() == before
     assert selectors.ledger_verify() == []

@@ -62,6 +62,7 @@ from scheduler_bridge.services.idle import (
     cluster_idle_sample,
     cluster_reachability_seen,
     clusters_to_sample,
+    is_unreachable,
 )
 from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record, job_tenant
 from scheduler_bridge.services.tenant_jobs import (
@@ -182,8 +183,14 @@ def cluster_poll(*, cluster_id: int) -> PollReport | None:
     try:
         report.submitted = cluster_jobs_submit(cluster_id=cluster_id)
         _follow(cluster, report)
-        if cluster_idle_sample(cluster=cluster, now=now) is not None:
-            report.backend_calls.append("idle")
+        try:
+            if cluster_idle_sample(cluster=cluster, now=now) is not None:
+                report.backend_calls.append("idle")
+        except BridgeError as error:
+            if is_unreachable(error):
+                raise
+            # The jobs were followed; a sinfo refused or misread costs this sample only.
+            report.notices.append(f"idle time not sampled: {error}")
         if report.backend_calls or report.submitted:
             cluster_reachability_seen(cluster=cluster, error=None)
         outcome = {

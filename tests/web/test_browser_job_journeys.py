@@ -124,6 +124,11 @@ def test_new_job_from_the_jobs_list_leads_to_the_form_of_the_active_allocation(
     assert screen.url == f"{base}{reverse('job-submit', args=[allocation.uuid])}"
     not_panning(screen)
 
+    # The same from the dashboard's jobs.
+    screen.goto(f"{base}{reverse('dashboard')}?organization={team.uuid}")
+    screen.locator("#running-jobs").get_by_role("link", name="New job").click()
+    expect(screen.get_by_role("heading", name="Submit a job on laptop/local")).to_be_visible()
+
 
 def test_new_job_offers_the_choice_between_active_allocations_and_says_when_there_is_none(
     screen: Page, live_server

@@ -14,7 +14,7 @@ from notifications import selectors, services
 from notifications.serializers import (
     MarkedReadSerializer,
     NotificationSerializer,
-    PreferenceSerializer,
+    PreferencesSerializer,
     PreferencesUpdateSerializer,
     UnreadCountSerializer,
 )
@@ -102,12 +102,14 @@ class NotificationPreferencesApi(APIView):
     @extend_schema(
         operation_id="notifications_preferences_list",
         description="Every kind of notification with the caller's choice: shown in the site "
-        "(`in_site`) and mailed (`by_email`); both true until changed.",
-        responses={200: PreferenceSerializer(many=True), 401: ErrorSerializer},
+        "(`in_site`) and mailed (`by_email`); both true until changed. One object, the same "
+        "shape as a PUT's body takes, rather than a list: it is a setting, not a collection "
+        "to page through.",
+        responses={200: PreferencesSerializer, 401: ErrorSerializer},
     )
     def get(self, request: Request) -> Response:
         preferences = selectors.preferences_for_user(_user(request))
-        return Response(PreferenceSerializer(preferences, many=True).data)
+        return Response(PreferencesSerializer({"preferences": preferences}).data)
 
     @extend_schema(
         operation_id="notifications_preferences_update",
@@ -115,7 +117,7 @@ class NotificationPreferencesApi(APIView):
         "unknown kind or a flag that is not a boolean, and then nothing changes.",
         request=PreferencesUpdateSerializer,
         responses={
-            200: PreferenceSerializer(many=True),
+            200: PreferencesSerializer,
             400: ErrorSerializer,
             401: ErrorSerializer,
         },
@@ -129,4 +131,4 @@ class NotificationPreferencesApi(APIView):
         preferences = services.notification_preferences_update(
             user=_user(request), changes=body["preferences"]
         )
-        return Response(PreferenceSerializer(preferences, many=True).data)
+        return Response(PreferencesSerializer({"preferences": preferences}).data)

@@ -37,6 +37,10 @@ class PreferenceSerializer(serializers.Serializer):
     by_email = serializers.BooleanField()
 
 
+class PreferencesSerializer(serializers.Serializer):
+    preferences = PreferenceSerializer(many=True)
+
+
 class PreferenceChangeSerializer(serializers.Serializer):
     in_site = serializers.BooleanField(required=False)
     by_email = serializers.BooleanField(required=False)

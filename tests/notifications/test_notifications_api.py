@@ -111,7 +111,7 @@ def test_preferences_default_to_both_and_change_per_kind():
     mia = UserFactory(username="mia")
     client = api_client(mia)
 
-    before = client.get(f"{API}preferences/").json()
+    before = client.get(f"{API}preferences/").json()["preferences"]
     answer = client.put(
         f"{API}preferences/",
         {"preferences": {"job_ended": {"by_email": False}, "invitation": {"in_site": False}}},
@@ -127,7 +127,9 @@ def test_preferences_default_to_both_and_change_per_kind():
         "by_email": True,
     }
     assert answer.status_code == 200
-    changed = {row["kind"]: (row["in_site"], row["by_email"]) for row in answer.json()}
+    changed = {
+        row["kind"]: (row["in_site"], row["by_email"]) for row in answer.json()["preferences"]
+    }
     assert changed["job_ended"] == (True, False)
     assert changed["invitation"] == (False, True)
     assert changed["top_up_failed"] == (True, True)

@@ -11,6 +11,7 @@ from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.parsers import MultiPartParser
+from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -187,7 +188,7 @@ def sweep_results_csv(sweep: Sweep, rows: list[Any]) -> HttpResponse:
 
 
 class SweepResultsCsvApi(APIView):
-    renderer_classes = [CSVRenderer]
+    renderer_classes = [JSONRenderer, CSVRenderer]
 
     @extend_schema(
         operation_id="sweeps_results_csv",

@@ -561,7 +561,8 @@ def partition_capacity(partition: Partition, resource: str) -> int:
 
 
 def partition_get(cluster: Cluster, name: str) -> Partition:
-    partition = cluster.partitions.filter(name=name).first()
+    # The name comes from the URL, where %00 reaches us: PostgreSQL refuses NUL in any text.
+    partition = None if "\x00" in name else cluster.partitions.filter(name=name).first()
     if partition is None:
         raise NotFound("The cluster has no partition of this name.")
     return partition

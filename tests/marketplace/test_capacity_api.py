@@ -74,6 +74,17 @@ def test_the_calendar_shows_what_is_sold_and_free_in_each_hour(owner):
     )
 
 
+def test_a_partition_name_with_a_nul_is_404_not_a_server_error(owner):
+    client_for(owner.user).post(
+        f"{API}/offers/", listing(owner, whole_hour(days=2), 3, 30), format="json"
+    )
+    cluster = owner.organization.clusters.get()
+
+    answer = client_for(owner.user).get(f"{API}/clusters/{cluster.uuid}/partitions/b%00/calendar/")
+
+    assert (answer.status_code, answer.json()["code"]) == (404, "not_found")
+
+
 def test_a_listing_that_would_oversell_an_hour_is_refused_with_the_hours(owner):
     start = whole_hour(days=2)
     client = client_for(owner.user)

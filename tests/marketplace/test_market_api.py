@@ -908,6 +908,15 @@ def test_offer_detail_shows_the_aggregate_demand_and_never_a_bid(market):
         "currency": "USD",
         "created_at": iso(offer.created_at),
         "tenant_accounts": {"total": 24, "free": 24},
+        "hardware": {
+            "nodes": 4,
+            "cpus_per_node": 64,
+            "memory_per_node_mb": 262144,
+            "gpus_per_node": 2,
+            "gpu_types": ["a100"],
+            "features": ["avx2", "ib"],
+            "nodes_differ": False,
+        },
     }
     for secret in ("2.345678", "1.987654", "Quantum Lab", str(market.team.uuid)):
         assert secret not in answer.content.decode()

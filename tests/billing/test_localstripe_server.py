@@ -170,9 +170,14 @@ def test_the_served_stripe_js_is_localstripes_followed_by_the_shim(
         script = response.read().decode()
     assert status == 200
     assert content_type == "application/javascript; charset=utf-8"
+    # localstripe's script and the shim, in one function scope of their own (localstripe
+    # declares a global `class Element` that would replace the DOM's).
+    opening, closing = "(function () {\n", "\n})();\n"
+    assert script.startswith(opening) and script.endswith(closing)
+    script_inside = script[len(opening) : -len(closing)]
     original = LOCALSTRIPE_JS.read_text()
-    assert script.startswith(original)
-    shim = script[len(original) :]
+    assert script_inside.startswith(original)
+    shim = script_inside[len(original) :]
     assert shim.lstrip("\n").startswith(SHIM_MARKER)
     assert "window.Stripe = function (apiKey, options)" in shim
     assert "/v1/payment_intents/${match[1]}/confirm" in shim

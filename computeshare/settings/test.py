@@ -47,6 +47,9 @@ def _redis_of_this_process(url: str) -> str:
 
 REDIS_URL = _redis_of_this_process(env("REDIS_URL", default="redis://127.0.0.1:6379/15"))
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
+# base.py picks the demo's filesystem transport when the environment names no Redis, and a
+# transport set by name wins over the URL's scheme: the tests' broker is the URL's.
+CELERY_BROKER_TRANSPORT = None
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL},

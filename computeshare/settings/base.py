@@ -126,6 +126,7 @@ REDIS_URL = env("REDIS_URL", default="")
 # with no Redis to install.
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL or "filesystem://")
 CELERY_BROKER_FOLDER = Path(env("CELERY_BROKER_FOLDER", default=str(BASE_DIR / "var" / "broker")))
+CELERY_BROKER_TRANSPORT: str | None = None  # by the URL's scheme
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object]
 if CELERY_BROKER_URL.startswith("filesystem://"):
     CELERY_BROKER_TRANSPORT = "computeshare.broker:Transport"

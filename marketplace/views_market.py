@@ -215,7 +215,8 @@ def offer_page(
     administered = selectors.organizations_administered_by(user)
     buyers = buying_organizations(user, offer, administered)
     administered_ids = {organization.pk for organization in administered}
-    accepts_orders = offer.accepts_orders_at(timezone.now())
+    now = timezone.now()
+    accepts_orders = offer.accepts_orders_at(now)
     if bid_form is None:
         bid_form = BidForm(organizations=buyers)
     if buy_form is None and offer.buy_now_price is not None:
@@ -232,6 +233,7 @@ def offer_page(
         "partition": offer.partition,
         **offer_tenants(user, offer),
         "accepts_orders": accepts_orders,
+        "window_starts_later": offer.window_start > now,
         "is_owner": owner is not None,
         "can_cancel": is_owner_admin
         and offer.is_open
@@ -275,6 +277,7 @@ def visitor_offer_page(request: HttpRequest, offer: Offer) -> HttpResponse:
         "tenants": tenants,
         "tenants_exhausted": False,
         "accepts_orders": offer.accepts_orders_at(timezone.now()),
+        "window_starts_later": offer.window_start > timezone.now(),
         "is_visitor": True,
         "login_url": login,
         "order_forms": [],

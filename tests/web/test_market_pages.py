@@ -437,11 +437,14 @@ def test_the_offer_page_shows_hardware_window_prices_and_only_aggregate_demand(
         "Window (UTC)": f"{offer.window_start:%Y-%m-%d %H:%M} → {offer.window_end:%Y-%m-%d %H:%M}",
         "Reserve price": "1.00 USD per unit",
         "Buy-now price": "3.00 USD per unit",
-        "Auction closes (UTC)": f"{offer.auction_closes_at:%Y-%m-%d %H:%M}",
+        "Auction closes (UTC)": facts["Auction closes (UTC)"],
         "Teams at once": "This cluster serves up to 24 teams at once; 24 accounts are free now.",
         "Owner's track record": facts["Owner's track record"],
         "Demand": "1 bid for 40 units",
     }
+    assert facts["Auction closes (UTC)"].startswith(
+        f"{offer.auction_closes_at:%Y-%m-%d %H:%M} (in "
+    )
     assert facts["Owner's track record"].startswith(
         "0 runs of teams' jobs ended by the owner's side "
         "Unreachable 0 min while teams had hours bought there "
@@ -499,6 +502,29 @@ def test_the_owner_sees_a_cancel_button_while_nobody_has_bid_and_no_order_forms(
     )
     assert after.by_id("offer-cancel") is None
     assert as_member.by_id("offer-cancel") is None
+
+
+def test_buying_before_the_window_says_when_jobs_can_run_and_the_auction_counts_down(
+    client, buyer, owner, offer
+):
+    """The default offer's window starts when its auction closes, in an hour; one whose window
+    has begun says nothing of the kind."""
+    running = OfferFactory(
+        partition=owner.partition,
+        buy_now_price=Decimal("3.00"),
+        window_start=timezone.now() - datetime.timedelta(hours=1),
+    )
+    client.force_login(buyer.admin)
+
+    later = html(client.get(offer_url(offer)))
+    begun = html(client.get(offer_url(running)))
+
+    note = later.by_id("buy-window-later").text()
+    assert note.startswith(f"The window starts {offer.window_start:%Y-%m-%d %H:%M} UTC, in ")
+    assert note.endswith("jobs on it can run from then, not before.")
+    countdown = later.by_id("auction-countdown").text()
+    assert "59 minutes" in countdown or "1 hour" in countdown
+    assert begun.by_id("buy-form") is not None and begun.by_id("buy-window-later") is None
 
 
 def test_an_unknown_offer_is_404(client, user):

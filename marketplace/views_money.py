@@ -67,7 +67,10 @@ class MoneyView(LoginRequiredMixin, View):
         }
         if membership.is_admin:
             context["top_ups"] = billing_selectors.top_up_list(organization)[:10]
-            context["entries"] = billing_selectors.ledger_entry_list(organization)[:RECENT_ENTRIES]
+            # A job's entries of one account and kind are one line, as on statements: read
+            # enough entries that an array's tasks do not fill the table on their own.
+            entries = billing_selectors.ledger_entry_list(organization)[: RECENT_ENTRIES * 20]
+            context["lines"] = billing_selectors.statement_lines(list(entries))[:RECENT_ENTRIES]
             context["months"] = billing_selectors.statement_months(organization)
             context["earnings"] = billing_selectors.earnings_list(organization)
         return render(request, self.template_name, context, status=status)

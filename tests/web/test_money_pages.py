@@ -721,3 +721,37 @@ def test_a_jobs_charges_are_one_statement_line_with_its_entries_behind_it(client
     # The totals say what the entries are in words.
     held = page.find(data_account="held")
     assert "Charge" in [row.find("td").text() for row in held.find_all("tr") if row.find("td")]
+
+
+def test_the_money_pages_latest_entries_show_a_jobs_charges_as_one_line(client, team):
+    allocation = allocation_bought(team.organization, quantity=10, price="2.00")
+    job = uuid.uuid4()
+    for task in range(40):  # more tasks than the table has lines
+        services.hold_capture(
+            hold=allocation.hold,
+            amount="0.000049",
+            payee=allocation.cluster.organization,
+            idempotency_reference=f"test-job-{job}-{task}",
+            reference=job,
+            memo=f"Job sweep (123_{task} on hpc1)",
+        )
+    client.force_login(team.admin)
+
+    page = html(client.get(money_url(team.organization)))
+
+    rows = page.by_id("ledger").find("tbody").find_all("tr")
+    charged = [row for row in rows if row.attrs.get("data-job") == str(job)]
+    assert len(charged) == 1
+    cells = charged[0].find_all("td")
+    assert cells[2].text() == "Charge"
+    assert cells[3].find("span").attrs["title"] == "-0.001960"
+    assert cells[5].find(data_field="line-entries").find("summary").text() == (
+        "Job sweep (123_39 on hpc1): 40 entries (an array's tasks, each charged as it ended)"
+    )
+    # The hold placed at the purchase and the funding are lines of their own below it.
+    assert [row.find_all("td")[2].text() for row in rows] == [
+        "Charge",
+        "Hold",
+        "Hold",
+        "Adjustment",
+    ]

@@ -109,7 +109,9 @@ def scenario(testcluster, celery_worker, poller):
             script=(
                 "#!/bin/bash\n"
                 'echo "hello from $SLURM_JOB_ID with $GREETING"\n'
-                "python3 -c 'import time\nend = time.time() + 2\nwhile time.time() < end: pass'\n"
+                # 2 s of CPU, not of the clock: on a busy machine the clock runs ahead of it.
+                "python3 -c 'import time\nend = time.process_time() + 2\n"
+                "while time.process_time() < end: pass'\n"
                 "echo to-stderr >&2\n"
             ),
             environment={"GREETING": "bonjour"},
@@ -203,7 +205,8 @@ def check_a_job_past_its_time_limit_ends_timeout_and_pays_its_time_limit_no_more
     assert job["cost"] == "0.050001"
     run = JobRun.objects.get(task__job__uuid=job["id"])
     assert run.metered_units == (Decimal(int(elapsed)) / 3600).quantize(Decimal("0.000001"))
-    assert run.units == Decimal("0.016667") < run.metered_units
+    # Slurm ends it at its limit or up to its timer's next check after: never less than that.
+    assert run.units == Decimal("0.016667") <= run.metered_units
 
 
 def check_a_job_pending_on_the_cluster_is_cancelled_and_pays_nothing(scenario):

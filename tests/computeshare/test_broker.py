@@ -28,6 +28,12 @@ def _connection(folder: Path) -> Connection:
     )
 
 
+# Fresh interpreters, not forks: the suite's process has threads of its own by then (the
+# browser driver's, a server's), and a fork taken while one of them holds a lock hangs on it.
+# Daemons, so that a process that does hang cannot keep pytest from exiting.
+START_METHOD = "spawn"
+
+
 def _produce(folder: Path, producer: int) -> None:
     with _connection(folder) as connection:
         simple = connection.SimpleQueue(QUEUE)
@@ -62,13 +68,15 @@ def _consume(folder: Path, results: Any, errors: Any) -> None:
 def test_concurrent_producers_and_consumers_get_every_message_once_and_whole(tmp_path):
     (tmp_path / "queue").mkdir()
     (tmp_path / "control").mkdir()
-    context = multiprocessing.get_context("fork")
+    context = multiprocessing.get_context(START_METHOD)
     results, errors = context.Queue(), context.Queue()
     consumers = [
-        context.Process(target=_consume, args=(tmp_path, results, errors)) for _ in range(CONSUMERS)
+        context.Process(target=_consume, args=(tmp_path, results, errors), daemon=True)
+        for _ in range(CONSUMERS)
     ]
     producers = [
-        context.Process(target=_produce, args=(tmp_path, number)) for number in range(PRODUCERS)
+        context.Process(target=_produce, args=(tmp_path, number), daemon=True)
+        for number in range(PRODUCERS)
     ]
     for process in consumers + producers:
         process.start()
@@ -116,8 +124,10 @@ def _bind(folder: Path, number: int) -> None:
 def test_exchange_bindings_made_at_once_by_several_processes_are_all_kept(tmp_path):
     (tmp_path / "queue").mkdir()
     (tmp_path / "control").mkdir()
-    context = multiprocessing.get_context("fork")
-    processes = [context.Process(target=_bind, args=(tmp_path, number)) for number in range(4)]
+    context = multiprocessing.get_context(START_METHOD)
+    processes = [
+        context.Process(target=_bind, args=(tmp_path, number), daemon=True) for number in range(4)
+    ]
     for process in processes:
         process.start()
     for process in processes:

@@ -1,3 +1,4 @@
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,3 +44,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
     report = yield
     setattr(item, f"rep_{report.when}", report)
     return report
+
+
+@pytest.fixture
+def no_worker_takes_the_tasks() -> Iterator[None]:
+    """The tasks the test's commits send (a job's submission, a verification) go to a queue of
+    the test's own, which no worker consumes: a session Celery worker started by an earlier
+    test would otherwise act on the test's rows behind its back (submit its job to the local
+    cluster, or try the SSH of a made-up cluster and mark it). The queue is purged."""
+    from computeshare.celery import app
+
+    queue = f"web-{uuid.uuid4().hex[:8]}"
+    previous = app.conf.task_default_queue
+    app.conf.task_default_queue = queue
+    yield
+    app.conf.task_default_queue = previous
+    with app.connection_for_write() as connection:
+        connection.default_channel.queue_purge(queue)

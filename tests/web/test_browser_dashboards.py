@@ -46,7 +46,7 @@ def sized_page(browser: Browser, request: pytest.FixtureRequest) -> Iterator[Pag
 
 
 @pytest.fixture
-def data() -> DashboardData:
+def data(no_worker_takes_the_tasks: None) -> DashboardData:
     return dashboard_data()
 
 

@@ -9,7 +9,6 @@ job would: no Celery worker runs here, so the test moves the job on as the poll 
 from __future__ import annotations
 
 import datetime
-import uuid
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -226,26 +225,10 @@ def test_the_stream_clicked_last_is_shown_even_while_a_poll_is_in_flight(screen:
     not_panning(screen)
 
 
-@pytest.fixture
-def no_worker_takes_the_submission() -> Iterator[None]:
-    """The job's submission task goes to a queue of the test's own, which no worker consumes:
-    a session Celery worker started by an earlier test would otherwise submit the job to the
-    local cluster before the page has shown it waiting to reach it. The queue is purged."""
-    from computeshare.celery import app
-
-    queue = f"journeys-{uuid.uuid4().hex[:8]}"
-    previous = app.conf.task_default_queue
-    app.conf.task_default_queue = queue
-    yield
-    app.conf.task_default_queue = previous
-    with app.connection_for_write() as connection:
-        connection.default_channel.queue_purge(queue)
-
-
 # Waits on the page's polls: at desktop width only (the phone's layout is the crawl's).
 @pytest.mark.parametrize("screen", ["desktop"], indirect=True)
 def test_a_job_waiting_on_the_cluster_says_so_and_then_shows_its_output(
-    screen: Page, live_server, no_worker_takes_the_submission
+    screen: Page, live_server, no_worker_takes_the_tasks
 ):
     base = live_server.url
     team = funded_organization("1000", name="Tidal Team")

@@ -20,14 +20,14 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from scheduler_bridge.backends.slurm import SlurmBackend
-from scheduler_bridge.backends.types import JobSpec, Tenant
-from scheduler_bridge.slurm.ssh import (
+from hpc.backends.slurm import SlurmBackend
+from hpc.ssh import (
     DEFAULT_COMMAND_TIMEOUT,
     SSHConnection,
     SSHSettings,
     remote_command,
 )
+from hpc.types import JobSpec, Tenant
 from tests.testcluster import testcluster_read
 
 # The bench's files in each tenant's home, one directory per run, removed at the end.

@@ -15,7 +15,7 @@ from typing import Any
 from bench_jobs_cluster import TEST_CLUSTER, BenchJobs, Counts, Way, counting
 from bench_jobs_support import WorkerProcess
 
-from scheduler_bridge.backends.types import Tenant
+from hpc.types import Tenant
 
 PRICE = Decimal("2.00")
 
@@ -103,9 +103,9 @@ def service_submit(place: Scene, jobs: BenchJobs, count: int) -> tuple[Way, list
     job to record its id. Returns the way, the ids, and the seconds `job_submit` took for all."""
     from django.conf import settings
 
+    from hpc.pool import default_pool
     from marketplace.services import ssh_settings_for
     from scheduler_bridge.services import cluster_jobs_submit
-    from scheduler_bridge.slurm.pool import default_pool
 
     begun = time.perf_counter()
     queue_jobs(place, jobs, count)

@@ -25,8 +25,8 @@ from dataclasses import dataclass, field
 
 import paramiko
 
-from scheduler_bridge.backends.types import Tenant
-from scheduler_bridge.slurm.ssh import SSHConnection, remote_command
+from hpc.ssh import SSHConnection, remote_command
+from hpc.types import Tenant
 
 SFTP_TIMEOUT = 30.0
 

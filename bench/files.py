@@ -150,10 +150,10 @@ def main() -> None:
 
     from django.db import connection as database
 
+    from hpc.ssh import SSHConnection
     from marketplace.models import TenantLease
     from scheduler_bridge import services
     from scheduler_bridge.models import Job, JobState
-    from scheduler_bridge.slurm.ssh import SSHConnection
     from tests.factories import (
         MembershipFactory,
         allocation_bought,

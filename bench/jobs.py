@@ -407,8 +407,8 @@ def main() -> None:
     prepare_django()
     from django.conf import settings
 
-    from scheduler_bridge.slurm.pool import default_pool
-    from scheduler_bridge.slurm.ssh import SSHConnection
+    from hpc.pool import default_pool
+    from hpc.ssh import SSHConnection
 
     settings_ssh = ssh_settings()
     tenants = fixed_tenants()

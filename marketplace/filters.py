@@ -8,8 +8,8 @@ import django_filters
 from django.core.validators import RegexValidator
 from django.db.models import F, Q, QuerySet
 
+from hpc.slurm.inventory import FEATURE_PATTERN
 from marketplace.models import Offer, Resource
-from scheduler_bridge.slurm.inventory import FEATURE_PATTERN
 
 # A GPU type or node feature as slurm.conf names them; anything else is refused (400), so that
 # the quoted name looked for in the stored JSON list cannot be made to match another.

@@ -275,7 +275,7 @@ class Partition(BaseModel):
     gpus = models.PositiveIntegerField()
     max_time_minutes = models.PositiveIntegerField(null=True, blank=True)
     is_up = models.BooleanField(default=True)
-    # The nodes' hardware as verification read it (scheduler_bridge.slurm.inventory): the
+    # The nodes' hardware as verification read it (hpc.slurm.inventory): the
     # smallest node's CPUs, memory and GPUs, and the GPU types and features of any node, sorted.
     cpus_per_node = models.PositiveIntegerField(default=0)
     memory_per_node_mb = models.PositiveBigIntegerField(default=0)

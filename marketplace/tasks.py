@@ -5,8 +5,8 @@ import datetime
 
 from celery import shared_task
 
+from hpc.errors import BridgeError
 from marketplace import notices, selectors, services, webhook_events
-from scheduler_bridge.slurm.errors import BridgeError
 
 
 @shared_task(

@@ -12,7 +12,7 @@ from django import forms
 
 from computeshare.forms import StyledFormMixin
 from computeshare.numbers import WholeNumberFormField
-from scheduler_bridge.backends.arrays import InvalidArray, parse_array
+from hpc.arrays import InvalidArray, parse_array
 from scheduler_bridge.models import JobState
 from scheduler_bridge.services import JobRequest
 from scheduler_bridge.services.submission import MAX_MEM_PER_CPU_MIB

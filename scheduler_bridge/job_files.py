@@ -29,8 +29,8 @@ from django.http.multipartparser import MultiPartParserError
 from rest_framework.exceptions import ParseError
 from rest_framework.parsers import DataAndFiles, MultiPartParser
 
+from hpc.slurm.jobs import ENVIRONMENT_FILE, EXPORT_FILE, SCRIPT_FILE
 from scheduler_bridge import errors
-from scheduler_bridge.slurm.jobs import ENVIRONMENT_FILE, EXPORT_FILE, SCRIPT_FILE
 
 # The form field of POST /jobs/ whose parts are the job's input files.
 INPUT_FIELD = "input_files"

@@ -4,8 +4,8 @@ what is on the clusters."""
 
 from celery import shared_task
 
+from hpc.errors import BridgeError
 from scheduler_bridge import services
-from scheduler_bridge.slurm.errors import BridgeError
 
 
 @shared_task(time_limit=600, soft_time_limit=570)

@@ -162,8 +162,8 @@ def testcluster() -> TestCluster:
 
 def _require_slurm_answers(cluster: TestCluster) -> None:
     """Fails (never skips) every test that needs the cluster when sshd or slurmctld is down."""
-    from scheduler_bridge.slurm.errors import BridgeError
-    from scheduler_bridge.slurm.ssh import SSHConnection
+    from hpc.errors import BridgeError
+    from hpc.ssh import SSHConnection
 
     try:
         with SSHConnection(cluster.ssh_settings()) as connection:
@@ -195,8 +195,8 @@ def on_testcluster(testcluster: TestCluster) -> Iterator[Any]:
 def tenants_back_in_the_idle_account(testcluster: TestCluster) -> None:
     """Takes every tenant of the managed pool out of the teams' Slurm accounts it was moved
     into, as a scrub does at the end of a lease (a failed test may not have got that far)."""
-    from scheduler_bridge.slurm import accounts
-    from scheduler_bridge.slurm.ssh import SSHConnection
+    from hpc.slurm import accounts
+    from hpc.ssh import SSHConnection
 
     pool = testcluster.managed_pool
     assert pool.idle_account is not None
@@ -218,7 +218,7 @@ def tenants_back_in_the_idle_account(testcluster: TestCluster) -> None:
 
 def tenants_jobs_cancel(testcluster: TestCluster, *, wait_seconds: int = 60) -> None:
     """Cancels, as each tenant of every pool, all of its jobs, and waits until none is left."""
-    from scheduler_bridge.slurm.ssh import SSHConnection
+    from hpc.ssh import SSHConnection
 
     users = [tenant.user for pool in testcluster.tenant_pools.values() for tenant in pool.tenants]
     script = "\n".join(

@@ -1,12 +1,14 @@
-"""The rules of DESIGN.md that a reader of one file cannot see: imports go one way
-(scheduler_bridge -> marketplace -> billing -> notifications -> webhooks -> computeshare), the
-SSH and Slurm library has no Django, and only one module talks to Stripe.
+"""The rules of DESIGN.md that a reader of one file cannot see.
 
-The SSH and Slurm library (`scheduler_bridge.slurm`) and the schedulers behind one interface
-(`scheduler_bridge.backends`) are plain Python with no Django and no app import: a leaf that
-the marketplace uses to verify clusters and manage their accounts, as the jobs code uses it
-to run jobs. Only the `scheduler_bridge` app (models, services, tasks)
-sits above the marketplace."""
+- Imports go one way between the apps: scheduler_bridge -> marketplace -> billing ->
+  notifications -> webhooks -> computeshare.
+- The SSH and Slurm library `hpc` sits below every app: it imports no app and no Django, and
+  any app may use it. Inside it, each layer imports only the layers below it: the shared types
+  (`types`, `arrays`, `errors`) at its bottom, then `ssh` and `pool`, then the Slurm commands
+  (`slurm`), then the schedulers behind one interface (`backends`).
+- No import circle between the modules of any one package.
+- Only one module talks to Stripe.
+"""
 
 import ast
 from pathlib import Path
@@ -22,9 +24,18 @@ LAYERS = [
     "marketplace",
     "scheduler_bridge",
 ]
+LIBRARY = "hpc"
+# The library's own layers, bottom first; a module may import its own layer and those below.
+LIBRARY_LAYERS = [
+    {"hpc.types", "hpc.arrays", "hpc.errors"},
+    {"hpc.ssh", "hpc.pool"},
+    {"hpc.slurm"},
+    {"hpc.backends"},
+]
 
 
 def imported_modules(path: Path) -> set[str]:
+    """Every absolute module a file imports, at any depth (a function's late import counts)."""
     tree = ast.parse(path.read_text(), filename=str(path))
     names: set[str] = set()
     for node in ast.walk(tree):
@@ -32,6 +43,8 @@ def imported_modules(path: Path) -> set[str]:
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             names.add(node.module)
+            # `from package import module` imports the module too.
+            names.update(f"{node.module}.{alias.name}" for alias in node.names)
     return names
 
 
@@ -41,6 +54,17 @@ def python_files(package: str) -> list[Path]:
     )
 
 
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(REPOSITORY).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def top(module: str) -> str:
+    return module.split(".")[0]
+
+
 @pytest.mark.parametrize("layer", LAYERS)
 def test_imports_go_one_way(layer: str):
     above = LAYERS[LAYERS.index(layer) + 1 :]
@@ -48,31 +72,122 @@ def test_imports_go_one_way(layer: str):
         f"{path.relative_to(REPOSITORY)} imports {module}"
         for path in python_files(layer)
         for module in imported_modules(path)
-        if module.split(".")[0] in above
-        and not module.startswith(("scheduler_bridge.slurm", "scheduler_bridge.backends"))
+        if top(module) in above
         # The project package wires every app's URLs together; that is its job.
         and not (layer == "computeshare" and path.name == "urls.py")
     ]
     assert offenders == []
 
 
-def test_the_scheduler_libraries_have_no_django():
+def test_the_library_imports_no_app_and_no_django():
+    forbidden = {"django", "rest_framework", "celery", "stripe", *LAYERS}
     offenders = [
         f"{path.relative_to(REPOSITORY)} imports {module}"
-        for library in ("scheduler_bridge/slurm", "scheduler_bridge/backends")
-        for path in python_files(library)
+        for path in python_files(LIBRARY)
         for module in imported_modules(path)
-        if module.split(".")[0] in {"django", "rest_framework", "celery", *LAYERS}
-        and not module.startswith(("scheduler_bridge.slurm", "scheduler_bridge.backends"))
+        if top(module) in forbidden
     ]
     assert offenders == []
+
+
+def library_layer(module: str) -> int:
+    for index, layer in enumerate(LIBRARY_LAYERS):
+        if any(module == name or module.startswith(name + ".") for name in layer):
+            return index
+    raise AssertionError(f"{module} is in none of the library's layers: add it to one")
+
+
+def test_the_library_imports_only_downwards():
+    offenders = []
+    for path in python_files(LIBRARY):
+        name = module_name(path)
+        if name == LIBRARY:
+            continue
+        own = library_layer(name)
+        for module in imported_modules(path):
+            if top(module) == LIBRARY and module != LIBRARY and library_layer(module) > own:
+                offenders.append(f"{name} imports {module}")
+    assert offenders == []
+
+
+def import_targets(path: Path, modules: set[str]) -> set[str]:
+    """The modules among `modules` that a file imports: `from a.b import c` is the module a.b.c
+    when there is one, else a name from a.b."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    targets: set[str] = set()
+
+    def nearest(module: str) -> str:
+        while module and module not in modules:
+            module = module.rpartition(".")[0]
+        return module
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets.update(nearest(alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                submodule = f"{node.module}.{alias.name}"
+                targets.add(submodule if submodule in modules else nearest(node.module))
+    targets.discard("")
+    return targets
+
+
+def import_graph(package: str) -> dict[str, set[str]]:
+    """Each module of a package and the modules of the same package it imports."""
+    paths = {module_name(path): path for path in python_files(package)}
+    return {name: import_targets(path, set(paths)) - {name} for name, path in paths.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected parts of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in graph[node]:
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            part = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                part.append(member)
+                if member == node:
+                    break
+            if len(part) > 1:
+                found.append(sorted(part))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.mark.parametrize("package", [*LAYERS, LIBRARY])
+def test_no_import_circle_inside_a_package(package: str):
+    assert circles(import_graph(package)) == []
+
+
+def test_the_circle_finder_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
 
 
 def test_only_the_gateway_talks_to_stripe():
     importers = [
         str(path.relative_to(REPOSITORY))
-        for layer in LAYERS
-        for path in python_files(layer)
-        if any(module.split(".")[0] == "stripe" for module in imported_modules(path))
+        for package in [*LAYERS, LIBRARY]
+        for path in python_files(package)
+        if any(top(module) == "stripe" for module in imported_modules(path))
     ]
     assert importers == ["billing/stripe_gateway.py"]

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from scheduler_bridge.slurm.ssh import SSHSettings
+from hpc.ssh import SSHSettings
 
 CONNECTION_FILE = Path(
     os.environ.get(

@@ -237,10 +237,10 @@ def _clean_cluster(scene: dict[str, object]) -> None:
     after its UUID) and removes their directories, as each tenant."""
     from bench_jobs_cluster import BenchJobs, fixed_tenants, ssh_settings
 
+    from hpc.errors import ClusterUnreachable
+    from hpc.ssh import SSHConnection
     from marketplace.models import TenantLease
     from scheduler_bridge.models import Job
-    from scheduler_bridge.slurm.errors import ClusterUnreachable
-    from scheduler_bridge.slurm.ssh import SSHConnection
 
     tenants = [tenant for tenant in fixed_tenants() if tenant.user in scene["tenants"]]  # type: ignore[operator]
     connection = SSHConnection(ssh_settings())

@@ -13,6 +13,7 @@ from django.db.models import F, Value
 from django.db.models.functions import Least
 from django.utils import timezone
 
+from hpc.slurm.inventory import PartitionIdle, PartitionInfo
 from marketplace.capacity import hour_floor
 from marketplace.models import (
     Cluster,
@@ -22,7 +23,6 @@ from marketplace.models import (
     Partition,
     PartitionIdleHour,
 )
-from scheduler_bridge.slurm.inventory import PartitionIdle, PartitionInfo
 
 # --- Idle time -----------------------------------------------------------------------------------
 

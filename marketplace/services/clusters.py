@@ -13,6 +13,18 @@ from django.utils import timezone
 
 from computeshare.errors import AddressNotAllowed, PermissionDenied, ValidationFailed
 from computeshare.outbound import AddressDenied, OutboundPolicy
+from hpc.errors import HostKeyMismatch as BridgeHostKeyMismatch
+from hpc.errors import (
+    InvalidKey,
+)
+from hpc.slurm.inventory import ClusterInventory, PartitionInfo
+from hpc.ssh import (
+    DEFAULT_SFTP_SERVER,
+    SSHSettings,
+    fingerprint,
+    host_key_from_line,
+    private_key_from_text,
+)
 from marketplace.models import (
     Cluster,
     Membership,
@@ -20,18 +32,6 @@ from marketplace.models import (
     Partition,
 )
 from marketplace.services.capacity import hardware_changes_record
-from scheduler_bridge.slurm.errors import HostKeyMismatch as BridgeHostKeyMismatch
-from scheduler_bridge.slurm.errors import (
-    InvalidKey,
-)
-from scheduler_bridge.slurm.inventory import ClusterInventory, PartitionInfo
-from scheduler_bridge.slurm.ssh import (
-    DEFAULT_SFTP_SERVER,
-    SSHSettings,
-    fingerprint,
-    host_key_from_line,
-    private_key_from_text,
-)
 
 # A DNS name or an IPv4/IPv6 address; nothing a shell or an SSH option could read otherwise.
 _HOST = re.compile(

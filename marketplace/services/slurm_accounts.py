@@ -13,6 +13,9 @@ from django.db import transaction
 from django.db.models import Q, Sum
 from django.utils import timezone
 
+from hpc.errors import BridgeError
+from hpc.slurm import accounts as slurm_accounts
+from hpc.ssh import SSHConnection
 from marketplace.models import (
     Allocation,
     Cluster,
@@ -22,9 +25,6 @@ from marketplace.models import (
     TenantLease,
 )
 from marketplace.services.clusters import ssh_settings_for
-from scheduler_bridge.slurm import accounts as slurm_accounts
-from scheduler_bridge.slurm.errors import BridgeError
-from scheduler_bridge.slurm.ssh import SSHConnection
 
 logger = logging.getLogger(__name__)
 

@@ -23,11 +23,11 @@ from django.utils import timezone
 
 from computeshare.errors import PermissionDenied
 from computeshare.queue import enqueue_after_commit
+from hpc.errors import BridgeError
+from hpc.slurm.tenants import PoolAccount, tenant_scrub
+from hpc.ssh import SSHConnection
 from marketplace import errors, selectors
 from marketplace.models import Cluster, Membership, Organization, TenantAccount, TenantLease
-from scheduler_bridge.slurm.errors import BridgeError
-from scheduler_bridge.slurm.ssh import SSHConnection
-from scheduler_bridge.slurm.tenants import PoolAccount, tenant_scrub
 
 logger = logging.getLogger(__name__)
 

@@ -34,6 +34,29 @@ from django.utils import timezone
 from computeshare.errors import Throttled
 from computeshare.queue import enqueue_after_commit
 from computeshare.ratelimit import rate_limit_hit
+from hpc.errors import (
+    AuthenticationRefused,
+    BridgeError,
+    ClusterUnreachable,
+    RemoteCommandFailed,
+)
+from hpc.errors import HostKeyMismatch as BridgeHostKeyMismatch
+from hpc.slurm import accounts as slurm_accounts
+from hpc.slurm.inventory import (
+    ClusterInventory,
+    config_list,
+    config_read,
+    inventory_read,
+)
+from hpc.slurm.tenants import (
+    PoolAccount,
+    PoolProbe,
+    pool_probe,
+    pool_read,
+    sftp_probe,
+    submission_probe,
+)
+from hpc.ssh import SSHConnection
 from marketplace import errors, selectors
 from marketplace.models import Cluster, ClusterVerification, Membership, TenantAccount
 from marketplace.services.capacity import cluster_reachability_record
@@ -46,29 +69,6 @@ from marketplace.services.clusters import (
     ssh_settings_for,
 )
 from marketplace.services.tenants import tenant_accounts_record
-from scheduler_bridge.slurm import accounts as slurm_accounts
-from scheduler_bridge.slurm.errors import (
-    AuthenticationRefused,
-    BridgeError,
-    ClusterUnreachable,
-    RemoteCommandFailed,
-)
-from scheduler_bridge.slurm.errors import HostKeyMismatch as BridgeHostKeyMismatch
-from scheduler_bridge.slurm.inventory import (
-    ClusterInventory,
-    config_list,
-    config_read,
-    inventory_read,
-)
-from scheduler_bridge.slurm.ssh import SSHConnection
-from scheduler_bridge.slurm.tenants import (
-    PoolAccount,
-    PoolProbe,
-    pool_probe,
-    pool_read,
-    sftp_probe,
-    submission_probe,
-)
 
 logger = logging.getLogger(__name__)
 

@@ -7,13 +7,13 @@ from datetime import timedelta
 
 from django.conf import settings
 
+from hpc.backends.local import LocalBackend, SandboxStatus, local_sandbox_status
+from hpc.backends.slurm import SlurmBackend
+from hpc.errors import BridgeError, HostKeyMismatch
+from hpc.pool import default_pool
+from hpc.types import Backend
 from marketplace.models import Cluster
 from marketplace.services import cluster_host_key_refused, ssh_settings_for
-from scheduler_bridge.backends.local import LocalBackend, SandboxStatus, local_sandbox_status
-from scheduler_bridge.backends.slurm import SlurmBackend
-from scheduler_bridge.backends.types import Backend
-from scheduler_bridge.slurm.errors import BridgeError, HostKeyMismatch
-from scheduler_bridge.slurm.pool import default_pool
 
 
 def backend_for(cluster: Cluster) -> Backend:

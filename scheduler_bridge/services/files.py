@@ -22,11 +22,11 @@ from django.core.files import File
 from django.db import transaction
 from django.utils import timezone
 
-from scheduler_bridge.backends.types import InputFile
+from hpc.errors import BridgeError
+from hpc.types import InputFile
 from scheduler_bridge.job_files import InputUpload, job_files_storage, stored_name
 from scheduler_bridge.models import ENDED_STATES, Job, JobFile
 from scheduler_bridge.services.backends import backend_failed, backend_for
-from scheduler_bridge.slurm.errors import BridgeError
 
 logger = logging.getLogger(__name__)
 

@@ -28,10 +28,10 @@ from django.utils import timezone
 
 from billing import services as billing
 from billing.models import Hold, ReferenceKind
-from marketplace import services as market
-from marketplace.models import Allocation, Cluster, Resource, TenantLease
-from scheduler_bridge.backends.arrays import InvalidArray, parse_index_ranges
-from scheduler_bridge.backends.types import (
+from hpc.arrays import InvalidArray, parse_index_ranges
+from hpc.errors import BridgeError
+from hpc.slurm.accounting import run_state
+from hpc.types import (
     CANCELLED,
     COMPLETED,
     OWNER_CAUSED_STATES,
@@ -43,6 +43,8 @@ from scheduler_bridge.backends.types import (
     RunRecord,
     Tenant,
 )
+from marketplace import services as market
+from marketplace.models import Allocation, Cluster, Resource, TenantLease
 from scheduler_bridge.models import (
     ACTIVE_STATES,
     ENDED_STATES,
@@ -71,8 +73,6 @@ from scheduler_bridge.services.tenant_jobs import (
     lease_windows,
     tenant_jobs_record,
 )
-from scheduler_bridge.slurm.accounting import run_state
-from scheduler_bridge.slurm.errors import BridgeError
 
 logger = logging.getLogger(__name__)
 

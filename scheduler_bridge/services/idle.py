@@ -12,17 +12,17 @@ from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from marketplace import services as market
-from marketplace.models import Cluster
-from scheduler_bridge.models import ClusterPoll
-from scheduler_bridge.slurm.errors import (
+from hpc.errors import (
     BridgeError,
     ClusterUnreachable,
     RemoteCommandTimeout,
     SchedulerUnavailable,
 )
-from scheduler_bridge.slurm.inventory import idle_read
-from scheduler_bridge.slurm.pool import default_pool
+from hpc.pool import default_pool
+from hpc.slurm.inventory import idle_read
+from marketplace import services as market
+from marketplace.models import Cluster
+from scheduler_bridge.models import ClusterPoll
 
 logger = logging.getLogger(__name__)
 

@@ -18,8 +18,9 @@ from django.conf import settings
 
 from billing.selectors import budget_status, wallet_get
 from computeshare.errors import ValidationFailed
+from hpc.errors import BridgeError
+from hpc.types import JobSpec, Tenant
 from marketplace.models import Allocation, Membership, TenantLease
-from scheduler_bridge.backends.types import JobSpec, Tenant
 from scheduler_bridge.models import PLATFORM_NAME_PREFIX, money_of
 from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.submission import (
@@ -28,7 +29,6 @@ from scheduler_bridge.services.submission import (
     allocation_check_open,
     job_request_sized,
 )
-from scheduler_bridge.slurm.errors import BridgeError
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,15 @@ from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
 from computeshare.queue import enqueue_after_commit
+from hpc.arrays import InvalidArray, parse_array
+from hpc.errors import BridgeError
+from hpc.types import (
+    Backend,
+    InputFile,
+    JobSpec,
+    Tenant,
+    environment_name_problem,
+)
 from marketplace.models import (
     Allocation,
     Cluster,
@@ -33,14 +42,6 @@ from marketplace.models import (
 )
 from marketplace.services import tenant_lease_take, tenant_slurm_join
 from scheduler_bridge import errors, notices, webhook_events
-from scheduler_bridge.backends.arrays import InvalidArray, parse_array
-from scheduler_bridge.backends.types import (
-    Backend,
-    InputFile,
-    JobSpec,
-    Tenant,
-    environment_name_problem,
-)
 from scheduler_bridge.job_files import InputUpload
 from scheduler_bridge.job_templates import job_template_get
 from scheduler_bridge.models import ENDED_STATES, TRANSITIONS, Job, JobEvent, JobState, JobTask
@@ -50,7 +51,6 @@ from scheduler_bridge.services.files import (
     job_inputs_discard_after_commit,
     job_inputs_store,
 )
-from scheduler_bridge.slurm.errors import BridgeError
 
 logger = logging.getLogger(__name__)
 

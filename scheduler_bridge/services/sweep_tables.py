@@ -16,8 +16,8 @@ import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hpc.types import environment_name_problem
 from scheduler_bridge import errors
-from scheduler_bridge.backends.types import environment_name_problem
 
 # A value is at most as long as one of a job's variables (MAX_ENVIRONMENT_VALUE_LENGTH).
 MAX_VALUE_LENGTH = 4096

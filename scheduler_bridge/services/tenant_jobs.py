@@ -22,8 +22,8 @@ from decimal import ROUND_CEILING, Decimal
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from hpc.types import RunRecord
 from marketplace.models import Allocation, Cluster, Resource, TenantLease
-from scheduler_bridge.backends.types import RunRecord
 from scheduler_bridge.models import (
     MICRO_UNIT,
     PLATFORM_NAME_PREFIX,

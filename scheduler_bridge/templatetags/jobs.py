@@ -9,9 +9,9 @@ from decimal import Decimal
 from django import template
 from django.utils import timezone
 
+from hpc.backends.local import SandboxStatus
 from marketplace.models import Cluster
 from marketplace.templatetags.market import units
-from scheduler_bridge.backends.local import SandboxStatus
 from scheduler_bridge.models import Job
 from scheduler_bridge.services.backends import local_sandbox as local_sandbox_now
 

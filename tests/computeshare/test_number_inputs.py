@@ -14,8 +14,8 @@ from django.urls import URLPattern, URLResolver, get_resolver, reverse
 
 from billing.models import Budget, TopUp
 from computeshare.numbers import whole_number
+from hpc.arrays import InvalidArray, parse_array
 from marketplace.models import Bid, Offer
-from scheduler_bridge.backends.arrays import InvalidArray, parse_array
 from scheduler_bridge.models import Job, JobTask
 from tests.conftest import client_for
 from tests.factories import PartitionFactory, allocation_bought

@@ -99,7 +99,7 @@ def test_production_collects_static_files_for_whitenoise(tmp_path):
 def test_production_never_runs_a_job_on_the_local_backend(tmp_path):
     program = (
         "from django.conf import settings\n"
-        "from scheduler_bridge.backends.local import LocalBackendRefused\n"
+        "from hpc.backends.local import LocalBackendRefused\n"
         "from scheduler_bridge.services.backends import local_backend\n"
         "print(settings.LOCAL_BACKEND_ALLOWED)\n"
         f"settings.LOCAL_CLUSTER_ROOT = {str(tmp_path / 'root')!r}\n"

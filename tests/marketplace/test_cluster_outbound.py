@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from computeshare.models import User
+from hpc.ssh import SSHConnection
 from marketplace import services
 from marketplace.models import Cluster, ClusterVerification, Membership, Organization
 from marketplace.services.verification import UNREACHABLE_REASON
-from scheduler_bridge.slurm.ssh import SSHConnection
 from tests.conftest import client_for, wait_for
 from tests.factories import (
     MembershipFactory,

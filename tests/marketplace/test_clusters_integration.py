@@ -14,10 +14,10 @@ from django.utils.dateparse import parse_datetime
 
 from computeshare.fields import fernet
 from computeshare.models import User
+from hpc.ssh import SSHConnection, host_key_from_line
 from marketplace import services
 from marketplace.models import Cluster, ClusterVerification, Membership, Organization, Partition
 from marketplace.services.verification import UNREACHABLE_REASON
-from scheduler_bridge.slurm.ssh import SSHConnection, host_key_from_line
 from tests.conftest import client_for, wait_for
 from tests.factories import (
     MembershipFactory,

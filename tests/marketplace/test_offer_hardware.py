@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from django.urls import reverse
 
+from hpc.slurm.inventory import ClusterInventory, parse_sinfo_nodes
 from marketplace.models import Offer, Partition
 from marketplace.services.clusters import cluster_inventory_store
-from scheduler_bridge.slurm.inventory import ClusterInventory, parse_sinfo_nodes
 from tests.conftest import client_for
 from tests.factories import ClusterFactory, MembershipFactory, OfferFactory, PartitionFactory
 

@@ -23,6 +23,11 @@ from django.utils import timezone
 
 from billing.models import Account
 from billing.services.ledger import accounts_open
+from hpc.errors import ClusterUnreachable
+from hpc.slurm import accounts as slurm_accounts
+from hpc.slurm.accounts import account_name_for
+from hpc.slurm.parsers import parse_parsable2
+from hpc.ssh import SSHConnection
 from marketplace import services
 from marketplace.models import (
     Allocation,
@@ -35,11 +40,6 @@ from marketplace.models import (
     TenantLease,
 )
 from marketplace.tasks import slurm_accounts_reconcile_task
-from scheduler_bridge.slurm import accounts as slurm_accounts
-from scheduler_bridge.slurm.accounts import account_name_for
-from scheduler_bridge.slurm.errors import ClusterUnreachable
-from scheduler_bridge.slurm.parsers import parse_parsable2
-from scheduler_bridge.slurm.ssh import SSHConnection
 from tests.conftest import wait_for
 from tests.factories import (
     MembershipFactory,

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from billing import selectors as billing_selectors
 from billing.models import Hold
+from hpc.slurm.tenants import PoolAccount
 from marketplace import errors, services
 from marketplace.models import (
     Allocation,
@@ -22,7 +23,6 @@ from marketplace.models import (
 )
 from scheduler_bridge import services as job_services
 from scheduler_bridge.models import Job, JobState
-from scheduler_bridge.slurm.tenants import PoolAccount
 from tests.concurrency import kinds, run_together
 from tests.factories import (
     ClusterFactory,

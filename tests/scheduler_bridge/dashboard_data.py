@@ -18,10 +18,10 @@ from unittest import mock
 from django.utils import timezone
 
 from billing import services as billing
+from hpc.types import RunRecord
 from marketplace import services as market
 from marketplace.models import Allocation, Cluster, Membership, Organization
 from scheduler_bridge import services
-from scheduler_bridge.backends.types import RunRecord
 from scheduler_bridge.models import Job, JobState, JobTask
 from tests.factories import (
     ClusterFactory,

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 from tests.workers import REPOSITORY, database_url, worker_environment
 
 if TYPE_CHECKING:
-    from scheduler_bridge.backends.types import RunRecord
-    from scheduler_bridge.slurm.ssh import SSHSettings
+    from hpc.ssh import SSHSettings
+    from hpc.types import RunRecord
 
 TESTCLUSTER = REPOSITORY / "scripts" / "testcluster"
 STATE_DIRECTORY = Path("/var/lib/computeshare-testcluster")
@@ -113,7 +113,7 @@ class ClusterShell:
         self.settings = settings
 
     def run(self, arguments: Sequence[str] | str, timeout: float = 30) -> str:
-        from scheduler_bridge.slurm.ssh import SSHConnection
+        from hpc.ssh import SSHConnection
 
         with SSHConnection(self.settings) as connection:
             return connection.run(arguments, timeout=timeout).stdout
@@ -157,8 +157,8 @@ class ClusterShell:
 
     def runs(self, job_id: str) -> list[RunRecord]:
         """Accounting's runs of a job (every task of an array)."""
-        from scheduler_bridge.backends.slurm import SlurmBackend
-        from scheduler_bridge.slurm.ssh import SSHConnection
+        from hpc.backends.slurm import SlurmBackend
+        from hpc.ssh import SSHConnection
 
         with SSHConnection(self.settings) as connection:
             return SlurmBackend(connection, command_timeout=30).runs([job_id])
@@ -167,7 +167,7 @@ class ClusterShell:
         """Cancels the jobs carrying `names` (the test's own), whoever submitted them."""
         ids = sorted({job_id for ids in self.job_ids_by_name(names).values() for job_id in ids})
         if ids:
-            from scheduler_bridge.slurm.ssh import SSHConnection
+            from hpc.ssh import SSHConnection
 
             with SSHConnection(self.settings) as connection:
                 connection.run(["scancel", *ids], check=False, timeout=30)

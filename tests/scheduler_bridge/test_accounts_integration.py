@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from scheduler_bridge.slurm.accounts import (
+from hpc.errors import RemoteCommandFailed
+from hpc.slurm.accounts import (
     AccountLimit,
     AccountMissing,
     AssociationInUse,
@@ -25,9 +26,8 @@ from scheduler_bridge.slurm.accounts import (
     tenant_join,
     tenant_leave,
 )
-from scheduler_bridge.slurm.errors import RemoteCommandFailed
-from scheduler_bridge.slurm.parsers import parse_parsable2
-from scheduler_bridge.slurm.ssh import SSHConnection
+from hpc.slurm.parsers import parse_parsable2
+from hpc.ssh import SSHConnection
 
 pytestmark = pytest.mark.slurm
 

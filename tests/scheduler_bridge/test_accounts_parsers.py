@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_bridge.slurm import accounts
-from scheduler_bridge.slurm.accounts import (
+from hpc.errors import RemoteCommandFailed, UnexpectedOutput
+from hpc.slurm import accounts
+from hpc.slurm.accounts import (
     AccountMissing,
     AdminLevelTooLow,
     Association,
@@ -30,8 +31,7 @@ from scheduler_bridge.slurm.accounts import (
     tenant_join,
     tenant_leave,
 )
-from scheduler_bridge.slurm.errors import RemoteCommandFailed, UnexpectedOutput
-from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection, SSHSettings
+from hpc.ssh import CommandResult, SSHConnection, SSHSettings
 
 RECORDED = Path(__file__).parent / "recorded"
 

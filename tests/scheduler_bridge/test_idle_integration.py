@@ -12,12 +12,12 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from hpc.ssh import SSHConnection
 from marketplace import capacity, selectors, services
 from marketplace.models import ClusterOutage, HardwareChange, Partition, PartitionIdleHour
 from scheduler_bridge.models import ClusterPoll
 from scheduler_bridge.services import cluster_poll
 from scheduler_bridge.services.idle import cluster_idle_sample
-from scheduler_bridge.slurm.ssh import SSHConnection
 from tests.conftest import client_for
 from tests.factories import MembershipFactory, allocation_bought
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_bridge.slurm.errors import UnexpectedOutput
-from scheduler_bridge.slurm.inventory import SINFO_IDLE_COMMAND, PartitionIdle, parse_sinfo_idle
+from hpc.errors import UnexpectedOutput
+from hpc.slurm.inventory import SINFO_IDLE_COMMAND, PartitionIdle, parse_sinfo_idle
 
 RECORDED = Path(__file__).parent / "recorded"
 

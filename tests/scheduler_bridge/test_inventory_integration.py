@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from scheduler_bridge.slurm.inventory import PartitionInfo, inventory_read
-from scheduler_bridge.slurm.ssh import SSHConnection
+from hpc.slurm.inventory import PartitionInfo, inventory_read
+from hpc.ssh import SSHConnection
 
 pytestmark = pytest.mark.slurm
 

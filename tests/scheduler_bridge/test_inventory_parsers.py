@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from scheduler_bridge.slurm.errors import UnexpectedOutput
-from scheduler_bridge.slurm.inventory import (
+from hpc.errors import UnexpectedOutput
+from hpc.slurm.inventory import (
     SINFO_NODES_COMMAND,
     PartitionInfo,
     gpu_types_in_gres,

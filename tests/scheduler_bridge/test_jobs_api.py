@@ -277,8 +277,8 @@ def _ran(allocation, member, name, *, elapsed):
     """A job that ran and was settled as accounting reported it."""
     from datetime import UTC, datetime
 
+    from hpc.types import RunRecord
     from scheduler_bridge import services
-    from scheduler_bridge.backends.types import RunRecord
 
     job = services.job_submit(
         actor=Membership.objects.get(organization=allocation.organization, user=member),
@@ -356,7 +356,7 @@ def run_record(
 ):
     """One run of a job as Slurm's accounting records it: submitted `requeued_after` seconds
     after `submitted` (a run after a requeue), by the lease's tenant."""
-    from scheduler_bridge.backends.types import RunRecord
+    from hpc.types import RunRecord
 
     start = submitted + timedelta(seconds=requeued_after)
     return RunRecord(

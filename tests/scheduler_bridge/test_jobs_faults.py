@@ -27,11 +27,11 @@ from django.db import transaction
 from billing.models import Transaction
 from billing.selectors import ledger_verify
 from computeshare.celery import app
+from hpc.pool import default_pool
 from marketplace.models import Allocation, Cluster, Membership
 from marketplace.services import ssh_settings_for
 from scheduler_bridge import services
 from scheduler_bridge.models import ENDED_STATES, ClusterPoll, Job, JobRun, JobState
-from scheduler_bridge.slurm.pool import default_pool
 from scheduler_bridge.tasks import cluster_poll_task
 from tests.conftest import wait_for
 from tests.factories import MembershipFactory, allocation_bought, funded_organization

@@ -15,10 +15,10 @@ import pytest
 
 from billing.models import Entry, Transaction
 from billing.selectors import ledger_verify
+from hpc.ssh import SSHConnection
 from marketplace.models import Cluster
 from scheduler_bridge import services
 from scheduler_bridge.models import Job, JobRun, JobState
-from scheduler_bridge.slurm.ssh import SSHConnection
 from tests.conftest import client_for, tenants_jobs_cancel, wait_for
 from tests.factories import (
     MembershipFactory,

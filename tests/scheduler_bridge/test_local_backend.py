@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from scheduler_bridge.backends.arrays import parse_array
-from scheduler_bridge.backends.local import LocalBackend
-from scheduler_bridge.backends.local_state import (
+from hpc.arrays import parse_array
+from hpc.backends.local import LocalBackend
+from hpc.backends.local_state import (
     PENDING,
     JobRecord,
     ProcessIdentity,
@@ -28,7 +28,7 @@ from scheduler_bridge.backends.local_state import (
     TaskRecord,
     read_process_status,
 )
-from scheduler_bridge.backends.types import JobSpec, RunRecord
+from hpc.types import JobSpec, RunRecord
 
 REPOSITORY = Path(__file__).resolve().parents[2]
 SECONDS_PER_MINUTE = 2.0
@@ -442,7 +442,7 @@ def test_a_supervisor_stopped_with_sigterm_kills_its_job_and_ends_it_node_fail(
 
 
 def supervisor_pid(root: Path, job_id: str) -> int:
-    arguments = ["-m", "scheduler_bridge.backends.local_runner", "--root", str(root)]
+    arguments = ["-m", "hpc.backends.local_runner", "--root", str(root)]
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
@@ -458,8 +458,8 @@ def test_a_job_survives_the_worker_that_submitted_it_being_killed(tmp_path: Path
     # Given a worker process that submits a job and is then killed with SIGKILL
     program = (
         "import sys\n"
-        "from scheduler_bridge.backends.local import LocalBackend\n"
-        "from scheduler_bridge.backends.types import JobSpec\n"
+        "from hpc.backends.local import LocalBackend\n"
+        "from hpc.types import JobSpec\n"
         f"backend = LocalBackend({str(tmp_path)!r}, cpus=2)\n"
         "script = '#!/bin/bash\\nsleep 1\\necho done\\n'\n"
         "[result] = backend.submit([JobSpec(name='cs-survivor', directory='job', "

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_bridge.backends.local import LocalBackend, LocalBackendRefused
-from scheduler_bridge.backends.sandbox import sandbox_check
+from hpc.backends.local import LocalBackend, LocalBackendRefused
+from hpc.backends.sandbox import sandbox_check
 from scheduler_bridge.services.backends import local_backend, local_sandbox
 from tests.scheduler_bridge.test_local_backend import (
     KILL_GRACE_SECONDS,
@@ -336,7 +336,7 @@ def test_auto_without_bubblewrap_runs_the_job_unsandboxed_and_says_so_once(
     script = probe + connect_script(port).removeprefix("#!/bin/bash\n")
 
     # When two jobs run
-    with caplog.at_level(logging.WARNING, logger="scheduler_bridge.backends.local"):
+    with caplog.at_level(logging.WARNING, logger="hpc.backends.local"):
         first = submit_one(backend, job_spec("cs-unsandboxed", script))
         second = submit_one(backend, job_spec("cs-unsandboxed-too", "#!/bin/bash\n"))
         [run] = wait_for_end(backend, first)

@@ -2,9 +2,9 @@
 
 import pytest
 
-from scheduler_bridge.slurm.errors import UnexpectedOutput
-from scheduler_bridge.slurm.parsers import parse_parsable2, parse_sbatch_parsable
-from scheduler_bridge.slurm.ssh import remote_command
+from hpc.errors import UnexpectedOutput
+from hpc.slurm.parsers import parse_parsable2, parse_sbatch_parsable
+from hpc.ssh import remote_command
 
 
 @pytest.mark.parametrize(

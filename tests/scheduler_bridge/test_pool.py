@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
-from scheduler_bridge.slurm.errors import AuthenticationRefused
-from scheduler_bridge.slurm.pool import ConnectionPool
-from scheduler_bridge.slurm.ssh import SSHConnection
+from hpc.errors import AuthenticationRefused
+from hpc.pool import ConnectionPool
+from hpc.ssh import SSHConnection
 from tests.factories import ssh_key_pair
 
 pytestmark = pytest.mark.slurm

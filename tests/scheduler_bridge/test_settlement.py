@@ -9,9 +9,9 @@ import pytest
 
 from billing.models import Entry, Transaction
 from billing.selectors import ledger_verify
+from hpc.types import RunRecord
 from marketplace.models import Allocation
 from scheduler_bridge import services
-from scheduler_bridge.backends.types import RunRecord
 from scheduler_bridge.models import Job, JobRun, JobState, JobTask
 from tests.concurrency import run_together
 from tests.factories import MembershipFactory, PartitionFactory, allocation_bought

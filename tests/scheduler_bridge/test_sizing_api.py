@@ -9,11 +9,11 @@ from datetime import UTC, datetime
 import pytest
 
 from billing.selectors import ledger_verify
+from hpc.slurm.accounting import parse_memory_size
+from hpc.slurm.jobs import sbatch_arguments
+from hpc.types import JobSpec, RunRecord
 from scheduler_bridge import services
-from scheduler_bridge.backends.types import JobSpec, RunRecord
 from scheduler_bridge.models import Job, JobTask
-from scheduler_bridge.slurm.accounting import parse_memory_size
-from scheduler_bridge.slurm.jobs import sbatch_arguments
 from tests.conftest import client_for
 from tests.factories import MembershipFactory, PartitionFactory, allocation_bought
 

@@ -14,7 +14,7 @@ from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 import pytest
 
 from billing.selectors import ledger_verify
-from scheduler_bridge.slurm.ssh import SSHConnection
+from hpc.ssh import SSHConnection
 from tests.conftest import client_for, tenants_jobs_cancel, wait_for
 from tests.factories import (
     MembershipFactory,

@@ -1,4 +1,4 @@
-"""squeue and sacct: the command builders and parsers of `scheduler_bridge.slurm.accounting`.
+"""squeue and sacct: the command builders and parsers of `hpc.slurm.accounting`.
 
 Recorded output (`recorded/squeue_*.txt`, `recorded/sacct_*.txt`) comes from the test cluster
 (Slurm 22.05.8, one node with 2 CPUs, partition `debug`), printed by the commands these very
@@ -13,7 +13,29 @@ from typing import Any
 
 import pytest
 
-from scheduler_bridge.backends.types import (
+from hpc.errors import UnexpectedOutput
+from hpc.slurm.accounting import (
+    SACCT_RUN_FIELDS,
+    SACCT_RUN_FIELDS_WITHOUT_MAX_RSS,
+    SQUEUE_FORMAT,
+    api_state,
+    parse_cpu_time,
+    parse_exit_code,
+    parse_sacct_by_name,
+    parse_squeue,
+    parse_squeue_by_name,
+    parse_tres,
+    run_state,
+    sacct_by_name_arguments,
+    sacct_runs_arguments,
+    sacct_users_arguments,
+    squeue_arguments,
+    squeue_by_name_arguments,
+)
+from hpc.slurm.accounting import (
+    parse_sacct_runs as parse_sacct_runs_of,
+)
+from hpc.types import (
     CANCELLED,
     COMPLETED,
     COMPLETING,
@@ -32,28 +54,6 @@ from scheduler_bridge.backends.types import (
     QueueEntry,
     RunRecord,
 )
-from scheduler_bridge.slurm.accounting import (
-    SACCT_RUN_FIELDS,
-    SACCT_RUN_FIELDS_WITHOUT_MAX_RSS,
-    SQUEUE_FORMAT,
-    api_state,
-    parse_cpu_time,
-    parse_exit_code,
-    parse_sacct_by_name,
-    parse_squeue,
-    parse_squeue_by_name,
-    parse_tres,
-    run_state,
-    sacct_by_name_arguments,
-    sacct_runs_arguments,
-    sacct_users_arguments,
-    squeue_arguments,
-    squeue_by_name_arguments,
-)
-from scheduler_bridge.slurm.accounting import (
-    parse_sacct_runs as parse_sacct_runs_of,
-)
-from scheduler_bridge.slurm.errors import UnexpectedOutput
 
 RECORDED = Path(__file__).parent / "recorded"
 SACCT_FORMAT = (

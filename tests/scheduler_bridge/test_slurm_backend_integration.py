@@ -10,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_bridge.backends.slurm import SlurmBackend
-from scheduler_bridge.backends.types import (
+from hpc.backends.slurm import SlurmBackend
+from hpc.errors import RemoteCommandFailed
+from hpc.ssh import SSHConnection
+from hpc.types import (
     CANCELLED,
     COMPLETED,
     PENDING,
@@ -19,8 +21,6 @@ from scheduler_bridge.backends.types import (
     JobSpec,
     Tenant,
 )
-from scheduler_bridge.slurm.errors import RemoteCommandFailed
-from scheduler_bridge.slurm.ssh import SSHConnection
 
 pytestmark = pytest.mark.slurm
 

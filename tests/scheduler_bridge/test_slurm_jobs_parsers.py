@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from scheduler_bridge.backends.types import JobSpec
-from scheduler_bridge.slurm.accounting import valid_job_ids
-from scheduler_bridge.slurm.errors import UnexpectedOutput
-from scheduler_bridge.slurm.jobs import (
+from hpc.errors import UnexpectedOutput
+from hpc.slurm.accounting import valid_job_ids
+from hpc.slurm.jobs import (
     Submission,
     SubmissionOutcome,
     is_transient_message,
@@ -22,6 +21,7 @@ from scheduler_bridge.slurm.jobs import (
     spec_problem,
     submission_script,
 )
+from hpc.types import JobSpec
 
 RECORDED = Path(__file__).parent / "recorded"
 RECORDED_TOKEN = "@@computeshare-recorded@@"

@@ -10,7 +10,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from scheduler_bridge.slurm.errors import (
+from hpc.errors import (
     AuthenticationRefused,
     ClusterUnreachable,
     HostKeyMismatch,
@@ -18,8 +18,8 @@ from scheduler_bridge.slurm.errors import (
     RemoteCommandFailed,
     RemoteCommandTimeout,
 )
-from scheduler_bridge.slurm.parsers import parse_parsable2, parse_sbatch_parsable
-from scheduler_bridge.slurm.ssh import SSHConnection, host_key_from_line
+from hpc.slurm.parsers import parse_parsable2, parse_sbatch_parsable
+from hpc.ssh import SSHConnection, host_key_from_line
 from tests.factories import ssh_key_pair
 
 pytestmark = pytest.mark.slurm

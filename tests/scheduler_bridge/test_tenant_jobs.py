@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from hpc.types import PENDING, RunRecord
 from marketplace.models import Allocation, TenantLease
-from scheduler_bridge.backends.types import PENDING, RunRecord
 from scheduler_bridge.models import Job, JobState
 from scheduler_bridge.services.tenant_jobs import (
     LeaseWindow,

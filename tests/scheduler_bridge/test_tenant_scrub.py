@@ -21,13 +21,13 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from hpc.pool import default_pool
+from hpc.slurm import accounts as slurm_accounts
+from hpc.ssh import SSHConnection
 from marketplace import errors, services
 from marketplace.models import Allocation, Membership, TenantAccount, TenantLease
 from scheduler_bridge import services as job_services
 from scheduler_bridge.models import ENDED_STATES, Job
-from scheduler_bridge.slurm import accounts as slurm_accounts
-from scheduler_bridge.slurm.pool import default_pool
-from scheduler_bridge.slurm.ssh import SSHConnection
 from tests.factories import MembershipFactory, OfferFactory, allocation_bought, funded_organization
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]

@@ -19,8 +19,8 @@ from decimal import Decimal
 import pytest
 
 from billing.models import Transaction
+from hpc.ssh import SSHConnection
 from scheduler_bridge.models import Job, JobRun
-from scheduler_bridge.slurm.ssh import SSHConnection
 from tests.conftest import client_for, wait_for
 from tests.factories import MembershipFactory, allocation_bought, funded_organization
 

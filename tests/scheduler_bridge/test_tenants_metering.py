@@ -16,8 +16,8 @@ from decimal import Decimal
 import pytest
 
 from billing.selectors import ledger_verify
+from hpc.ssh import SSHConnection
 from scheduler_bridge.models import Job, JobRun
-from scheduler_bridge.slurm.ssh import SSHConnection
 from tests.conftest import client_for, wait_for
 from tests.factories import MembershipFactory, allocation_bought, funded_organization
 

@@ -11,9 +11,9 @@ from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
+from hpc.slurm.inventory import PartitionIdle
 from marketplace import capacity, services
 from marketplace.models import Membership, Offer
-from scheduler_bridge.slurm.inventory import PartitionIdle
 from tests.factories import ClusterFactory, MembershipFactory, OfferFactory, PartitionFactory
 from tests.web.test_browser_market import log_in
 

@@ -16,9 +16,9 @@ from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
+from hpc.types import RunRecord
 from marketplace.models import Membership
 from scheduler_bridge import services
-from scheduler_bridge.backends.types import RunRecord
 from scheduler_bridge.models import Job, JobState, JobTask
 from tests.factories import (
     ClusterFactory,

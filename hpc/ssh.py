@@ -33,7 +33,7 @@ from typing import Any, Protocol
 
 import paramiko
 
-from scheduler_bridge.slurm.errors import (
+from hpc.errors import (
     AuthenticationRefused,
     ClusterUnreachable,
     HostKeyMismatch,

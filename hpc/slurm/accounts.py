@@ -28,9 +28,9 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from scheduler_bridge.slurm.errors import BridgeError, RemoteCommandFailed, UnexpectedOutput
-from scheduler_bridge.slurm.parsers import parse_parsable2
-from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection
+from hpc.errors import BridgeError, RemoteCommandFailed, UnexpectedOutput
+from hpc.slurm.parsers import parse_parsable2
+from hpc.ssh import CommandResult, SSHConnection
 
 ACCOUNT_PREFIX = "cs-"
 ASSOCIATION_FIELDS = (

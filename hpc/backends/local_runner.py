@@ -1,7 +1,7 @@
 """The supervisor of one job of the `local` scheduler backend (the state it writes is described
 and kept in `local_state`).
 
-`LocalBackend.submit` records a job and starts `python -m scheduler_bridge.backends.local_runner
+`LocalBackend.submit` records a job and starts `python -m hpc.backends.local_runner
 --root ROOT --job ID` in a new session. That process forks: the parent exits as soon as the child
 has claimed the job's tasks, so the Celery worker that started it reaps it at once, and the child
 belongs to no process that can die under it (a worker killed with SIGKILL or restarted leaves its
@@ -56,7 +56,7 @@ from datetime import datetime
 from pathlib import Path
 from types import FrameType
 
-from scheduler_bridge.backends.local_state import (
+from hpc.backends.local_state import (
     _PR_SET_CHILD_SUBREAPER,
     CANCELLED,
     CLAIM_TIMEOUT_SECONDS,
@@ -78,8 +78,8 @@ from scheduler_bridge.backends.local_state import (
     session_members,
     signal_task_processes,
 )
-from scheduler_bridge.backends.sandbox import sandbox_command, sandbox_init_identity
-from scheduler_bridge.backends.types import output_file_name
+from hpc.backends.sandbox import sandbox_command, sandbox_init_identity
+from hpc.types import output_file_name
 
 # The supervisor ----------------------------------------------------------------------------------
 

@@ -15,8 +15,10 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from scheduler_bridge.backends.arrays import parse_index_ranges
-from scheduler_bridge.backends.types import (
+from hpc.arrays import parse_index_ranges
+from hpc.errors import UnexpectedOutput
+from hpc.slurm.parsers import parse_parsable2
+from hpc.types import (
     CANCELLED,
     COMPLETED,
     COMPLETING,
@@ -34,8 +36,6 @@ from scheduler_bridge.backends.types import (
     QueueEntry,
     RunRecord,
 )
-from scheduler_bridge.slurm.errors import UnexpectedOutput
-from scheduler_bridge.slurm.parsers import parse_parsable2
 
 # --- States -------------------------------------------------------------------------------------
 

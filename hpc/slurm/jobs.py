@@ -10,15 +10,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from scheduler_bridge.backends.arrays import InvalidArray, parse_array
-from scheduler_bridge.backends.types import (
+from hpc.arrays import InvalidArray, parse_array
+from hpc.errors import UnexpectedOutput
+from hpc.slurm.accounting import valid_job_ids
+from hpc.types import (
     JobSpec,
     Stream,
     environment_name_problem,
     output_file_name,
 )
-from scheduler_bridge.slurm.accounting import valid_job_ids
-from scheduler_bridge.slurm.errors import UnexpectedOutput
 
 # --- Job specs ----------------------------------------------------------------------------------
 

@@ -58,7 +58,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from scheduler_bridge.backends.local_state import SCRIPT_PATH, ProcessIdentity
+from hpc.backends.local_state import SCRIPT_PATH, ProcessIdentity
 
 # What `LOCAL_BACKEND_SANDBOX` may say: use bwrap when it works and run unsandboxed otherwise;
 # refuse to run a job without it; never use it.

@@ -14,8 +14,8 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from scheduler_bridge.slurm.errors import RemoteCommandFailed, UnexpectedOutput
-from scheduler_bridge.slurm.ssh import SSHConnection, tenant_name
+from hpc.errors import RemoteCommandFailed, UnexpectedOutput
+from hpc.ssh import SSHConnection, tenant_name
 
 # The group name as `getent` takes it: nothing a shell or getent could read otherwise.
 _GROUP_CHARACTERS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-")

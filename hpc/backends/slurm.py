@@ -23,18 +23,13 @@ from typing import BinaryIO
 
 import paramiko
 
-from scheduler_bridge.backends.types import (
-    InputFile,
-    JobSpec,
-    QueueEntry,
-    ResultFile,
-    RunRecord,
-    Stream,
-    SubmitResult,
-    Tenant,
-    output_file_name,
+from hpc.errors import (
+    RemoteCommandFailed,
+    SchedulerUnavailable,
+    SubmissionUnclear,
+    UnexpectedOutput,
 )
-from scheduler_bridge.slurm.accounting import (
+from hpc.slurm.accounting import (
     NAME_CHUNK,
     SACCT_CHUNK,
     chunks,
@@ -49,13 +44,7 @@ from scheduler_bridge.slurm.accounting import (
     squeue_by_name_arguments,
     valid_job_ids,
 )
-from scheduler_bridge.slurm.errors import (
-    RemoteCommandFailed,
-    SchedulerUnavailable,
-    SubmissionUnclear,
-    UnexpectedOutput,
-)
-from scheduler_bridge.slurm.jobs import (
+from hpc.slurm.jobs import (
     Submission,
     SubmissionOutcome,
     is_transient_message,
@@ -71,8 +60,19 @@ from scheduler_bridge.slurm.jobs import (
     submission_script,
     test_only_arguments,
 )
-from scheduler_bridge.slurm.parsers import parse_sbatch_parsable
-from scheduler_bridge.slurm.ssh import CommandResult, SSHConnection
+from hpc.slurm.parsers import parse_sbatch_parsable
+from hpc.ssh import CommandResult, SSHConnection
+from hpc.types import (
+    InputFile,
+    JobSpec,
+    QueueEntry,
+    ResultFile,
+    RunRecord,
+    Stream,
+    SubmitResult,
+    Tenant,
+    output_file_name,
+)
 
 # The submission script gets this much more time per sbatch it runs (about 15 ms each on an
 # idle controller), on top of the command timeout.

@@ -38,9 +38,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Literal
 
-from scheduler_bridge.backends import local_state
-from scheduler_bridge.backends.arrays import parse_array
-from scheduler_bridge.backends.local_state import (
+from hpc.arrays import parse_array
+from hpc.backends import local_state
+from hpc.backends.local_state import (
     CANCELLED,
     NODE_FAIL,
     PENDING,
@@ -53,7 +53,7 @@ from scheduler_bridge.backends.local_state import (
     now_utc,
     signal_task_processes,
 )
-from scheduler_bridge.backends.sandbox import (
+from hpc.backends.sandbox import (
     AUTO,
     OFF,
     REQUIRED,
@@ -61,7 +61,12 @@ from scheduler_bridge.backends.sandbox import (
     SandboxCheck,
     sandbox_check,
 )
-from scheduler_bridge.backends.types import (
+from hpc.errors import BridgeError
+
+# The local backend spells its states as Slurm does, and reads them with Slurm's one table.
+from hpc.slurm.accounting import api_state
+from hpc.slurm.jobs import result_file_excluded
+from hpc.types import (
     InputFile,
     JobSpec,
     QueueEntry,
@@ -73,11 +78,6 @@ from scheduler_bridge.backends.types import (
     environment_name_problem,
     output_file_name,
 )
-
-# The local backend spells its states as Slurm does, and reads them with Slurm's one table.
-from scheduler_bridge.slurm.accounting import api_state
-from scheduler_bridge.slurm.errors import BridgeError
-from scheduler_bridge.slurm.jobs import result_file_excluded
 
 PARTITION = "local"
 # `find` answers for jobs submitted this recently, as `sacct` does for "the last days".
@@ -343,7 +343,7 @@ class LocalBackend:
             return subprocess.Popen(
                 [
                     self.python,
-                    *("-m", "scheduler_bridge.backends.local_runner"),
+                    *("-m", "hpc.backends.local_runner"),
                     *("--root", str(self.root), "--job", str(job_id)),
                 ],
                 cwd=self.root,

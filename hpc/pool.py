@@ -12,7 +12,7 @@ import os
 import threading
 import weakref
 
-from scheduler_bridge.slurm.ssh import DEFAULT_MAX_CHANNELS, SSHConnection, SSHSettings
+from hpc.ssh import DEFAULT_MAX_CHANNELS, SSHConnection, SSHSettings
 
 
 class ConnectionPool:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from scheduler_bridge.slurm.errors import UnexpectedOutput
+from hpc.errors import UnexpectedOutput
 
 
 @dataclass(frozen=True)

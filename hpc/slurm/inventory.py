@@ -12,9 +12,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from scheduler_bridge.slurm.errors import UnexpectedOutput
-from scheduler_bridge.slurm.parsers import parse_parsable2
-from scheduler_bridge.slurm.ssh import SSHConnection
+from hpc.errors import UnexpectedOutput
+from hpc.slurm.parsers import parse_parsable2
+from hpc.ssh import SSHConnection
 
 # One line per (partition, node). %R is the bare partition name; %P is the same name with a
 # trailing `*` on the default partition, which is the only place sinfo shows that flag. None of

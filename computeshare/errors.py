@@ -34,6 +34,33 @@ class ValidationFailed(ApplicationError):
         super().__init__(detail, extra=extra)
 
 
+class FieldErrors:
+    """Collects what is wrong with each field of an input, so a form or request is answered
+    with every problem at once: `add` as each check finds one, then `raise_if_any`.
+
+        errors = FieldErrors()
+        if quantity < 1:
+            errors.add("quantity", "At least 1.")
+        errors.raise_if_any()  # ValidationFailed(fields={"quantity": ["At least 1."]})
+    """
+
+    def __init__(self) -> None:
+        self.fields: dict[str, list[str]] = {}
+
+    def add(self, field: str, message: str) -> None:
+        self.fields.setdefault(field, []).append(message)
+
+    def __bool__(self) -> bool:
+        return bool(self.fields)
+
+    def __contains__(self, field: str) -> bool:
+        return field in self.fields
+
+    def raise_if_any(self, detail: str | None = None) -> None:
+        if self.fields:
+            raise ValidationFailed(detail, fields=self.fields)
+
+
 class InvalidCredentials(ApplicationError):
     code = "invalid_credentials"
     default_detail = "Unable to log in with the username and password given."

@@ -3,32 +3,39 @@
 A request that committed its rows has been accepted: if Redis cannot take the wake-up message
 afterwards, answering 500 would make the client send the same thing again. So the message is
 sent after the commit, a broker error is logged, and a periodic task finds the work from the
-database instead (each caller names which one in `recovered_by`)."""
+database instead (each caller names which one in `recovered_by`).
+
+Services name the task ("scheduler_bridge.tasks.cluster_jobs_submit_task") rather than import
+it: each app's tasks call its services, so a service importing its tasks back would close an
+import circle. The name is looked up in Celery's registry when the message is sent, which keeps
+`task_always_eager` working; `tests/test_architecture.py` checks that every name is a task."""
 
 import logging
-from typing import Any, Protocol
+from typing import Any
 
+from celery import current_app
 from django.db import transaction
 from kombu.exceptions import OperationalError as BrokerUnavailable
 
 logger = logging.getLogger(__name__)
 
 
-class _Task(Protocol):
-    name: str
-
-    def delay(self, *args: Any) -> Any: ...
-
-
-def enqueue_after_commit(task: _Task, *args: Any, recovered_by: str) -> None:
-    """Sends `task(*args)` once the current transaction commits (at once outside one)."""
+def enqueue_after_commit(
+    task_name: str, *args: Any, recovered_by: str, countdown: float | None = None
+) -> None:
+    """Sends the task `task_name(*args)` once the current transaction commits (at once outside
+    one), after `countdown` seconds when given."""
 
     def send() -> None:
+        task = current_app.tasks[task_name]
         try:
-            task.delay(*args)
+            if countdown is None:
+                task.delay(*args)
+            else:
+                task.apply_async(args, countdown=max(0.0, countdown))
         except BrokerUnavailable as error:
             logger.warning(
-                "the broker did not take %s%r (%s): %s", task.name, args, error, recovered_by
+                "the broker did not take %s%r (%s): %s", task_name, args, error, recovered_by
             )
 
     transaction.on_commit(send)

@@ -136,8 +136,6 @@ def notifications_record(events: Sequence[NotificationEvent]) -> int:
     # ON CONFLICT DO NOTHING: an event told before keeps its row (read or not, mailed or not).
     written = Notification.objects.bulk_create(rows, ignore_conflicts=True)
     if any(row.email_state == Notification.EmailState.PENDING for row in rows):
-        from notifications.tasks import notification_emails_send_task
-
         pending = list(
             Notification.objects.filter(
                 key__in={row.key for row in rows},
@@ -147,7 +145,7 @@ def notifications_record(events: Sequence[NotificationEvent]) -> int:
         )
         if pending:
             enqueue_after_commit(
-                notification_emails_send_task,
+                "notifications.tasks.notification_emails_send_task",
                 pending,
                 recovered_by="the periodic sweep of unmailed notifications",
             )

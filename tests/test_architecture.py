@@ -191,3 +191,28 @@ def test_only_the_gateway_talks_to_stripe():
         if any(top(module) == "stripe" for module in imported_modules(path))
     ]
     assert importers == ["billing/stripe_gateway.py"]
+
+
+def test_every_task_a_service_enqueues_by_name_is_a_task():
+    """Services name their tasks (computeshare/queue.py says why): a misspelt name would only
+    fail after a commit, so every name written is checked against Celery's registry here."""
+    import importlib
+
+    from celery import current_app
+
+    names = []
+    for package in LAYERS:
+        for path in python_files(package):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (
+                    isinstance(node, ast.Call)
+                    and getattr(node.func, "id", None) == "enqueue_after_commit"
+                    and node.args
+                ):
+                    first = node.args[0]
+                    assert isinstance(first, ast.Constant), f"{path}: name the task as a string"
+                    names.append(first.value)
+    assert len(names) >= 10
+    for module in {name.rpartition(".")[0] for name in names}:
+        importlib.import_module(module)
+    assert [name for name in names if name not in current_app.tasks] == []

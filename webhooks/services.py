@@ -24,7 +24,6 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
-from kombu.exceptions import OperationalError as BrokerUnavailable
 
 from computeshare.errors import AddressNotAllowed, ValidationFailed
 from computeshare.outbound import AddressDenied, OutboundPolicy
@@ -151,11 +150,9 @@ def events_record(events: Sequence[Event]) -> int:
 
 
 def _hand_over(delivery_ids: Sequence[int]) -> None:
-    from webhooks.tasks import webhook_deliveries_send_task
-
     for start in range(0, len(delivery_ids), TASK_BATCH):
         enqueue_after_commit(
-            webhook_deliveries_send_task,
+            "webhooks.tasks.webhook_deliveries_send_task",
             list(delivery_ids[start : start + TASK_BATCH]),
             recovered_by="webhooks.tasks.webhook_deliveries_due_task sends it",
         )
@@ -391,22 +388,16 @@ def _record(delivery_id: int, answer: sending.Answer) -> WebhookDelivery | None:
 def _retry_enqueue(delivery: WebhookDelivery) -> None:
     """A retry due soon is sent with a countdown; a later one is left to the sweep (a message
     held by the broker for hours would outlive its visibility time-out)."""
-    from webhooks.tasks import webhook_deliveries_send_task
-
     assert delivery.next_attempt_at is not None
     wait = (delivery.next_attempt_at - timezone.now()).total_seconds()
     if wait > settings.WEBHOOK_COUNTDOWN_MAX_SECONDS:
         return
-
-    def send() -> None:
-        try:
-            webhook_deliveries_send_task.apply_async(([delivery.pk],), countdown=max(0.0, wait))
-        except BrokerUnavailable as error:
-            logger.warning(
-                "the broker did not take a webhook retry (%s): the sweep sends it", error
-            )
-
-    transaction.on_commit(send)
+    enqueue_after_commit(
+        "webhooks.tasks.webhook_deliveries_send_task",
+        [delivery.pk],
+        countdown=wait,
+        recovered_by="the sweep sends it",
+    )
 
 
 def delivery_attempt(*, delivery_id: int) -> str:

@@ -152,13 +152,13 @@ def _alerts_record(budget: Budget, period: datetime.date, used: Decimal) -> list
         if threshold not in recorded
     ]
     if alerts:
-        from billing.tasks import budget_alert_notify_task
-
         webhook_events.budget_thresholds_crossed(alerts)
         notices.budget_thresholds_crossed(alerts)
         ids = [alert.pk for alert in alerts]
         enqueue_after_commit(
-            budget_alert_notify_task, ids, recovered_by="the periodic mail of unmailed alerts"
+            "billing.tasks.budget_alert_notify_task",
+            ids,
+            recovered_by="the periodic mail of unmailed alerts",
         )
     return alerts
 

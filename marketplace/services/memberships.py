@@ -48,8 +48,6 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
     Inviting a name that has a pending invitation answers that invitation unchanged (to change
     its role, cancel it and invite again)."""
     # Imported here: the tasks module imports the services.
-    from marketplace.tasks import invitation_notify_task
-
     if not actor.is_admin:
         raise PermissionDenied("Only an admin of this organization can invite members.")
     role = _clean_role(role)
@@ -98,7 +96,7 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
             raise
         return existing
     enqueue_after_commit(
-        invitation_notify_task,
+        "marketplace.tasks.invitation_notify_task",
         invitation.pk,
         recovered_by="the invitation waits on the invitee's Invitations page unmailed",
     )

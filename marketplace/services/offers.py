@@ -397,8 +397,6 @@ def _check_cap(offer: Offer, actor: Membership, units: int) -> None:
 def slurm_accounts_follow(cluster: Cluster, organization_ids: set[int]) -> None:
     """Plans the buyers' managed Slurm accounts on the cluster (in this transaction) and syncs
     them with the cluster after the commit. Nothing on clusters that are not managed."""
-    from marketplace.tasks import slurm_accounts_sync_task
-
     if cluster.account_mode != Cluster.AccountMode.MANAGED:
         return
     account_ids = []
@@ -408,7 +406,7 @@ def slurm_accounts_follow(cluster: Cluster, organization_ids: set[int]) -> None:
             account_ids.append(account.pk)
     if account_ids:
         enqueue_after_commit(
-            slurm_accounts_sync_task,
+            "marketplace.tasks.slurm_accounts_sync_task",
             cluster.pk,
             account_ids,
             recovered_by="the periodic reconciliation of Slurm accounts syncs them",

@@ -228,8 +228,6 @@ def tenant_lease_end_start(*, lease_id: int) -> bool:
     """Marks an active lease `ending` (the caller has checked that the team has neither an open
     allocation nor an unfinished job on the cluster); the scrub follows after the commit.
     Idempotent: False when the lease was not active."""
-    from marketplace.tasks import tenant_lease_scrub_task
-
     lease = TenantLease.objects.select_for_update().get(pk=lease_id)
     if lease.status != TenantLease.Status.ACTIVE:
         return False
@@ -237,7 +235,9 @@ def tenant_lease_end_start(*, lease_id: int) -> bool:
     lease.ending_at = timezone.now()
     lease.save(update_fields=["status", "ending_at", "updated_at"])
     enqueue_after_commit(
-        tenant_lease_scrub_task, lease_id, recovered_by="the periodic scrub of ending leases"
+        "marketplace.tasks.tenant_lease_scrub_task",
+        lease_id,
+        recovered_by="the periodic scrub of ending leases",
     )
     return True
 
@@ -326,8 +326,6 @@ def _scrub_finish(lease_id: int, *, clean: bool, detail: str) -> TenantLease:
 def tenant_account_rescrub(*, actor: Membership, account: TenantAccount) -> TenantAccount:
     """The owners, having looked at a quarantined account (and perhaps cleaned it by hand),
     ask for another scrub; it returns the account to the pool if it passes."""
-    from marketplace.tasks import tenant_lease_scrub_task
-
     if actor.organization_id != account.cluster.organization_id or not actor.is_admin:
         raise PermissionDenied("Only an admin of the cluster's owners can do this.")
     account = TenantAccount.objects.select_for_update().get(pk=account.pk)
@@ -346,6 +344,8 @@ def tenant_account_rescrub(*, actor: Membership, account: TenantAccount) -> Tena
     lease.save(update_fields=["status", "updated_at"])
     lease_id = lease.pk
     enqueue_after_commit(
-        tenant_lease_scrub_task, lease_id, recovered_by="the periodic scrub of ending leases"
+        "marketplace.tasks.tenant_lease_scrub_task",
+        lease_id,
+        recovered_by="the periodic scrub of ending leases",
     )
     return account

@@ -466,8 +466,6 @@ def cluster_verification_start(*, actor: Membership, cluster: Cluster) -> Cluste
     per cluster: a request while one runs returns the running one (and is not counted). An
     organization asks for at most `CLUSTER_VERIFY_RATE` new verifications (`Throttled`); a
     suspended cluster is not verified (`ClusterSuspended`)."""
-    from marketplace.tasks import cluster_verification_run_task
-
     require_admin(actor)
     locked = Cluster.objects.select_for_update().filter(pk=cluster.pk).first()
     if locked is not None and locked.status == Cluster.Status.SUSPENDED:
@@ -489,7 +487,7 @@ def cluster_verification_start(*, actor: Membership, cluster: Cluster) -> Cluste
         cluster=cluster, requested_by=actor.user, step="Waiting for a worker"
     )
     enqueue_after_commit(
-        cluster_verification_run_task,
+        "marketplace.tasks.cluster_verification_run_task",
         verification.pk,
         recovered_by="it is stale after STALE_AFTER, and the owner may ask again",
     )

@@ -11,9 +11,10 @@ from hpc.backends.local import LocalBackend, SandboxStatus, local_sandbox_status
 from hpc.backends.slurm import SlurmBackend
 from hpc.errors import BridgeError, HostKeyMismatch
 from hpc.pool import default_pool
-from hpc.types import Backend
+from hpc.types import Backend, Tenant
 from marketplace.models import Cluster
 from marketplace.services import cluster_host_key_refused, ssh_settings_for
+from scheduler_bridge.models import Job
 
 
 def backend_for(cluster: Cluster) -> Backend:
@@ -56,3 +57,11 @@ def backend_failed(cluster: Cluster, error: BridgeError) -> None:
         cluster_host_key_refused(cluster=cluster, error=error)
     if error.is_transient and cluster.backend == Cluster.Backend.SLURM:
         default_pool.discard(ssh_settings_for(cluster))
+
+
+def job_tenant(job: Job) -> Tenant | None:
+    """Who the job runs as on its cluster (None on the local backend): its lease's account,
+    and the account's home."""
+    if job.lease is None:
+        return None
+    return Tenant(user=job.lease.account.username, home=job.lease.account.home)

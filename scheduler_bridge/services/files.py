@@ -26,7 +26,7 @@ from hpc.errors import BridgeError
 from hpc.types import InputFile
 from scheduler_bridge.job_files import InputUpload, job_files_storage, stored_name
 from scheduler_bridge.models import ENDED_STATES, Job, JobFile
-from scheduler_bridge.services.backends import backend_failed, backend_for
+from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
 
 logger = logging.getLogger(__name__)
 
@@ -144,10 +144,11 @@ class Collected:
 def job_results_collect_after_commit(job: Job) -> None:
     """Enqueues the collection of an ended job's results once its end is committed."""
     from computeshare.queue import enqueue_after_commit
-    from scheduler_bridge.tasks import job_results_collect_task
 
     enqueue_after_commit(
-        job_results_collect_task, job.pk, recovered_by="the periodic sweep collects them"
+        "scheduler_bridge.tasks.job_results_collect_task",
+        job.pk,
+        recovered_by="the periodic sweep collects them",
     )
 
 
@@ -203,8 +204,6 @@ def job_results_collect(*, job_id: int) -> Collected | None:
     if not job.scheduler_job_id:  # it never reached the cluster: nothing was written
         _results_record(job, [], truncated=False)
         return Collected(0, 0, False)
-    from scheduler_bridge.services.submission import job_tenant
-
     backend = backend_for(job.cluster)
     tenant = job_tenant(job)
     try:

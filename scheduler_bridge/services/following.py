@@ -58,7 +58,7 @@ from scheduler_bridge.models import (
     metered_units,
     money_of,
 )
-from scheduler_bridge.services.backends import backend_failed, backend_for
+from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
 from scheduler_bridge.services.files import job_results_collect_after_commit
 from scheduler_bridge.services.idle import (
     cluster_idle_sample,
@@ -66,7 +66,7 @@ from scheduler_bridge.services.idle import (
     clusters_to_sample,
     is_unreachable,
 )
-from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record, job_tenant
+from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record
 from scheduler_bridge.services.tenant_jobs import (
     LeaseWindow,
     lease_of_run,

@@ -45,7 +45,7 @@ from scheduler_bridge import errors, notices, webhook_events
 from scheduler_bridge.job_files import InputUpload
 from scheduler_bridge.job_templates import job_template_get
 from scheduler_bridge.models import ENDED_STATES, TRANSITIONS, Job, JobEvent, JobState, JobTask
-from scheduler_bridge.services.backends import backend_failed, backend_for
+from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
 from scheduler_bridge.services.files import (
     job_input_files,
     job_inputs_discard_after_commit,
@@ -337,20 +337,12 @@ def job_submit(
     )
     JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
     job_inputs_store(job, input_files)
-    from scheduler_bridge.tasks import cluster_jobs_submit_task
-
     enqueue_after_commit(
-        cluster_jobs_submit_task, allocation.cluster_id, recovered_by="the periodic poll submits it"
+        "scheduler_bridge.tasks.cluster_jobs_submit_task",
+        allocation.cluster_id,
+        recovered_by="the periodic poll submits it",
     )
     return job
-
-
-def job_tenant(job: Job) -> Tenant | None:
-    """Who the job runs as on its cluster (None on the local backend): its lease's account,
-    and the account's home."""
-    if job.lease is None:
-        return None
-    return Tenant(user=job.lease.account.username, home=job.lease.account.home)
 
 
 def job_spec(job: Job, input_files: tuple[InputFile, ...] = ()) -> JobSpec:
@@ -651,11 +643,13 @@ def job_cancel(*, actor: Membership, job: Job) -> Job:
     if job.state == JobState.QUEUED and job.submit_attempts == 0 and not being_submitted:
         _end_unsubmitted(job.pk, JobState.CANCELLED, "Cancelled before it reached the cluster.")
     elif job.state != JobState.QUEUED:
-        from scheduler_bridge.tasks import job_cancel_remote_task
-
         # Unheard (the broker down), the cancel is repeated by the poll after
         # CANCEL_REPEAT_AFTER, as for a cancel that the cluster did not act on.
-        enqueue_after_commit(job_cancel_remote_task, job.pk, recovered_by="the poll repeats it")
+        enqueue_after_commit(
+            "scheduler_bridge.tasks.job_cancel_remote_task",
+            job.pk,
+            recovered_by="the poll repeats it",
+        )
     job.refresh_from_db()
     return job
 

@@ -94,3 +94,26 @@ def test_throttled_says_when_to_retry():
 
 def test_unexpected_exceptions_are_left_to_django():
     assert exception_handler(RuntimeError("bug"), {}) is None
+
+
+def test_field_errors_collect_every_problem_and_raise_them_together():
+    from computeshare.errors import FieldErrors, ValidationFailed
+
+    errors = FieldErrors()
+    errors.raise_if_any()  # nothing collected, nothing raised
+    assert not errors
+
+    errors.add("quantity", "At least 1.")
+    errors.add("quantity", "A whole number of units.")
+    errors.add("window_end", "After the start.")
+    assert errors and "quantity" in errors and "price" not in errors
+
+    with pytest.raises(ValidationFailed) as raised:
+        errors.raise_if_any("Check the offer.")
+    assert raised.value.detail == "Check the offer."
+    assert raised.value.extra == {
+        "fields": {
+            "quantity": ["At least 1.", "A whole number of units."],
+            "window_end": ["After the start."],
+        }
+    }

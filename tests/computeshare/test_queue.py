@@ -10,7 +10,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
-from celery import Celery
+from celery import Celery, current_app
 from django.core import mail
 from django.db import transaction
 from django.utils import timezone
@@ -47,7 +47,10 @@ def unreachable_task():
     def unreachable(value: int) -> int:  # pragma: no cover: never runs
         return value
 
-    return unreachable
+    # Services name their tasks; the name is looked up in the current app's registry.
+    current_app.tasks[unreachable.name] = unreachable
+    yield unreachable.name
+    del current_app.tasks[unreachable.name]
 
 
 def test_a_message_the_broker_refuses_is_logged_and_the_commit_stands(

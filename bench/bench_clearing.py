@@ -385,6 +385,7 @@ class ClearingRun:
     load_average: str
     managed: float | None = None
     profile: str = ""
+    notices: tuple[float, int] | None = None  # after the commit: seconds, notifications
 
 
 def bench_clearing(market: Market, size: int, rng: random.Random, profile: bool) -> ClearingRun:
@@ -444,6 +445,7 @@ def bench_clearing(market: Market, size: int, rng: random.Random, profile: bool)
     elapsed, outcome = _clear(offer.pk, commit=True, trace=trace)
     clears.append(elapsed)
     machine_load = load_average()
+    notices = _notices_record()
     assert outcome.cleared and outcome.bids == size, outcome
     statuses = Counter(Bid.objects.filter(offer=offer).values_list("status", flat=True))
     return ClearingRun(
@@ -465,7 +467,21 @@ def bench_clearing(market: Market, size: int, rng: random.Random, profile: bool)
         load_average=machine_load,
         managed=managed,
         profile=profile_text,
+        notices=notices,
     )
+
+
+def _notices_record() -> tuple[float, int] | None:
+    """What the worker does after the clearing's commit, outside the offer's lock: records
+    the auction's notices (one per organization), timed; None when the clearing left none."""
+    from notifications.models import NoticeBatch
+    from notifications.services import notice_batch_record
+
+    started = time.perf_counter()
+    written = sum(
+        notice_batch_record(batch_id=pk) for pk in NoticeBatch.objects.values_list("pk", flat=True)
+    )
+    return (time.perf_counter() - started, written) if written else None
 
 
 def print_clearing(runs: list[ClearingRun]) -> None:
@@ -483,6 +499,11 @@ def print_clearing(runs: list[ClearingRun]) -> None:
         verdict = "sound" if not run.checks else "; ".join(run.checks[:3])
         print(f"      ledger_verify and hold checks after the clearing: {verdict}")
         print(f"      {run.load_average} when it cleared")
+        if run.notices is not None:
+            print(
+                f"      then, after the commit (a task, the offer unlocked): "
+                f"{run.notices[1]:,} notifications in {run.notices[0] * 1e3:,.0f} ms"
+            )
     print()
     header = "   {:>9} {:>6} {:>8} {:>10} {:>10} {:>9} {:>9} {:>11}"
     print(

@@ -1,5 +1,6 @@
 """The market's notifications (bids and auctions, allocation windows, invitations), recorded
-in the caller's transaction through the notifications app's one entry point."""
+in the caller's transaction through the notifications app's entry points (an auction's after
+its commit, one per organization)."""
 
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
@@ -11,9 +12,14 @@ from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from marketplace.models import Allocation, Bid, Invitation, Offer
+from marketplace.models import Allocation, Invitation, Offer
 from notifications import selectors as notification_selectors
-from notifications.services import NotificationEvent, money_text, notifications_record
+from notifications.services import (
+    NotificationEvent,
+    money_text,
+    notifications_record,
+    notifications_record_after_commit,
+)
 
 # As the webhooks': a window that opened (or ends) longer ago than this is not told any more.
 ALLOCATION_NOTICES_LOOKBACK = timedelta(days=1)
@@ -22,13 +28,16 @@ ALLOCATION_NOTICES_LOOKBACK = timedelta(days=1)
 def auction_cleared(
     offer: Offer, rows: Sequence[tuple[Any, ...]], fills: Mapping[int, int], price: Decimal | None
 ) -> None:
-    """Each bid's organization's admins learn its outcome (won, partly won, or lost:
-    `auction_won` or `bid_outbid`), and the owner's admins that the auction cleared. `rows`
-    are the clearing's bid rows (pk, price, quantity, ..., organization last)."""
+    """Each bidding organization's admins learn its outcome once, over all its bids (won some
+    units: `auction_won`; won none: `bid_outbid`), and the owner's admins that the auction
+    cleared. `rows` are the clearing's bid rows (pk, price, quantity, ..., organization last).
+
+    Recorded after the clearing's commit (`notifications_record_after_commit`): a notice per
+    bid, recorded under the offer's lock, took 20 of a 100,000-bid clearing's 24 s, and a team
+    with 984 bids was told 984 times."""
     link = reverse("offer-detail", args=[offer.uuid])
     window = f"{offer.window_start:%Y-%m-%d} to {offer.window_end:%Y-%m-%d}"
     where = f"{offer.cluster.name} ({offer.resource}, {window})"
-    uuids = dict(Bid.objects.filter(pk__in=[row[0] for row in rows]).values_list("pk", "uuid"))
     events = [
         NotificationEvent(
             kind="auction_cleared",
@@ -41,38 +50,79 @@ def auction_cleared(
             admins_only=True,
         )
     ]
+    by_organization: dict[int, list[tuple[Any, ...]]] = {}
     for row in rows:
-        won = fills.get(row[0], 0)
-        if won:
-            title = (
-                f"You won {won} units on {offer.cluster.name}"
-                if won == row[2]
-                else f"You won {won} of the {row[2]} units you bid for on {offer.cluster.name}"
-            )
-            kind = "auction_won"
-            body = (
-                f"{where}: clearing price {money_text(price)} per unit "
-                f"(you bid {money_text(row[1])})."
-            )
-        else:
-            kind = "bid_outbid"
-            title = f"Your bid on {offer.cluster.name} lost"
-            body = (
-                f"{where}: you bid {money_text(row[1])} for {row[2]} units; the auction cleared at "
-                f"{money_text(price)} per unit. The bid's hold is released."
-            )
+        by_organization.setdefault(row[-1], []).append(row)
+    for organization_id, bids in by_organization.items():
+        kind, title, body = _auction_outcome(offer.cluster.name, where, bids, fills, price)
         events.append(
             NotificationEvent(
                 kind=kind,
-                key=f"{kind}:bid:{uuids[row[0]]}",
+                key=f"{kind}:offer:{offer.uuid}:organization:{organization_id}",
                 title=title,
                 body=body,
                 link=link,
-                organization_id=row[-1],
+                organization_id=organization_id,
                 admins_only=True,
             )
         )
-    notifications_record(events)
+    notifications_record_after_commit(events)
+
+
+def _auction_outcome(
+    cluster: str,
+    where: str,
+    bids: Sequence[tuple[Any, ...]],
+    fills: Mapping[int, int],
+    price: Decimal | None,
+) -> tuple[str, str, str]:
+    """(kind, title, body) of one organization's notice over its bids (pk, price, quantity)."""
+    won = sum(fills.get(bid[0], 0) for bid in bids)
+    asked = sum(bid[2] for bid in bids)
+    if len(bids) == 1:
+        _, bid_price, quantity = bids[0][:3]
+        if won:
+            title = (
+                f"You won {won} units on {cluster}"
+                if won == quantity
+                else f"You won {won} of the {quantity} units you bid for on {cluster}"
+            )
+            body = (
+                f"{where}: clearing price {money_text(price)} per unit "
+                f"(you bid {money_text(bid_price)})."
+            )
+            return "auction_won", title, body
+        body = (
+            f"{where}: you bid {money_text(bid_price)} for {quantity} units; the auction cleared "
+            f"at {money_text(price)} per unit. The bid's hold is released."
+        )
+        return "bid_outbid", f"Your bid on {cluster} lost", body
+    lowest = min(bid[1] for bid in bids)
+    highest = max(bid[1] for bid in bids)
+    prices = (
+        money_text(lowest)
+        if lowest == highest
+        else f"{money_text(lowest)} to {money_text(highest)}"
+    )
+    if won:
+        winning = sum(1 for bid in bids if fills.get(bid[0], 0))
+        title = (
+            f"You won {won} units on {cluster} over {len(bids)} bids"
+            if won == asked
+            else f"You won {won} of the {asked} units you bid for on {cluster} "
+            f"over {len(bids)} bids"
+        )
+        body = (
+            f"{where}: clearing price {money_text(price)} per unit (you bid {prices}); "
+            f"{winning} of your {len(bids)} bids won units"
+        )
+        body += "." if winning == len(bids) else ", the others' holds are released."
+        return "auction_won", title, body
+    body = (
+        f"{where}: you bid {prices} for {asked} units over {len(bids)} bids; the auction cleared "
+        f"at {money_text(price)} per unit. The bids' holds are released."
+    )
+    return "bid_outbid", f"Your {len(bids)} bids on {cluster} lost", body
 
 
 @transaction.atomic

@@ -105,3 +105,17 @@ class NotificationPreference(BaseModel):
 
     def __str__(self) -> str:
         return f"{self.kind} for user {self.user_id}"
+
+
+class NoticeBatch(BaseModel):
+    """Events to tell after the commit of the change they report (an outbox, as the webhooks'
+    events): written in that change's transaction, so a rolled-back change tells nobody, then
+    recorded as notifications by a task after the commit and deleted in the transaction that
+    records them, so a batch is told once. A batch whose task was lost (a crash between the
+    commit and the task, a broker that did not take it) is recorded by the periodic sweep.
+    `events`: the `NotificationEvent`s as JSON objects."""
+
+    events = models.JSONField()
+
+    def __str__(self) -> str:
+        return f"notice batch {self.pk} ({len(self.events)} events)"

@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from computeshare.errors import NotFound
 from computeshare.models import User
-from notifications.models import Kind, Notification, NotificationPreference
+from notifications.models import Kind, NoticeBatch, Notification, NotificationPreference
 
 
 def notification_list_for_user(user: User, *, unread_only: bool = False) -> QuerySet[Notification]:
@@ -120,3 +120,14 @@ def keys_recorded(keys: Iterable[str]) -> set[str]:
         batch = wanted[start : start + 1000]
         found.update(Notification.objects.filter(key__in=batch).values_list("key", flat=True))
     return found
+
+
+def notice_batches_due(now: datetime | None = None, grace_seconds: float = 60.0) -> list[int]:
+    """Notice batches still waiting a while after their change committed: their task was lost
+    (a crash after the commit, a broker that did not take it); the sweep records them."""
+    before = (now or timezone.now()) - timedelta(seconds=grace_seconds)
+    return list(
+        NoticeBatch.objects.filter(created_at__lte=before)
+        .order_by("pk")
+        .values_list("pk", flat=True)[:100]
+    )

@@ -2,15 +2,18 @@
 users' preferences, and their mails.
 
 Other apps call `notifications_record` (one call per event site) inside the transaction of the
-change they report: a rolled-back change notifies nobody. Each notification is unique per user
-and event key, so a second call for the same event (a retried task, a sweep that runs again)
-adds nothing. Mails go after the commit, from a Celery task; a mail is marked sent under the
-row's lock in the transaction that sends it, so a retried or duplicated task sends none twice."""
+change they report: a rolled-back change notifies nobody. A change that holds a busy lock (an
+auction's clearing) calls `notifications_record_after_commit` instead: one row of the events in
+its transaction, recorded by a task after the commit (`notice_batch_record`). Each
+notification is unique per user and event key, so a second call for the same event (a retried
+task, a sweep that runs again) adds nothing. Mails go after the commit, from a Celery task; a
+mail is marked sent under the row's lock in the transaction that sends it, so a retried or
+duplicated task sends none twice."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any, cast
 
@@ -25,7 +28,7 @@ from computeshare.errors import ValidationFailed
 from computeshare.models import User
 from computeshare.queue import enqueue_after_commit
 from notifications import selectors
-from notifications.models import Kind, Notification, NotificationPreference
+from notifications.models import Kind, NoticeBatch, Notification, NotificationPreference
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,46 @@ def _organization_recipients(
     return found
 
 
+def _kinds_check(events: Sequence[NotificationEvent]) -> None:
+    for event in events:
+        if event.kind not in Kind.values:
+            raise ValueError(f"unknown notification kind {event.kind!r}")
+
+
+def notifications_record_after_commit(events: Sequence[NotificationEvent]) -> None:
+    """Records the events as `notifications_record` would, after the caller's transaction
+    commits: in it, only one row with the events (a rolled-back change tells nobody); after it,
+    a task records them (`notice_batch_record`), or the sweep when the task was lost. For a
+    change that holds a busy lock: finding recipients, preferences and writing a row per user
+    took most of a 100,000-bid clearing while the offer stayed locked."""
+    if not events:
+        return
+    _kinds_check(events)
+    batch = NoticeBatch.objects.create(events=[asdict(event) for event in events])
+    enqueue_after_commit(
+        "notifications.tasks.notice_batch_record_task",
+        batch.pk,
+        recovered_by="the periodic sweep of notice batches (notice_batches_due_task)",
+    )
+
+
+@transaction.atomic
+def notice_batch_record(*, batch_id: int) -> int:
+    """Records a batch's notifications and deletes the batch, in one transaction under the
+    batch's row lock: a second task (or the sweep) for the same batch waits, then finds it gone
+    and records nothing. Returns how many notifications were written."""
+    batch = NoticeBatch.objects.select_for_update().filter(pk=batch_id).first()
+    if batch is None:
+        return 0
+    events = [
+        NotificationEvent(**{**fields, "user_ids": tuple(fields["user_ids"])})
+        for fields in batch.events
+    ]
+    written = notifications_record(events)
+    batch.delete()
+    return written
+
+
 def notifications_record(events: Sequence[NotificationEvent]) -> int:
     """Records a notification per event and recipient in the caller's transaction, as each
     recipient's preference for the kind says (nothing for one who turned both off), at most one
@@ -88,9 +131,7 @@ def notifications_record(events: Sequence[NotificationEvent]) -> int:
     rows were written now."""
     if not events:
         return 0
-    for event in events:
-        if event.kind not in Kind.values:
-            raise ValueError(f"unknown notification kind {event.kind!r}")
+    _kinds_check(events)
     members = _organization_recipients(events)
     recipients: list[tuple[NotificationEvent, list[int]]] = []
     for event in events:

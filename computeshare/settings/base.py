@@ -419,6 +419,11 @@ CELERY_BEAT_SCHEDULE["notification-emails-due"] = {
     "task": "notifications.tasks.notification_emails_due_task",
     "schedule": 300.0,
 }
+# Notices recorded after their change's commit (an auction's) whose task was lost.
+CELERY_BEAT_SCHEDULE["notice-batches-due"] = {
+    "task": "notifications.tasks.notice_batches_due_task",
+    "schedule": 60.0,
+}
 
 # --- Mail --------------------------------------------------------------------------------------
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")

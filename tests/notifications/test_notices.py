@@ -13,7 +13,8 @@ from billing.models import ReferenceKind
 from marketplace import notices as market_notices
 from marketplace import services as market
 from marketplace.models import Membership, Offer
-from notifications.models import Notification, NotificationPreference
+from notifications.models import NoticeBatch, Notification, NotificationPreference
+from notifications.tasks import notice_batch_record_task, notice_batches_due_task
 from scheduler_bridge.models import Job, JobState
 from scheduler_bridge.services.submission import job_state_record
 from tests.billing.test_webhook import deliver, payment_event
@@ -50,7 +51,20 @@ def member(organization, username: str) -> Membership:
     )
 
 
-def test_an_auction_tells_the_winner_the_loser_and_the_owner_once_each():
+def clear_and_tell(offer_id: int, capture) -> None:
+    """Clears the auction, then does what a worker does with the task its commit hands over:
+    records the auction's notices (their mails stay pending, for their own task)."""
+    with capture() as callbacks:
+        market.auction_clear(offer_id=offer_id)
+    batches = list(NoticeBatch.objects.values_list("pk", flat=True))
+    assert len(callbacks) >= len(batches)
+    for batch_id in batches:
+        notice_batch_record_task(batch_id)
+
+
+def test_an_auction_tells_the_winner_the_loser_and_the_owner_once_each(
+    django_capture_on_commit_callbacks,
+):
     partition = PartitionFactory()
     owner = admin(partition.cluster.organization, "olivia")
     member(partition.cluster.organization, "oscar")  # the owner's member: not told
@@ -74,11 +88,15 @@ def test_an_auction_tells_the_winner_the_loser_and_the_owner_once_each():
     lost = market.bid_place(actor=loser, offer=offer, quantity=50, price="1.50")
     Offer.objects.filter(pk=offer.pk).update(auction_closes_at=now - timedelta(seconds=1))
 
-    market.auction_clear(offer_id=offer.pk)
-    market.auction_clear(offer_id=offer.pk)  # again: nothing more happens, nobody is told again
+    clear_and_tell(offer.pk, django_capture_on_commit_callbacks)
+    # Again: nothing more happens, nobody is told again.
+    clear_and_tell(offer.pk, django_capture_on_commit_callbacks)
 
-    assert told("auction_won") == [("tom", f"auction_won:bid:{won.uuid}")]
-    assert told("bid_outbid") == [("hana", f"bid_outbid:bid:{lost.uuid}")]
+    # One notice per organization and auction (its key names both), not per bid.
+    winners = f"auction_won:offer:{offer.uuid}:organization:{won.organization_id}"
+    losers = f"bid_outbid:offer:{offer.uuid}:organization:{lost.organization_id}"
+    assert told("auction_won") == [("tom", winners)]
+    assert told("bid_outbid") == [("hana", losers)]
     assert told("auction_cleared") == [("olivia", f"auction_cleared:offer:{offer.uuid}")]
     outbid = Notification.objects.get(kind="bid_outbid")
     assert outbid.title == f"Your bid on {partition.cluster.name} lost"
@@ -86,9 +104,99 @@ def test_an_auction_tells_the_winner_the_loser_and_the_owner_once_each():
     assert "you bid 1.50 USD for 50 units; the auction cleared at 1.50 USD" in outbid.body
     assert outbid.link == f"/offers/{offer.uuid}/"
     assert outbid.email_state == Notification.EmailState.PENDING
+    assert NoticeBatch.objects.count() == 0
 
 
-def test_a_loser_who_turned_both_off_is_not_told_and_one_who_wants_no_mail_is_not_mailed():
+def test_a_team_with_many_bids_is_told_once_with_what_it_won_over_all_of_them(
+    django_capture_on_commit_callbacks,
+):
+    partition = PartitionFactory()
+    owner = admin(partition.cluster.organization, "olivia")
+    now = timezone.now()
+    offer = market.offer_create(
+        actor=owner,
+        cluster=partition.cluster,
+        partition=partition.name,
+        resource="cpu",
+        quantity=10,
+        window_start=now + timedelta(hours=2),
+        window_end=now + timedelta(days=30),
+        reserve_price="1.00",
+        buy_now_price=None,
+        auction_closes_at=now + timedelta(hours=1),
+    )
+    busy = admin(funded_organization("500", name="Nimbus"), "tom")
+    loser = admin(funded_organization("500", name="Helix"), "hana")
+    for price in ("3.00", "2.50", "2.00"):  # 8 of its 12 units win
+        market.bid_place(actor=busy, offer=offer, quantity=4, price=price)
+    market.bid_place(actor=loser, offer=offer, quantity=5, price="1.20")
+    market.bid_place(actor=loser, offer=offer, quantity=5, price="1.10")
+    Offer.objects.filter(pk=offer.pk).update(auction_closes_at=now - timedelta(seconds=1))
+
+    clear_and_tell(offer.pk, django_capture_on_commit_callbacks)
+
+    won = Notification.objects.get(kind="auction_won")
+    assert (won.user.username, won.title) == (
+        "tom",
+        f"You won 10 of the 12 units you bid for on {partition.cluster.name} over 3 bids",
+    )
+    assert "clearing price 2.00 USD per unit (you bid 2.00 USD to 3.00 USD)" in won.body
+    assert "3 of your 3 bids won units." in won.body
+    lost = Notification.objects.get(kind="bid_outbid")
+    assert (lost.user.username, lost.title) == (
+        "hana",
+        f"Your 2 bids on {partition.cluster.name} lost",
+    )
+    assert "you bid 1.10 USD to 1.20 USD for 10 units over 2 bids" in lost.body
+    assert Notification.objects.count() == 3  # and the owner's
+
+
+def test_an_auction_s_notices_wait_for_its_commit_and_the_sweep_records_a_lost_task(
+    django_capture_on_commit_callbacks,
+):
+    """The clearing writes one batch of events; a batch whose task never ran (the broker lost
+    it, the worker died) is recorded by the sweep, once however often it runs."""
+    partition = PartitionFactory()
+    owner = admin(partition.cluster.organization, "olivia")
+    now = timezone.now()
+    offer = market.offer_create(
+        actor=owner,
+        cluster=partition.cluster,
+        partition=partition.name,
+        resource="cpu",
+        quantity=10,
+        window_start=now + timedelta(hours=2),
+        window_end=now + timedelta(days=30),
+        reserve_price="1.00",
+        buy_now_price=None,
+        auction_closes_at=now + timedelta(hours=1),
+    )
+    winner = admin(funded_organization("500", name="Nimbus"), "tom")
+    market.bid_place(actor=winner, offer=offer, quantity=10, price="2.00")
+    Offer.objects.filter(pk=offer.pk).update(auction_closes_at=now - timedelta(seconds=1))
+
+    with django_capture_on_commit_callbacks(execute=False) as callbacks:  # the task is lost
+        market.auction_clear(offer_id=offer.pk)
+
+    assert len(callbacks) >= 1
+    assert Notification.objects.count() == 0
+    batch = NoticeBatch.objects.get()
+    assert notice_batches_due_task() == 0  # not yet due: its task may still be on its way
+    NoticeBatch.objects.filter(pk=batch.pk).update(created_at=now - timedelta(minutes=2))
+
+    assert notice_batches_due_task() == 2  # the winner's admin and the owner's
+    assert notice_batches_due_task() == 0
+    assert notice_batch_record_task(batch.pk) == 0
+    assert told("auction_won") == [
+        ("tom", f"auction_won:offer:{offer.uuid}:organization:{winner.organization_id}")
+    ]
+    assert told("auction_cleared") == [("olivia", f"auction_cleared:offer:{offer.uuid}")]
+    assert NoticeBatch.objects.count() == 0
+
+
+def test_a_loser_who_turned_both_off_is_not_told_and_one_who_wants_no_mail_is_not_mailed(
+    django_capture_on_commit_callbacks,
+):
     partition = PartitionFactory()
     owner = admin(partition.cluster.organization, "olivia")
     now = timezone.now()
@@ -115,7 +223,7 @@ def test_a_loser_who_turned_both_off_is_not_told_and_one_who_wants_no_mail_is_no
     market.bid_place(actor=loser, offer=offer, quantity=10, price="1.50")
     Offer.objects.filter(pk=offer.pk).update(auction_closes_at=now - timedelta(seconds=1))
 
-    market.auction_clear(offer_id=offer.pk)
+    clear_and_tell(offer.pk, django_capture_on_commit_callbacks)
 
     rows = list(
         Notification.objects.filter(kind="bid_outbid").values_list(

@@ -30,6 +30,7 @@ from billing.models import (
     Transaction,
 )
 from computeshare.errors import ApplicationError
+from computeshare.numbers import MICRO_PLACES
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -53,7 +54,7 @@ class AdjustmentForm(forms.Form):
     )
     amount = forms.DecimalField(
         max_digits=20,
-        decimal_places=6,
+        decimal_places=MICRO_PLACES,
         help_text="Positive credits the wallet's available balance; negative takes money back.",
     )
     memo = forms.CharField(max_length=255, help_text="Why. It shows on the statement.")

@@ -18,14 +18,15 @@ from django.db import models
 from django.db.models import Q
 
 from computeshare.models import BaseModel
+from computeshare.numbers import MICRO_PLACES, MICRO_UNIT
 
 ZERO = Decimal("0")
-HALF_MICRO_UNIT = Decimal("0.0000005")
+HALF_MICRO_UNIT = MICRO_UNIT / 2
 
 
 def money_field(**options: Any) -> models.DecimalField:  # type: ignore[type-arg]
     """Six places: a thousandth of a cent per core-second is still representable."""
-    return models.DecimalField(max_digits=20, decimal_places=6, **options)
+    return models.DecimalField(max_digits=20, decimal_places=MICRO_PLACES, **options)
 
 
 class ReferenceKind(models.TextChoices):

@@ -23,6 +23,11 @@ from rest_framework import serializers
 _WHOLE_NUMBER = re.compile(r"[0-9]+", re.ASCII)
 _SIGNED_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _DECIMAL = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)", re.ASCII)
+# The ledger's and the meter's smallest step: money and core-hours (or GPU-hours) have six places,
+# so that a thousandth of a cent per core-second is still representable. The one home of the
+# constant; every column, form field and rounding of money or units uses these.
+MICRO_PLACES = 6
+MICRO_UNIT = Decimal(1).scaleb(-MICRO_PLACES)
 # Longer than any number a request may carry; `int()` of a very long text is slow, and refuses
 # more than 4300 digits with a ValueError.
 MAX_DIGITS = 40

@@ -10,6 +10,7 @@ from django import forms
 from django.utils import timezone
 
 from computeshare.forms import StyledFormMixin
+from computeshare.numbers import MICRO_PLACES
 from marketplace.filters import OfferFilter
 from marketplace.models import Cluster, Offer, Resource
 
@@ -141,7 +142,7 @@ class BidForm(OrderFormMixin, forms.Form):
     price = forms.DecimalField(
         label="Price per unit",
         max_digits=20,
-        decimal_places=6,
+        decimal_places=MICRO_PLACES,
         widget=forms.NumberInput(attrs={"min": "0", "step": "any", "inputmode": "decimal"}),
     )
     min_quantity = forms.IntegerField(
@@ -249,13 +250,13 @@ class OfferCreateForm(StyledFormMixin, forms.Form):
     reserve_price = forms.DecimalField(
         label="Reserve price per unit",
         max_digits=20,
-        decimal_places=6,
+        decimal_places=MICRO_PLACES,
         widget=forms.NumberInput(attrs={"min": "0", "step": "any", "inputmode": "decimal"}),
     )
     buy_now_price = forms.DecimalField(
         label="Buy-now price per unit",
         max_digits=20,
-        decimal_places=6,
+        decimal_places=MICRO_PLACES,
         required=False,
         help_text="Empty: no buy-now, the auction only.",
         widget=forms.NumberInput(attrs={"min": "0", "step": "any", "inputmode": "decimal"}),

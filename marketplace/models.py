@@ -11,11 +11,12 @@ from django.utils import timezone
 from billing.models import ZERO, money_field
 from computeshare.fields import EncryptedTextField
 from computeshare.models import BaseModel
+from computeshare.numbers import MICRO_PLACES
 
 
 def units_field(**options: object) -> models.DecimalField:  # type: ignore[type-arg]
     """Core-hours or GPU-hours as metered: six places, so a core-second is still counted."""
-    return models.DecimalField(max_digits=20, decimal_places=6, **options)  # type: ignore[arg-type]
+    return models.DecimalField(max_digits=20, decimal_places=MICRO_PLACES, **options)  # type: ignore[arg-type]
 
 
 class Organization(BaseModel):

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from computeshare.models import User
+from computeshare.numbers import MICRO_UNIT
 from marketplace import capacity
 from marketplace.models import (
     Allocation,
@@ -867,7 +868,7 @@ def reserve_price_suggestion(partition: Partition, resource: str) -> tuple[Decim
             median = (
                 prices[middle]
                 if len(prices) % 2
-                else ((prices[middle - 1] + prices[middle]) / 2).quantize(Decimal("0.000001"))
+                else ((prices[middle - 1] + prices[middle]) / 2).quantize(MICRO_UNIT)
             )
             return median, (
                 f"the median clearing price of the last {len(prices)} "

@@ -19,6 +19,7 @@ from django.utils import timezone
 from django.views import View
 
 from computeshare.errors import ApplicationError, NotFound
+from computeshare.numbers import MICRO_PLACES
 from marketplace import capacity, selectors, services
 from marketplace.forms_market import UTC
 from marketplace.models import Cluster, Membership, Partition, Resource
@@ -92,7 +93,7 @@ class SuggestionForm(forms.Form):
     window_start = forms.DateTimeField()
     window_end = forms.DateTimeField()
     auction_closes_at = forms.DateTimeField()
-    reserve_price = forms.DecimalField(max_digits=20, decimal_places=6)
+    reserve_price = forms.DecimalField(max_digits=20, decimal_places=MICRO_PLACES)
 
 
 def capacity_page(

@@ -13,9 +13,9 @@ from django.db.models import F, Q
 from billing.models import ZERO, money_field
 from computeshare.fields import EncryptedJSONField
 from computeshare.models import BaseModel
+from computeshare.numbers import MICRO_UNIT
 from marketplace.models import Allocation, Cluster, Organization, TenantLease, units_field
 
-MICRO_UNIT = Decimal("0.000001")
 # The platform's jobs are named "cs-<job uuid>" on the cluster.
 PLATFORM_NAME_PREFIX = "cs-"
 

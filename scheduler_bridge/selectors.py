@@ -14,6 +14,7 @@ from django.db.models import Count, Prefetch, Q, QuerySet
 
 from computeshare.errors import NotFound
 from computeshare.models import User
+from computeshare.numbers import MICRO_UNIT
 from marketplace.models import Membership, Organization, Resource
 from scheduler_bridge import sizing
 from scheduler_bridge.models import (
@@ -274,7 +275,6 @@ class EfficiencyReport:
 
 
 EFFICIENCY_WORST_JOBS = 10
-_HOURS = Decimal("0.000001")
 
 
 def organization_efficiency_report(
@@ -330,7 +330,7 @@ def organization_efficiency_report(
         rows.append(
             EfficiencyJob(
                 job=job,
-                idle_core_hours=(seconds / SECONDS_PER_HOUR).quantize(_HOURS),
+                idle_core_hours=(seconds / SECONDS_PER_HOUR).quantize(MICRO_UNIT),
                 idle_cost=money_of(money, Decimal(1)),
                 unused_reserved_units=unused,
                 unused_reserved_value=money_of(unused, job.allocation.unit_price),
@@ -347,9 +347,9 @@ def organization_efficiency_report(
         month_end=month_end,
         currency=str(settings.PLATFORM_CURRENCY),
         jobs_count=len(jobs),
-        core_hours=(core_seconds / SECONDS_PER_HOUR).quantize(_HOURS),
-        used_core_hours=(used_seconds / SECONDS_PER_HOUR).quantize(_HOURS),
-        idle_core_hours=((core_seconds - used_seconds) / SECONDS_PER_HOUR).quantize(_HOURS),
+        core_hours=(core_seconds / SECONDS_PER_HOUR).quantize(MICRO_UNIT),
+        used_core_hours=(used_seconds / SECONDS_PER_HOUR).quantize(MICRO_UNIT),
+        idle_core_hours=((core_seconds - used_seconds) / SECONDS_PER_HOUR).quantize(MICRO_UNIT),
         cost=cost,
         idle_cost=sum((row.idle_cost for row in rows), Decimal(0)),
         reserved_units=sum((job.reserved_units for job in jobs), Decimal(0)),

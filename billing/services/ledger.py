@@ -35,8 +35,8 @@ from billing.errors import (
 from billing.models import ZERO, Account, Entry, Hold, ReferenceKind, Transaction
 from billing.services import budgets
 from computeshare.errors import ValidationFailed
+from computeshare.numbers import MICRO_PLACES, MICRO_UNIT
 
-SIX_PLACES = Decimal("0.000001")
 # What the ledger's columns hold: 20 digits, 6 of them after the point.
 LARGEST = Decimal(10) ** 14
 
@@ -45,7 +45,7 @@ AccountKey = tuple[int | None, str]
 Line = tuple[Account | AccountKey, str, Decimal]
 
 
-def money(value: Any, *, field: str = "amount", places: int = 6) -> Decimal:
+def money(value: Any, *, field: str = "amount", places: int = MICRO_PLACES) -> Decimal:
     """`value` as a finite Decimal with no more places than `places`, or `ValidationFailed`.
     Never rounds: a caller with more precision must decide how to round."""
     try:
@@ -71,7 +71,7 @@ def _positive(value: Any, field: str = "amount") -> Decimal:
 def platform_fee(amount: Decimal) -> Decimal:
     """The platform's share of a charge, `PLATFORM_FEE_PERCENT` of it to the micro-unit."""
     fee = amount * Decimal(settings.PLATFORM_FEE_PERCENT) / 100
-    return fee.quantize(SIX_PLACES, rounding=ROUND_HALF_UP)
+    return fee.quantize(MICRO_UNIT, rounding=ROUND_HALF_UP)
 
 
 # --- Accounts and posting ----------------------------------------------------------------------

@@ -76,7 +76,6 @@ from scheduler_bridge.services.tenant_jobs import (
 
 logger = logging.getLogger(__name__)
 
-UNITS = Decimal("0.000001")
 SECONDS_PER_HOUR = Decimal(3600)
 # A cancellation the cluster has not acted on by then is asked for again by the poll.
 CANCEL_REPEAT_AFTER = timedelta(seconds=30)

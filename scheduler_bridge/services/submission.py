@@ -22,6 +22,7 @@ from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
+from computeshare.numbers import MICRO_UNIT
 from computeshare.queue import enqueue_after_commit
 from hpc.arrays import InvalidArray, parse_array
 from hpc.errors import BridgeError
@@ -54,7 +55,6 @@ from scheduler_bridge.services.files import (
 
 logger = logging.getLogger(__name__)
 
-UNITS = Decimal("0.000001")
 MAX_SCRIPT_BYTES = 256 * 1024
 MAX_ENVIRONMENT_VARIABLES = 100
 MAX_ENVIRONMENT_VALUE_LENGTH = 4096
@@ -91,7 +91,7 @@ def job_units(*, resource: str, request: JobRequest, task_count: int) -> Decimal
     tasks (each task reserves, and settles, its own share)."""
     per_hour = request.gpus if resource == Resource.GPU else request.ntasks * request.cpus_per_task
     per_task = (Decimal(per_hour * request.time_limit_minutes) / Decimal(60)).quantize(
-        UNITS, rounding=ROUND_CEILING
+        MICRO_UNIT, rounding=ROUND_CEILING
     )
     return per_task * task_count
 

@@ -22,10 +22,10 @@ from decimal import ROUND_CEILING, Decimal
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
+from computeshare.numbers import MICRO_UNIT
 from hpc.types import RunRecord
 from marketplace.models import Allocation, Cluster, Resource, TenantLease
 from scheduler_bridge.models import (
-    MICRO_UNIT,
     PLATFORM_NAME_PREFIX,
     Job,
     JobEvent,

@@ -5,7 +5,7 @@ import datetime
 import uuid
 from collections import defaultdict
 from dataclasses import dataclass, field
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from typing import Any
 
 from django.conf import settings
@@ -14,8 +14,10 @@ from django.db.models.functions import Coalesce, TruncDate, TruncMonth
 from django.utils import timezone
 
 from billing.models import (
+    DEFAULT_ALERT_THRESHOLDS,
     ZERO,
     Account,
+    Budget,
     BudgetAlert,
     ConnectedAccount,
     Debt,
@@ -25,8 +27,6 @@ from billing.models import (
     TopUp,
     Transaction,
 )
-from billing.services.budgets import budget_get, month_start, spent_since
-from billing.services.ledger import debt_owed, earnings_split
 
 
 @dataclass(frozen=True)
@@ -56,6 +56,35 @@ def platform_balance(kind: str) -> Decimal:
         total=Sum("balance")
     )["total"]
     return total if total is not None else ZERO
+
+
+def month_start(moment: datetime.datetime | None = None) -> datetime.datetime:
+    local = timezone.localtime(moment or timezone.now())
+    return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def spent_since(organization: Any, since: datetime.datetime) -> Decimal:
+    """Charged from the organization's holds since `since`."""
+    total = Entry.objects.filter(
+        account__organization=organization,
+        account__kind=Account.Kind.HELD,
+        kind=Entry.Kind.CHARGE,
+        created_at__gte=since,
+    ).aggregate(total=Sum("amount"))["total"]
+    return -(total or ZERO)
+
+
+def budget_get(organization: Any) -> Budget:
+    """The organization's budget; an unsaved one with no limit and the default thresholds
+    when it never set one (a GET never writes)."""
+    budget = Budget.objects.filter(organization=organization).first()
+    if budget is None:
+        budget = Budget(
+            organization=organization,
+            monthly_limit=None,
+            alert_thresholds=list(DEFAULT_ALERT_THRESHOLDS),
+        )
+    return budget
 
 
 @dataclass(frozen=True)
@@ -220,6 +249,34 @@ def earnings_summary(
 
 
 # --- Payouts -----------------------------------------------------------------------------------
+
+
+def debt_owed(organization: Any) -> Decimal:
+    """What the organization owes the platform (positive), from its `debt` account."""
+    balance = (
+        Account.objects.filter(organization=organization, kind=Account.Kind.DEBT)
+        .values_list("balance", flat=True)
+        .first()
+    )
+    return -balance if balance else ZERO
+
+
+def earnings_split(organization: Any, balance: Decimal) -> tuple[Decimal, Decimal]:
+    """(held, payable) of an earnings balance: what was earned within the holding period
+    (`PAYOUT_HOLDING_PERIOD`, time for a dispute to arrive) is held, the rest is payable,
+    in whole cents as money leaves through Stripe."""
+    recent = (
+        Entry.objects.filter(
+            account__organization=organization,
+            account__kind=Account.Kind.EARNINGS,
+            kind=Entry.Kind.EARNING,
+            created_at__gt=timezone.now() - settings.PAYOUT_HOLDING_PERIOD,
+        ).aggregate(total=Sum("amount"))["total"]
+        or ZERO
+    )
+    held = min(max(balance, ZERO), recent)
+    payable = (balance - held).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
+    return balance - payable, max(payable, ZERO)
 
 
 @dataclass(frozen=True)

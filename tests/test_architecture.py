@@ -7,6 +7,7 @@
   (`types`, `arrays`, `errors`) at its bottom, then `ssh` and `pool`, then the Slurm commands
   (`slurm`), then the schedulers behind one interface (`backends`).
 - No import circle between the modules of any one package.
+- Selectors (reads) never import services (writes): services may read through selectors.
 - Only one module talks to Stripe.
 """
 
@@ -176,6 +177,26 @@ def circles(graph: dict[str, set[str]]) -> list[list[str]]:
 @pytest.mark.parametrize("package", [*LAYERS, LIBRARY])
 def test_no_import_circle_inside_a_package(package: str):
     assert circles(import_graph(package)) == []
+
+
+def is_selectors(module: str) -> bool:
+    return any(part == "selectors" or part.startswith("selectors_") for part in module.split("."))
+
+
+def is_services(module: str) -> bool:
+    return any(part == "services" or part.startswith("services_") for part in module.split("."))
+
+
+def test_selectors_never_import_services():
+    offenders = [
+        f"{path.relative_to(REPOSITORY)} imports {module}"
+        for package in LAYERS
+        for path in python_files(package)
+        if is_selectors(module_name(path))
+        for module in imported_modules(path)
+        if top(module) in LAYERS and is_services(module)
+    ]
+    assert offenders == []
 
 
 def test_the_circle_finder_finds_a_circle():

@@ -3,7 +3,6 @@
 from billing.services.budgets import (
     budget_alert_dismiss,
     budget_alert_notify,
-    budget_get,
     budget_set,
 )
 from billing.services.chargebacks import top_up_refund
@@ -42,7 +41,6 @@ __all__ = [
     "LARGEST_AMOUNT",
     "budget_alert_dismiss",
     "budget_alert_notify",
-    "budget_get",
     "budget_set",
     "connected_account_onboard",
     "hold_capture",

@@ -14,55 +14,19 @@ from typing import Any, cast
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
-from django.db.models import Sum
 from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from billing import notices, webhook_events
 from billing.errors import BudgetExceeded
-from billing.models import (
-    DEFAULT_ALERT_THRESHOLDS,
-    ZERO,
-    Account,
-    Budget,
-    BudgetAlert,
-    Entry,
-)
+from billing.models import Budget, BudgetAlert
+from billing.selectors import month_start, spent_since
 from computeshare.errors import ValidationFailed
 from computeshare.queue import enqueue_after_commit
 from notifications import selectors as notification_selectors
 
 MAX_THRESHOLDS = 10
-
-
-def month_start(moment: datetime.datetime | None = None) -> datetime.datetime:
-    local = timezone.localtime(moment or timezone.now())
-    return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
-def spent_since(organization: Any, since: datetime.datetime) -> Decimal:
-    """Charged from the organization's holds since `since`."""
-    total = Entry.objects.filter(
-        account__organization=organization,
-        account__kind=Account.Kind.HELD,
-        kind=Entry.Kind.CHARGE,
-        created_at__gte=since,
-    ).aggregate(total=Sum("amount"))["total"]
-    return -(total or ZERO)
-
-
-def budget_get(organization: Any) -> Budget:
-    """The organization's budget; an unsaved one with no limit and the default thresholds
-    when it never set one (a GET never writes)."""
-    budget = Budget.objects.filter(organization=organization).first()
-    if budget is None:
-        budget = Budget(
-            organization=organization,
-            monthly_limit=None,
-            alert_thresholds=list(DEFAULT_ALERT_THRESHOLDS),
-        )
-    return budget
 
 
 def _clean_thresholds(thresholds: Any) -> list[int]:

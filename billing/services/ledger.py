@@ -16,13 +16,13 @@ Every service here is one database transaction that
 """
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
 
 from django.conf import settings
 from django.db import connection, transaction
-from django.db.models import F, Q, QuerySet, Sum
+from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
 from billing.errors import (
@@ -33,6 +33,7 @@ from billing.errors import (
     OutstandingDebt,
 )
 from billing.models import ZERO, Account, Entry, Hold, ReferenceKind, Transaction
+from billing.selectors import debt_owed, earnings_split
 from billing.services import budgets
 from computeshare.errors import ValidationFailed
 from computeshare.numbers import MICRO_PLACES, MICRO_UNIT
@@ -334,16 +335,6 @@ def wallet_debit(
     )
 
 
-def debt_owed(organization: Any) -> Decimal:
-    """What the organization owes the platform (positive), from its `debt` account."""
-    balance = (
-        Account.objects.filter(organization=organization, kind=Account.Kind.DEBT)
-        .values_list("balance", flat=True)
-        .first()
-    )
-    return -balance if balance else ZERO
-
-
 def debt_refuse(organization: Any) -> None:
     """`OutstandingDebt` while the organization owes the platform anything."""
     owed = debt_owed(organization)
@@ -352,24 +343,6 @@ def debt_refuse(organization: Any) -> None:
 
 
 # --- Earnings and payouts ----------------------------------------------------------------------
-
-
-def earnings_split(organization: Any, balance: Decimal) -> tuple[Decimal, Decimal]:
-    """(held, payable) of an earnings balance: what was earned within the holding period
-    (`PAYOUT_HOLDING_PERIOD`, time for a dispute to arrive) is held, the rest is payable,
-    in whole cents as money leaves through Stripe."""
-    recent = (
-        Entry.objects.filter(
-            account__organization=organization,
-            account__kind=Account.Kind.EARNINGS,
-            kind=Entry.Kind.EARNING,
-            created_at__gt=timezone.now() - settings.PAYOUT_HOLDING_PERIOD,
-        ).aggregate(total=Sum("amount"))["total"]
-        or ZERO
-    )
-    held = min(max(balance, ZERO), recent)
-    payable = (balance - held).quantize(Decimal("0.01"), rounding=ROUND_DOWN)
-    return balance - payable, max(payable, ZERO)
 
 
 def earnings_pay_out(

@@ -12,7 +12,7 @@ from django.test import Client
 from billing import selectors, services
 from billing.errors import OutstandingDebt, TopUpNotRefundable
 from billing.models import Account, Dispute, Entry, Hold, ReferenceKind, TopUpRefund, Transaction
-from billing.services.ledger import debt_owed
+from billing.selectors import debt_owed
 from tests.billing.stripe_flows import (
     deliver,
     event_matching,

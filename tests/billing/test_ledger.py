@@ -24,7 +24,6 @@ from billing.models import (
     Transaction,
 )
 from billing.selectors import Wallet
-from billing.services import budgets
 from billing.tasks import budget_alert_notify_task
 from computeshare.errors import ValidationFailed
 from marketplace.models import Membership
@@ -706,7 +705,7 @@ def test_crossing_budget_thresholds_records_each_once_a_month_and_mails_the_admi
     services.budget_set(
         organization=team, monthly_limit=D("100.00"), alert_thresholds=[50, 80, 100]
     )
-    period = budgets.month_start().date()
+    period = selectors.month_start().date()
 
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         place(team, "49.999999")

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from billing import selectors, services
 from billing.models import Budget, BudgetAlert, Hold, ReferenceKind, Transaction
-from billing.services.budgets import month_start
+from billing.selectors import month_start
 from marketplace.models import Membership
 from tests.factories import MembershipFactory, OrganizationFactory, allocation_bought
 

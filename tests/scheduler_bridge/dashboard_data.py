@@ -182,7 +182,12 @@ def dashboard_data(*, history_days: int = 6) -> DashboardData:
 
     ended_jobs = []
     for index in range(history_days):
-        day = now - (history_days - index) * DAY + 2 * HOUR
+        # At 08:00 of each past day, so that a job of up to 3 hours ends on the day it began
+        # whatever the time the test runs at (from 2 hours after `now`'s time it spilled past
+        # midnight after about 19:00 UTC).
+        day = (now - (history_days - index) * DAY).replace(
+            hour=8, minute=0, second=0, microsecond=0
+        )
         with clock(day):
             job = submit(
                 team_member,

@@ -11,6 +11,7 @@ import circle. The name is looked up in Celery's registry when the message is se
 `task_always_eager` working; `tests/test_architecture.py` checks that every name is a task."""
 
 import logging
+from importlib import import_module
 from typing import Any
 
 from celery import current_app
@@ -27,6 +28,11 @@ def enqueue_after_commit(
     one), after `countdown` seconds when given."""
 
     def send() -> None:
+        if task_name not in current_app.tasks:
+            # A process that never imported the app's tasks module (the web server, a command,
+            # a bench): importing it registers its shared tasks with the current app. Without
+            # this, the message of a committed request raised NotRegistered there (a 500).
+            import_module(task_name.rpartition(".")[0])
         task = current_app.tasks[task_name]
         try:
             if countdown is None:

@@ -124,3 +124,36 @@ def test_a_lease_left_ending_with_no_scrub_under_way_is_scrubbed_again():
     # A lease that changed lately is left to the scrub that is on its way.
     TenantLease.objects.filter(pk=stalled.pk).update(updated_at=timezone.now())
     assert selectors.tenant_leases_to_scrub_again(quiet_for=timedelta(minutes=10)) == []
+
+
+def test_a_process_that_never_imported_the_tasks_module_still_sends_by_name():
+    """The web server imports no app's tasks module (only the worker autodiscovers them): the
+    name alone must find its task there, or every committed request's message raised
+    NotRegistered. A fresh interpreter, with a broker where nothing listens (refused, logged)."""
+    import os
+    import subprocess
+    import sys
+
+    from django.db import connection
+
+    from tests.workers import database_url
+
+    script = (
+        "import sys, django; django.setup()\n"
+        "from computeshare.queue import enqueue_after_commit\n"
+        "assert 'notifications.tasks' not in sys.modules\n"
+        "enqueue_after_commit('notifications.tasks.notice_batches_due_task', recovered_by='-')\n"
+        "print('sent')\n"
+    )
+    environment = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "computeshare.settings.test",
+        "CELERY_BROKER_URL": "redis://127.0.0.1:9/0",
+        "DATABASE_URL": database_url(connection.settings_dict),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], env=environment, capture_output=True, text=True, timeout=120
+    )
+
+    assert (done.returncode, done.stdout.strip()) == (0, "sent"), done.stderr[-2000:]
+    assert "the broker did not take notifications.tasks.notice_batches_due_task" in done.stderr

@@ -28,6 +28,7 @@ UNDETERMINED = "undetermined"
 REQUEUED = "requeued"
 RESIZED = "resized"
 
+# A job's ends: the one table of them (the platform's `JobState`s are these same strings).
 ENDED_STATES = frozenset(
     {COMPLETED, FAILED, CANCELLED, TIMEOUT, OUT_OF_MEMORY, NODE_FAIL, PREEMPTED}
 )
@@ -35,6 +36,25 @@ ENDED_STATES = frozenset(
 RUN_ENDED_STATES = ENDED_STATES | {REQUEUED, RESIZED}
 # Ends that are the cluster owner's doing: such a run is recorded but never charged.
 OWNER_CAUSED_STATES = frozenset({NODE_FAIL, PREEMPTED})
+
+
+# Every name the platform gives on a cluster starts with this: its jobs are "cs-<job uuid>" (how
+# a job is found again by name, and told from the jobs a team's own jobs submit), the teams'
+# Slurm accounts "cs-<16 hex digits of the organization>".
+PLATFORM_PREFIX = "cs-"
+_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
+_PLATFORM_JOB_NAME = re.compile(re.escape(PLATFORM_PREFIX) + f"({_UUID})")
+
+
+def platform_job_name(job_uuid: object) -> str:
+    """The scheduler job name of the platform's job `job_uuid`."""
+    return f"{PLATFORM_PREFIX}{job_uuid}"
+
+
+def platform_job_uuid(name: str) -> str | None:
+    """The job UUID in a scheduler job name the platform gave, or None for any other name."""
+    match = _PLATFORM_JOB_NAME.fullmatch(name)
+    return match.group(1) if match else None
 
 
 _ENVIRONMENT_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -94,7 +114,7 @@ class JobSpec:
     """One submission: every resource is an sbatch command-line option the platform builds;
     nothing of the user's reaches an `#SBATCH` line."""
 
-    name: str  # the scheduler job name, "cs-<job uuid>": how a job is found again by name
+    name: str  # the scheduler job name, `platform_job_name`: how a job is found again
     script: str  # starts with "#!"; written to `directory/job.sh`
     directory: str  # per-job directory, relative to the tenant's home (or the local root)
     partition: str

@@ -184,6 +184,14 @@ class Cluster(BaseModel):
         MANAGED = "managed", "One Slurm account per buying organization"
         FIXED = "fixed", "One Slurm account for every job"
 
+    # A cluster in one of these takes no new work until its owners or the operators sort it
+    # out: the operators took it off the market, or its host offered another key than the
+    # pinned one (it may not be the owners' any more). Its offers sell nothing, its
+    # allocations take no jobs, and the jobs queued for it wait.
+    UNAVAILABLE_STATUSES: ClassVar[frozenset[str]] = frozenset(
+        {Status.SUSPENDED, Status.HOST_KEY_MISMATCH}
+    )
+
     organization = models.ForeignKey(
         Organization, on_delete=models.PROTECT, related_name="clusters"
     )

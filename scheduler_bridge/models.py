@@ -14,11 +14,9 @@ from billing.models import ZERO, money_field
 from computeshare.fields import EncryptedJSONField
 from computeshare.models import BaseModel
 from computeshare.numbers import MICRO_UNIT
+from hpc.types import ENDED_STATES as HPC_ENDED_STATES
+from hpc.types import platform_job_name
 from marketplace.models import Allocation, Cluster, Organization, TenantLease, units_field
-
-# The platform's jobs are named "cs-<job uuid>" on the cluster.
-PLATFORM_NAME_PREFIX = "cs-"
-
 
 SECONDS_PER_HOUR = Decimal(3600)
 
@@ -67,17 +65,8 @@ class RunState(models.TextChoices):
     RESIZED = "resized", "Resized by the job"
 
 
-ENDED_STATES = frozenset(
-    {
-        JobState.COMPLETED,
-        JobState.FAILED,
-        JobState.CANCELLED,
-        JobState.TIMEOUT,
-        JobState.OUT_OF_MEMORY,
-        JobState.NODE_FAIL,
-        JobState.PREEMPTED,
-    }
-)
+# A job's ends are the library's (`hpc.types.ENDED_STATES`, the same strings as these states).
+ENDED_STATES = frozenset(JobState(state) for state in HPC_ENDED_STATES)
 # On the cluster: the poll follows these.
 ACTIVE_STATES = frozenset(
     {
@@ -273,7 +262,7 @@ class Job(Progress):
     def scheduler_name(self) -> str:
         """The Slurm job name of the platform's jobs: carries the job's UUID, so the job can be
         found again by name."""
-        return f"{PLATFORM_NAME_PREFIX}{self.uuid}"
+        return platform_job_name(self.uuid)
 
     @property
     def is_from_tenant(self) -> bool:

@@ -4,8 +4,8 @@
   notifications -> webhooks -> computeshare.
 - The SSH and Slurm library `hpc` sits below every app: it imports no app and no Django, and
   any app may use it. Inside it, each layer imports only the layers below it: the shared types
-  (`types`, `arrays`, `errors`) at its bottom, then `ssh` and `pool`, then the Slurm commands
-  (`slurm`), then the schedulers behind one interface (`backends`).
+  and helpers (`types`, `arrays`, `errors`, `batches`) at its bottom, then `ssh` and `pool`,
+  then the Slurm commands (`slurm`), then the schedulers behind one interface (`backends`).
 - No import circle between the modules of any one package.
 - Selectors (reads) never import services (writes): services may read through selectors.
 - Only one module talks to Stripe.
@@ -28,7 +28,7 @@ LAYERS = [
 LIBRARY = "hpc"
 # The library's own layers, bottom first; a module may import its own layer and those below.
 LIBRARY_LAYERS = [
-    {"hpc.types", "hpc.arrays", "hpc.errors"},
+    {"hpc.types", "hpc.arrays", "hpc.errors", "hpc.batches"},
     {"hpc.ssh", "hpc.pool"},
     {"hpc.slurm"},
     {"hpc.backends"},

@@ -15,7 +15,7 @@ Every service here is one database transaction that
   call made and writes nothing.
 """
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
 from uuid import UUID
@@ -37,6 +37,7 @@ from billing.selectors import debt_owed, earnings_split
 from billing.services import budgets
 from computeshare.errors import ValidationFailed
 from computeshare.numbers import MICRO_PLACES, MICRO_UNIT
+from hpc.batches import batched
 
 # What the ledger's columns hold: 20 digits, 6 of them after the point.
 LARGEST = Decimal(10) ** 14
@@ -728,7 +729,7 @@ def holds_settle(
             updated_at=now,
         )
         for keeping, pks in kept.items():
-            for batch in _batches(pks, 10_000):
+            for batch in batched(pks, 10_000):
                 Hold.objects.filter(pk__in=batch).update(
                     amount=keeping, released=F("released") + F("amount") - keeping, updated_at=now
                 )
@@ -764,7 +765,7 @@ def _wallets_lock(organizations: Sequence[int]) -> dict[AccountKey, tuple[int, D
     """Locks the `available` and `held` accounts of many organizations in primary-key order
     and returns each one's id and balance (plain rows: no model objects for thousands)."""
     locked: dict[AccountKey, tuple[int, Decimal]] = {}
-    for batch in _batches(organizations, 10_000):
+    for batch in batched(organizations, 10_000):
         found = (
             Account.objects.select_for_update()
             .filter(organization_id__in=batch, kind__in=[Account.Kind.AVAILABLE, Account.Kind.HELD])
@@ -877,7 +878,7 @@ def _releases_post_orm(
 ) -> None:
     """`holds_settle`'s release transactions with the ORM, for SQLite (the embedded demo)."""
     accounts: dict[AccountKey, Account] = {}
-    for batch in _batches(organizations, 10_000):
+    for batch in batched(organizations, 10_000):
         found = (
             Account.objects.select_for_update()
             .filter(organization_id__in=batch, kind__in=[Account.Kind.AVAILABLE, Account.Kind.HELD])
@@ -937,8 +938,3 @@ def _balances_write_rows(ids: list[int], balances: list[Decimal], now: Any) -> N
             f"WHERE {table}.id = new.id",
             [now, ids, balances],
         )
-
-
-def _batches(items: Sequence[int], size: int) -> Iterator[Sequence[int]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]

@@ -23,6 +23,7 @@ from typing import BinaryIO
 
 import paramiko
 
+from hpc.batches import batched
 from hpc.errors import (
     RemoteCommandFailed,
     SchedulerUnavailable,
@@ -32,7 +33,6 @@ from hpc.errors import (
 from hpc.slurm.accounting import (
     NAME_CHUNK,
     SACCT_CHUNK,
-    chunks,
     parse_sacct_by_name,
     parse_sacct_runs,
     parse_squeue,
@@ -218,7 +218,7 @@ class SlurmBackend:
         if not wanted or not users:
             return {}
         found: dict[str, str] = {}
-        for chunk in chunks(wanted, NAME_CHUNK):
+        for chunk in batched(wanted, NAME_CHUNK):
             queued = parse_squeue_by_name(
                 self._slurm(squeue_by_name_arguments(users, chunk)).stdout
             )
@@ -238,7 +238,7 @@ class SlurmBackend:
 
     def runs(self, job_ids: Sequence[str]) -> list[RunRecord]:
         records: list[RunRecord] = []
-        for chunk in chunks(valid_job_ids(job_ids), SACCT_CHUNK):
+        for chunk in batched(valid_job_ids(job_ids), SACCT_CHUNK):
             output = self._slurm(sacct_runs_arguments(chunk)).stdout
             records += parse_sacct_runs(
                 output, with_steps=True, now=datetime.now(UTC), step_grace=self.record_grace

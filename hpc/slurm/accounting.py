@@ -138,11 +138,6 @@ def valid_users(users: Iterable[str]) -> list[str]:
     return unique
 
 
-def chunks(items: Sequence[str], size: int) -> Iterable[Sequence[str]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
-
-
 def _leader_id(printed_job_id: str) -> str:
     """The id a job is cancelled and looked up by: an array's or heterogeneous job's own."""
     match = _PRINTED_JOB_ID.fullmatch(printed_job_id)

@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from hpc.errors import BridgeError, RemoteCommandFailed, UnexpectedOutput
 from hpc.slurm.parsers import parse_parsable2
 from hpc.ssh import CommandResult, SSHConnection
+from hpc.types import PLATFORM_PREFIX
 
-ACCOUNT_PREFIX = "cs-"
+ACCOUNT_PREFIX = PLATFORM_PREFIX
 ASSOCIATION_FIELDS = (
     "Cluster",
     "Account",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from hpc.arrays import InvalidArray, parse_array
+from hpc.batches import batched
 from hpc.errors import UnexpectedOutput
 from hpc.slurm.accounting import valid_job_ids
 from hpc.types import (
@@ -205,7 +206,7 @@ def submission_script(submissions: Sequence[Submission], token: str) -> str:
     # written), so this says nothing itself.
     lines += [
         f"mkdir -p -m 0700 -- {shlex.join(chunk)} 2>/dev/null || :"
-        for chunk in _chunks(directories)
+        for chunk in batched(directories, _PATHS_PER_COMMAND)
     ]
     for index, submission in enumerate(submissions):
         directory = submission.directory
@@ -247,20 +248,18 @@ def submission_script(submissions: Sequence[Submission], token: str) -> str:
     # tenant's home is scrubbed when the lease ends.
     scripts = [f"{directory}/{SCRIPT_FILE}" for directory in directories]
     exports = [f"{directory}/{EXPORT_FILE}" for directory in directories]
-    lines += [f"chmod 0700 -- {shlex.join(chunk)} 2>/dev/null || :" for chunk in _chunks(scripts)]
-    lines += [f"rm -f -- {shlex.join(chunk)} || :" for chunk in _chunks(exports)]
+    lines += [
+        f"chmod 0700 -- {shlex.join(chunk)} 2>/dev/null || :"
+        for chunk in batched(scripts, _PATHS_PER_COMMAND)
+    ]
+    lines += [
+        f"rm -f -- {shlex.join(chunk)} || :" for chunk in batched(exports, _PATHS_PER_COMMAND)
+    ]
     return "\n".join(lines) + "\n"
 
 
 # Paths per mkdir, chmod or rm of a batch: well under any system's limit of a command line.
 _PATHS_PER_COMMAND = 500
-
-
-def _chunks(paths: list[str]) -> list[list[str]]:
-    return [
-        paths[start : start + _PATHS_PER_COMMAND]
-        for start in range(0, len(paths), _PATHS_PER_COMMAND)
-    ]
 
 
 def parse_submission_output(text: str, token: str, count: int) -> list[SubmissionOutcome]:

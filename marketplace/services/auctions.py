@@ -1,6 +1,5 @@
 """Clearing auctions and closing allocation windows."""
 
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -12,6 +11,7 @@ from django.utils import timezone
 
 from billing import services as billing
 from billing.models import Hold, ReferenceKind
+from hpc.batches import batched
 from marketplace import notices, webhook_events
 from marketplace.auction import SealedBid, uniform_price_clear
 from marketplace.models import Allocation, Bid, Offer
@@ -87,7 +87,7 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
     # most one: the bid that used up the supply) in another, and then every bid still open lost.
     full = [pk for pk, row in winners.items() if clearing.fills[pk] == row[2]]
     partial = [pk for pk in winners if clearing.fills[pk] != winners[pk][2]]
-    for batch in _batches(full, 10_000):
+    for batch in batched(full, 10_000):
         Bid.objects.filter(pk__in=batch).update(
             status=Bid.Status.WON, quantity_won=F("quantity"), price_paid=price, updated_at=now
         )
@@ -202,11 +202,6 @@ def _allocations_create(
             constants,
         )
     return len(wins)
-
-
-def _batches(items: list[int], size: int) -> Iterator[list[int]]:
-    for start in range(0, len(items), size):
-        yield items[start : start + size]
 
 
 def auctions_due(now: datetime | None = None) -> list[int]:

@@ -346,7 +346,7 @@ def _open_for_orders(offer: Offer, actor: Membership) -> None:
         raise errors.OfferNotOpen(
             extra={"status": offer.status, "auction_closes_at": offer.auction_closes_at.isoformat()}
         )
-    if offer.cluster.status in (Cluster.Status.SUSPENDED, Cluster.Status.HOST_KEY_MISMATCH):
+    if offer.cluster.status in Cluster.UNAVAILABLE_STATUSES:
         # A cluster that may not be the owner's any more (its host key changed) or that the
         # operators took off the market sells nothing until it is sorted out.
         raise errors.OfferNotOpen(

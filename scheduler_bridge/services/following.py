@@ -29,6 +29,7 @@ from django.utils import timezone
 from billing import services as billing
 from billing.models import Hold, ReferenceKind
 from hpc.arrays import InvalidArray, parse_index_ranges
+from hpc.batches import batched
 from hpc.errors import BridgeError
 from hpc.slurm.accounting import run_state
 from hpc.types import (
@@ -48,6 +49,7 @@ from marketplace.models import Allocation, Cluster, Resource, TenantLease
 from scheduler_bridge.models import (
     ACTIVE_STATES,
     ENDED_STATES,
+    SECONDS_PER_HOUR,
     TRANSITIONS,
     ClusterPoll,
     Job,
@@ -76,7 +78,6 @@ from scheduler_bridge.services.tenant_jobs import (
 
 logger = logging.getLogger(__name__)
 
-SECONDS_PER_HOUR = Decimal(3600)
 # A cancellation the cluster has not acted on by then is asked for again by the poll.
 CANCEL_REPEAT_AFTER = timedelta(seconds=30)
 # How stale `Job.last_seen_at` may be: it only starts the (long) undetermined grace period.
@@ -470,10 +471,9 @@ def _jobs_state_refresh(job_ids: set[int]) -> None:
     job of one task that waits in the queue (a first poll sees thousands go from submitted to
     pending) takes its task's state and reason in one UPDATE per reason, its history in one
     INSERT. Every other job (running, ended, arrays) goes through `job_state_refresh`."""
-    ordered = sorted(job_ids)
     rest: list[int] = []
-    for start in range(0, len(ordered), FOLLOW_CHUNK):
-        rest += _jobs_pending_record(ordered[start : start + FOLLOW_CHUNK])
+    for batch in batched(sorted(job_ids), FOLLOW_CHUNK):
+        rest += _jobs_pending_record(batch)
     for job_id in rest:
         job_state_refresh(job_id=job_id)
 

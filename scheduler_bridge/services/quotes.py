@@ -19,9 +19,9 @@ from django.conf import settings
 from billing.selectors import budget_status, wallet_get
 from computeshare.errors import ValidationFailed
 from hpc.errors import BridgeError
-from hpc.types import JobSpec, Tenant
+from hpc.types import JobSpec, Tenant, platform_job_name
 from marketplace.models import Allocation, Membership, TenantLease
-from scheduler_bridge.models import PLATFORM_NAME_PREFIX, money_of
+from scheduler_bridge.models import money_of
 from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.submission import (
     JobRequest,
@@ -51,7 +51,7 @@ def job_quote(*, actor: Membership, allocation: Allocation, request: JobRequest)
         raise ValidationFailed(fields={"allocation": ["No such allocation."]})
     allocation_check_open(allocation)
     request, _, _, units = job_request_sized(allocation, request)
-    unreserved = allocation.quantity - allocation.used - allocation.reserved
+    unreserved = allocation.remaining
     wallet = wallet_get(actor.organization)
     budget = budget_status(actor.organization, wallet)
     start, source, detail = _expected_start(allocation, request)
@@ -88,7 +88,7 @@ def _expected_start(
             return None, "unavailable", "The team has no account leased on the cluster yet."
         tenant = Tenant(user=lease.account.username, home=lease.account.home)
     spec = JobSpec(
-        name=f"{PLATFORM_NAME_PREFIX}quote-{uuid.uuid4()}",
+        name=platform_job_name(f"quote-{uuid.uuid4()}"),
         script=request.script,
         directory="computeshare-jobs/quote",
         partition=allocation.partition.name,

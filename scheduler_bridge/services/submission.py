@@ -256,7 +256,7 @@ def allocation_check_open(allocation: Allocation) -> None:
         raise errors.AllocationNotActive(
             extra={"window_start": allocation.window_start, "window_end": allocation.window_end}
         )
-    if allocation.cluster.status in (Cluster.Status.SUSPENDED, Cluster.Status.HOST_KEY_MISMATCH):
+    if allocation.cluster.status in Cluster.UNAVAILABLE_STATUSES:
         raise errors.ClusterNotAvailable(extra={"cluster_status": allocation.cluster.status})
 
 
@@ -271,7 +271,7 @@ def job_request_sized(
     indices = job_request_check(allocation, request)
     task_units = job_units(resource=allocation.resource, request=request, task_count=1)
     units = task_units * len(indices)
-    unreserved = allocation.quantity - allocation.used - allocation.reserved
+    unreserved = allocation.remaining
     if units > unreserved:
         raise errors.AllocationExhausted(
             f"The job reserves {units.normalize():f} units (cores or GPUs x time limit x tasks); "
@@ -393,7 +393,8 @@ def _claim(cluster_id: int, limit: int, now: datetime) -> list[tuple[Job, bool]]
     return claimed
 
 
-_CLUSTER_UNAVAILABLE: dict[str, str] = {
+# What the queued jobs of a cluster that takes no jobs now (`Cluster.UNAVAILABLE_STATUSES`) say.
+_WAITING_BECAUSE: dict[str, str] = {
     Cluster.Status.SUSPENDED: "Waiting: the cluster is suspended.",
     Cluster.Status.HOST_KEY_MISMATCH: (
         "Waiting: the cluster's host offered another key than the pinned one; its owners "
@@ -409,9 +410,10 @@ def cluster_jobs_submit(*, cluster_id: int, limit: int | None = None) -> int:
     next attempt finds it by name first. Transient failures leave jobs queued for the next
     attempt; refusals fail them with the scheduler's reason."""
     cluster = Cluster.objects.get(pk=cluster_id)
-    if reason := _CLUSTER_UNAVAILABLE.get(cluster.status):
+    if cluster.status in Cluster.UNAVAILABLE_STATUSES:
         # Nothing goes to a cluster the operators suspended or whose host key changed; the
         # jobs wait (and can be cancelled) until the owners sort it out.
+        reason = _WAITING_BECAUSE.get(cluster.status, "Waiting: the cluster takes no jobs now.")
         Job.objects.filter(cluster=cluster, state=JobState.QUEUED).update(state_reason=reason)
         return 0
     limit = limit or settings.JOBS_SUBMIT_BATCH_SIZE

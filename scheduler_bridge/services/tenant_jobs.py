@@ -12,7 +12,6 @@ charged like any other job, and listed with its Slurm id as a job the platform d
 from __future__ import annotations
 
 import logging
-import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -23,10 +22,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from computeshare.numbers import MICRO_UNIT
-from hpc.types import RunRecord
+from hpc.types import RunRecord, platform_job_name, platform_job_uuid
 from marketplace.models import Allocation, Cluster, Resource, TenantLease
 from scheduler_bridge.models import (
-    PLATFORM_NAME_PREFIX,
     Job,
     JobEvent,
     JobState,
@@ -35,8 +33,6 @@ from scheduler_bridge.models import (
 
 logger = logging.getLogger(__name__)
 
-_UUID = r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"
-_PLATFORM_NAME = re.compile(re.escape(PLATFORM_NAME_PREFIX) + f"({_UUID})")
 MINUTES_PER_HOUR = Decimal(60)
 
 
@@ -139,14 +135,14 @@ def _platform_jobs_named(cluster: Cluster, records: Iterable[RunRecord]) -> dict
     name counts as the platform's only together with the user that job runs as, and only while
     that job is in flight: a job named after one that is on the cluster is another job."""
     uuids = {
-        match.group(1): record.name
+        job_uuid: record.name
         for record in records
-        if (match := _PLATFORM_NAME.fullmatch(record.name))
+        if (job_uuid := platform_job_uuid(record.name)) is not None
     }
     if not uuids:
         return {}
     return {
-        f"{PLATFORM_NAME_PREFIX}{job_uuid}": user
+        platform_job_name(job_uuid): user
         for job_uuid, user in Job.objects.filter(
             cluster=cluster,
             uuid__in=list(uuids),

@@ -14,7 +14,7 @@ class ComputeShareUserAdmin(UserAdmin):
 
 
 @admin.register(ApiToken)
-class ApiTokenAdmin(admin.ModelAdmin):  # type: ignore[type-arg]  # generic in the stubs only
+class ApiTokenAdmin(admin.ModelAdmin):
     """Operators see who holds which tokens and revoke them; the digest is never shown, and a
     token is made only by its user, who alone sees its key."""
 

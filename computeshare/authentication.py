@@ -2,6 +2,8 @@
 
 from typing import Any
 
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.plumbing import build_bearer_security_scheme_object
 from rest_framework import authentication, exceptions
@@ -10,6 +12,16 @@ from rest_framework.request import Request
 from computeshare import services
 from computeshare.errors import ApplicationError
 from computeshare.models import ApiToken, User
+
+
+def request_user(request: HttpRequest | Request) -> User:
+    """The signed-in user of a request to a view that requires one (LoginRequiredMixin, DRF's
+    IsAuthenticated), typed as the project's User. Reaching a view without one is a mistake in
+    that view's permissions: refused (403), never run as AnonymousUser."""
+    user = request.user
+    if not isinstance(user, User):
+        raise PermissionDenied("Sign in first.")
+    return user
 
 
 class ApiTokenAuthentication(authentication.BaseAuthentication):

@@ -15,7 +15,7 @@ class StyledFormMixin:
     errors: Any
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)  # type: ignore[call-arg]
+        super().__init__(*args, **kwargs)
         for field in self.fields.values():
             widget = field.widget
             css = "form-select" if isinstance(widget, forms.Select) else "form-control"

@@ -1,10 +1,10 @@
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from computeshare.health import healthz
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("", include("marketplace.api_urls")),
     path("", include("billing.api_urls")),
     path("", include("scheduler_bridge.api_urls")),

@@ -120,6 +120,6 @@ class OfferFilter(django_filters.FilterSet):
     @property
     def qs(self) -> QuerySet[Offer]:
         # A stable order whatever the ordering asked for, so that pages never overlap.
-        queryset = super().qs
+        queryset: QuerySet[Offer] = super().qs
         ordering = list(queryset.query.order_by) or ["auction_closes_at"]
         return queryset.order_by(*ordering, "pk")

@@ -78,7 +78,7 @@ class OfferBrowseFilter(OfferFilter):
     @property
     def form(self) -> forms.Form:
         if not hasattr(self, "_form"):
-            form = super().form
+            form: forms.Form = super().form
             fields = form.fields
             fields["resource"].widget = _styled_select([("", "Any resource"), *Resource.choices])
             fields["cluster"].label = "Cluster"
@@ -106,7 +106,7 @@ class OfferBrowseFilter(OfferFilter):
             ordering.widget.choices = ORDERING_CHOICES
             ordering.widget.attrs["class"] = "form-select"
             return form
-        return self._form  # type: ignore[no-any-return]
+        return self._form  # type: ignore[no-any-return]  # django-filter is untyped
 
 
 # --- Buying and bidding ------------------------------------------------------------------------

@@ -786,10 +786,9 @@ class Allocation(BaseModel):
         return self.status_at(timezone.now())
 
 
-# Capacity, idle time and the owners' track record live in their own module.
-from marketplace.models_capacity import (  # noqa: E402, F401
-    ClusterOutage,
-    HardwareChange,
-    OwnerSideRunEnd,
-    PartitionIdleHour,
-)
+# Capacity, idle time and the owners' track record live in their own module; re-exported
+# (`as`, for mypy) so that Django finds the models and callers import every model from here.
+from marketplace.models_capacity import ClusterOutage as ClusterOutage  # noqa: E402
+from marketplace.models_capacity import HardwareChange as HardwareChange  # noqa: E402
+from marketplace.models_capacity import OwnerSideRunEnd as OwnerSideRunEnd  # noqa: E402
+from marketplace.models_capacity import PartitionIdleHour as PartitionIdleHour  # noqa: E402

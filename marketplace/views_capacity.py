@@ -18,6 +18,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.views import View
 
+from computeshare.authentication import request_user
 from computeshare.errors import ApplicationError, NotFound
 from computeshare.numbers import MICRO_PLACES
 from marketplace import capacity, selectors, services
@@ -211,7 +212,7 @@ class OfferExtendView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest, offer_id: str) -> HttpResponse:
         offer = selectors.offer_get(offer_id)
-        membership = selectors.membership_in(request.user, offer.cluster.organization_id)
+        membership = selectors.membership_in(request_user(request), offer.cluster.organization_id)
         if membership is None:
             raise NotFound("No such offer.")
         back = next_url(

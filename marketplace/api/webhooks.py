@@ -11,6 +11,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response, validated
+from computeshare.authentication import request_user
 from marketplace import selectors
 from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from webhooks import selectors as webhook_selectors
@@ -36,7 +37,7 @@ class WebhookEndpointListCreateApi(APIView):
         parameters=PAGE_PARAMETERS,
     )
     def get(self, request: Request, organization_id: uuid.UUID) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = selectors.membership_get_admin(request_user(request), organization_id)
         return paginated_response(
             request,
             self,
@@ -58,7 +59,7 @@ class WebhookEndpointListCreateApi(APIView):
         ),
     )
     def post(self, request: Request, organization_id: uuid.UUID) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = selectors.membership_get_admin(request_user(request), organization_id)
 
         def create() -> Response:
             data = validated(EndpointCreateSerializer, request.data)
@@ -83,7 +84,7 @@ class WebhookEndpointDetailApi(APIView):
         responses={200: EndpointSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, organization_id: uuid.UUID, endpoint_id: uuid.UUID) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = selectors.membership_get_admin(request_user(request), organization_id)
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         return Response(EndpointSerializer(endpoint).data)
 
@@ -96,7 +97,7 @@ class WebhookEndpointDetailApi(APIView):
     def patch(
         self, request: Request, organization_id: uuid.UUID, endpoint_id: uuid.UUID
     ) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = selectors.membership_get_admin(request_user(request), organization_id)
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         changes = validated(EndpointUpdateSerializer, request.data)
         endpoint = webhook_services.endpoint_update(endpoint=endpoint, **changes)
@@ -110,7 +111,7 @@ class WebhookEndpointDetailApi(APIView):
     def delete(
         self, request: Request, organization_id: uuid.UUID, endpoint_id: uuid.UUID
     ) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = selectors.membership_get_admin(request_user(request), organization_id)
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         webhook_services.endpoint_delete(endpoint=endpoint)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -127,7 +128,7 @@ class WebhookEndpointRotateSecretApi(APIView):
     def post(
         self, request: Request, organization_id: uuid.UUID, endpoint_id: uuid.UUID
     ) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = selectors.membership_get_admin(request_user(request), organization_id)
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         endpoint = webhook_services.endpoint_secret_rotate(endpoint=endpoint)
         return Response(EndpointWithSecretSerializer(endpoint).data)
@@ -142,7 +143,7 @@ class WebhookDeliveryListApi(APIView):
         description="The endpoint's delivery log, newest event first.",
     )
     def get(self, request: Request, organization_id: uuid.UUID, endpoint_id: uuid.UUID) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = selectors.membership_get_admin(request_user(request), organization_id)
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         return paginated_response(
             request, self, webhook_selectors.delivery_list(endpoint), DeliverySerializer
@@ -164,7 +165,7 @@ class WebhookDeliveryRedeliverApi(APIView):
         endpoint_id: uuid.UUID,
         delivery_id: uuid.UUID,
     ) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = selectors.membership_get_admin(request_user(request), organization_id)
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         delivery = webhook_selectors.delivery_get(endpoint, delivery_id)
         delivery = webhook_services.delivery_redeliver(delivery=delivery)

@@ -91,10 +91,10 @@ def tenant_lease_take(*, cluster: Cluster, organization_id: int) -> TenantLease 
     lease = _active_lease(cluster, organization_id)
     if lease is not None:
         return lease
-    [account] = _free_accounts_lock(cluster, 1) or [None]
-    if account is None:
+    accounts = _free_accounts_lock(cluster, 1)
+    if not accounts:
         raise errors.TenantAccountsExhausted(extra=selectors.tenant_account_totals(cluster))
-    lease, _ = _lease_create(cluster, account, organization_id)
+    lease, _ = _lease_create(cluster, accounts[0], organization_id)
     return lease
 
 

@@ -204,16 +204,13 @@ def cluster_verify(
         cluster_reachability_record(
             cluster=cluster, is_reachable=not unreachable, source="verification", detail=reason
         )
-        if unreachable:
-            cluster_status_mark(cluster, Cluster.Status.UNREACHABLE, reason)
-        else:
-            assert failed is not None
-            cluster_status_mark(cluster, Cluster.Status.MISCONFIGURED, f"{failed.title}: {reason}")
         extra: dict[str, Any] = {"reason": reason, "steps": steps.as_list()}
-        if unreachable:
+        if unreachable or failed is None:
+            cluster_status_mark(cluster, Cluster.Status.UNREACHABLE, reason)
             raise errors.ClusterUnreachable(
                 f"The cluster could not be verified: {reason}", extra=extra
             ) from error
+        cluster_status_mark(cluster, Cluster.Status.MISCONFIGURED, f"{failed.title}: {reason}")
         raise errors.ClusterMisconfigured(
             f"The cluster answered, but a check failed. {failed.title}: {reason}",
             extra={"failed_step": failed.key, **extra},

@@ -9,7 +9,7 @@ from django.http import HttpRequest
 from scheduler_bridge.models import ClusterPoll, Job, JobEvent, JobRun, JobTask
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
+class ReadOnlyAdmin(admin.ModelAdmin):
     def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False
 
@@ -20,7 +20,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):  # type: ignore[type-arg]
         return False
 
 
-class JobTaskInline(admin.TabularInline):  # type: ignore[type-arg]
+class JobTaskInline(admin.TabularInline):
     model = JobTask
     extra = 0
     can_delete = False
@@ -32,7 +32,7 @@ class JobTaskInline(admin.TabularInline):  # type: ignore[type-arg]
         return False
 
 
-class JobEventInline(admin.TabularInline):  # type: ignore[type-arg]
+class JobEventInline(admin.TabularInline):
     model = JobEvent
     extra = 0
     can_delete = False

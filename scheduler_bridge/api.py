@@ -7,7 +7,7 @@ import io
 import json
 from typing import Any
 
-from django.http import FileResponse, HttpResponse, StreamingHttpResponse
+from django.http import FileResponse, HttpResponse, QueryDict, StreamingHttpResponse
 from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -28,6 +28,7 @@ from computeshare.api import (
     paginated_response,
     validated,
 )
+from computeshare.authentication import request_user
 from computeshare.csv_export import csv_writer
 from computeshare.errors import NotFound, ValidationFailed
 from computeshare.parsers import JSONParser
@@ -90,7 +91,9 @@ def _allocation_named_in_body(request: Request) -> Allocation:
     if hasattr(body, "getlist"):  # a form: the last value, as the serializer reads it
         body = {"allocation": body.get("allocation")}
     try:
-        return market_selectors.allocation_get_for_user(request.user, body.get("allocation"))
+        return market_selectors.allocation_get_for_user(
+            request_user(request), body.get("allocation")
+        )
     except NotFound as error:
         raise ValidationFailed(fields={"allocation": ["No such allocation."]}) from error
 
@@ -103,7 +106,7 @@ def _job_body(request: Request) -> dict[str, Any]:
     """The job's fields, from a JSON body or from a multipart form (each field a form field,
     the variables as JSON object strings, the files apart)."""
     data = request.data
-    if not hasattr(data, "getlist"):
+    if not isinstance(data, QueryDict):  # a JSON body; a form's is a QueryDict
         return data if isinstance(data, dict) else {}
     body: dict[str, Any] = {key: data.get(key) for key in data if key != INPUT_FIELD}
     problems: dict[str, list[str]] = {}
@@ -121,10 +124,12 @@ def _job_body(request: Request) -> dict[str, Any]:
 class JobMultipartSchema(JobCreateSerializer):
     """The multipart form of POST /jobs/: the JSON body's fields plus the input files."""
 
-    environment = serializers.CharField(
+    # In a form the variables are a JSON object's text: DRF lets a subclass redeclare a field
+    # with another kind, which the stubs' attribute types do not know.
+    environment = serializers.CharField(  # type: ignore[assignment]
         required=False, help_text="A JSON object of names to strings."
     )
-    secret_environment = serializers.CharField(
+    secret_environment = serializers.CharField(  # type: ignore[assignment]
         required=False, help_text="A JSON object of names to strings (write-only)."
     )
     input_files = serializers.ListField(
@@ -165,7 +170,7 @@ class JobListCreateApi(APIView):
             query.pop("state")
         filters = validated(JobFilterSerializer, query)
         jobs = selectors.job_list_filtered(
-            request.user,
+            request_user(request),
             states=filters.get("state"),
             allocation=filters.get("allocation"),
             organization=filters.get("organization"),
@@ -191,7 +196,9 @@ class JobListCreateApi(APIView):
     def post(self, request: Request) -> Response:
         def create() -> Response:
             allocation = _allocation_named_in_body(request)
-            actor = market_selectors.membership_in(request.user, allocation.organization_id)
+            actor = market_selectors.membership_in(
+                request_user(request), allocation.organization_id
+            )
             assert actor is not None  # the allocation is visible only to its members
             services.allocation_check_open(allocation)
             data = validated(JobCreateSerializer, _job_body(request))
@@ -205,7 +212,9 @@ class JobListCreateApi(APIView):
                 input_files=uploads,
             )
             return Response(
-                JobDetailSerializer(selectors.job_get_for_user(request.user, job.uuid)).data,
+                JobDetailSerializer(
+                    selectors.job_get_for_user(request_user(request), job.uuid)
+                ).data,
                 status=status.HTTP_201_CREATED,
             )
 
@@ -225,7 +234,7 @@ class JobQuoteApi(APIView):
     )
     def post(self, request: Request) -> Response:
         allocation = _allocation_named_in_body(request)
-        actor = market_selectors.membership_in(request.user, allocation.organization_id)
+        actor = market_selectors.membership_in(request_user(request), allocation.organization_id)
         assert actor is not None
         services.allocation_check_open(allocation)
         data = validated(JobCreateSerializer, request.data)
@@ -242,7 +251,9 @@ class JobDetailApi(APIView):
         responses={200: JobDetailSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
     )
     def get(self, request: Request, job_id: str) -> Response:
-        return Response(JobDetailSerializer(selectors.job_get_for_user(request.user, job_id)).data)
+        return Response(
+            JobDetailSerializer(selectors.job_get_for_user(request_user(request), job_id)).data
+        )
 
 
 class JobCancelApi(APIView):
@@ -255,12 +266,12 @@ class JobCancelApi(APIView):
         "`job_already_ended` once it has ended.",
     )
     def post(self, request: Request, job_id: str) -> Response:
-        job = selectors.job_get_for_user(request.user, job_id)
-        actor = market_selectors.membership_in(request.user, job.organization_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
+        actor = market_selectors.membership_in(request_user(request), job.organization_id)
         assert actor is not None
         services.job_cancel(actor=actor, job=job)
         return Response(
-            JobDetailSerializer(selectors.job_get_for_user(request.user, job_id)).data,
+            JobDetailSerializer(selectors.job_get_for_user(request_user(request), job_id)).data,
             status=status.HTTP_202_ACCEPTED,
         )
 
@@ -292,7 +303,7 @@ class JobOutputApi(APIView):
         "cannot be read.",
     )
     def get(self, request: Request, job_id: str) -> HttpResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         services.job_output_check_kept(job)
         query = validated(JobOutputQuerySerializer, request.query_params)
         text = services.job_output(
@@ -321,7 +332,9 @@ class UsageApi(APIView):
         "`format=csv` downloads every row, with the same columns.",
     )
     def get(self, request: Request, organization_id: str) -> Any:
-        membership = market_selectors.membership_get_for_user(request.user, organization_id)
+        membership = market_selectors.membership_get_for_user(
+            request_user(request), organization_id
+        )
         query = request.query_params.copy()
         wants_csv = query.pop("format", ["json"])[-1] == "csv"
         filters = time_range(request)
@@ -373,7 +386,9 @@ class EfficiencyApi(APIView):
         "that wasted most.",
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = market_selectors.membership_get_for_user(request.user, organization_id)
+        membership = market_selectors.membership_get_for_user(
+            request_user(request), organization_id
+        )
         query = validated(MonthQuerySerializer, request.query_params)
         month_start = query.get("month") or month_start_of(timezone.now())
         report = selectors.organization_efficiency_report(membership.organization, month_start)
@@ -434,7 +449,7 @@ class JobFilesApi(APIView):
         "that the list is empty and `state` says why (never a 409): a client waits for `ready`.",
     )
     def get(self, request: Request, job_id: str) -> Response:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         files = selectors.job_result_files(job)
         response = paginated_response(request, self, files, JobResultFileSerializer)
         response.data["state"] = job.results_state
@@ -459,7 +474,7 @@ class JobFileDownloadApi(APIView):
         "that is not among the job's results.",
     )
     def get(self, request: Request, job_id: str, name: str) -> FileResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         row = selectors.job_result_file(job, name)
         response = FileResponse(
             job_files_storage().open(row.stored, "rb"),
@@ -487,7 +502,7 @@ class JobFilesArchiveApi(APIView):
         "are `ready`.",
     )
     def get(self, request: Request, job_id: str) -> StreamingHttpResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         rows = list(selectors.job_result_files(job))
         response = StreamingHttpResponse(
             tar_gz_stream(job_files_storage(), rows), content_type="application/gzip"

@@ -352,13 +352,13 @@ class JobDetailSerializer(JobSerializer):
     @extend_schema_field(JobInputFileSerializer(many=True))
     def get_input_files(self, job: Job) -> list[dict[str, Any]]:
         files = job.files.filter(kind=JobFile.Kind.INPUT).order_by("name")
-        return JobInputFileSerializer(files, many=True).data
+        return JobInputFileSerializer(files, many=True).data  # type: ignore[return-value]  # many=True gives a ReturnList; the stubs say ReturnDict
 
     @extend_schema_field(JobTaskSerializer(many=True))
     def get_tasks(self, job: Job) -> list[dict[str, Any]]:
         if not job.is_array:
             return []
-        return JobTaskSerializer(job.tasks.all(), many=True).data
+        return JobTaskSerializer(job.tasks.all(), many=True).data  # type: ignore[return-value]  # many=True gives a ReturnList; the stubs say ReturnDict
 
 
 class JobFilterSerializer(serializers.Serializer):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from django.http import HttpResponse
+from django.http import HttpResponse, QueryDict
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import status
 from rest_framework.parsers import MultiPartParser
@@ -17,6 +17,7 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response, validated
+from computeshare.authentication import request_user
 from computeshare.csv_export import csv_writer
 from computeshare.errors import ValidationFailed
 from computeshare.parsers import JSONParser
@@ -44,7 +45,7 @@ TABLE_FILE_FIELD = "table_file"
 def _sweep_body(request: Request) -> dict[str, Any]:
     """The sweep's fields from a JSON body, or from a form whose table may be a CSV file."""
     data = request.data
-    if not hasattr(data, "getlist"):
+    if not isinstance(data, QueryDict):  # a JSON body; a form's is a QueryDict
         return data if isinstance(data, dict) else {}
     body: dict[str, Any] = {key: data.get(key) for key in data if key != TABLE_FILE_FIELD}
     upload = request.FILES.get(TABLE_FILE_FIELD)
@@ -72,7 +73,7 @@ def sweep_request_of(data: dict[str, Any]) -> services.SweepRequest:
 
 
 def _detail(request: Request, sweep_id: Any) -> Response:
-    sweep = selectors.sweep_get_for_user(request.user, sweep_id)
+    sweep = selectors.sweep_get_for_user(request_user(request), sweep_id)
     rows = list(selectors.sweep_rows(sweep))
     return Response(SweepDetailSerializer(sweep, context={"rows": rows}).data)
 
@@ -87,7 +88,7 @@ class SweepListCreateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         return paginated_response(
-            request, self, selectors.sweep_list_for_user(request.user), SweepSerializer
+            request, self, selectors.sweep_list_for_user(request_user(request)), SweepSerializer
         )
 
     @extend_schema(
@@ -108,7 +109,9 @@ class SweepListCreateApi(APIView):
     def post(self, request: Request) -> Response:
         def create() -> Response:
             allocation = _allocation_named_in_body(request)
-            actor = market_selectors.membership_in(request.user, allocation.organization_id)
+            actor = market_selectors.membership_in(
+                request_user(request), allocation.organization_id
+            )
             assert actor is not None  # the allocation is visible only to its members
             services.allocation_check_open(allocation)
             data = validated(SweepCreateSerializer, _sweep_body(request))
@@ -143,8 +146,8 @@ class SweepRetryFailedApi(APIView):
         "`allocation_exhausted`, 409 `allocation_not_active`.",
     )
     def post(self, request: Request, sweep_id: str) -> Response:
-        sweep = selectors.sweep_get_for_user(request.user, sweep_id)
-        actor = market_selectors.membership_in(request.user, sweep.organization_id)
+        sweep = selectors.sweep_get_for_user(request_user(request), sweep_id)
+        actor = market_selectors.membership_in(request_user(request), sweep.organization_id)
         assert actor is not None
         services.sweep_retry_failed(actor=actor, sweep=sweep)
         response = _detail(request, sweep_id)
@@ -161,7 +164,7 @@ class SweepResultsApi(APIView):
         "its job's files are fetched; a missing or failed result is marked, never left out.",
     )
     def get(self, request: Request, sweep_id: str) -> Response:
-        sweep = selectors.sweep_get_for_user(request.user, sweep_id)
+        sweep = selectors.sweep_get_for_user(request_user(request), sweep_id)
         rows = list(selectors.sweep_rows(sweep))
         return Response(
             {
@@ -203,5 +206,5 @@ class SweepResultsCsvApi(APIView):
         },
     )
     def get(self, request: Request, sweep_id: str) -> HttpResponse:
-        sweep = selectors.sweep_get_for_user(request.user, sweep_id)
+        sweep = selectors.sweep_get_for_user(request_user(request), sweep_id)
         return sweep_results_csv(sweep, list(selectors.sweep_rows(sweep)))

@@ -146,7 +146,7 @@ class SweepDetailSerializer(SweepSerializer):
     def get_rows(self, sweep: Sweep) -> list[dict[str, Any]]:
         return SweepRowSerializer(
             self.context["rows"], many=True, context={"columns": sweep.columns}
-        ).data
+        ).data  # type: ignore[return-value]  # many=True gives a ReturnList; the stubs say ReturnDict
 
 
 class SweepResultsSerializer(serializers.Serializer):

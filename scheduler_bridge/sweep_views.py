@@ -18,6 +18,7 @@ from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.cache import never_cache
 
+from computeshare.authentication import request_user
 from computeshare.errors import ApplicationError, ValidationFailed
 from computeshare.forms import form_add_service_error
 from marketplace import selectors as market_selectors
@@ -103,14 +104,14 @@ class SweepSubmitView(LoginRequiredMixin, View):
 
 class SweepListView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest) -> HttpResponse:
-        page = Paginator(selectors.sweep_list_for_user(request.user), 50).get_page(
+        page = Paginator(selectors.sweep_list_for_user(request_user(request)), 50).get_page(
             request.GET.get("page")
         )
         return render(request, "sweeps/list.html", {"page": page})
 
 
 def sweep_context(request: HttpRequest, sweep_id: Any) -> dict[str, Any]:
-    sweep = selectors.sweep_get_for_user(request.user, sweep_id)
+    sweep = selectors.sweep_get_for_user(request_user(request), sweep_id)
     rows = list(selectors.sweep_rows(sweep))
     states: dict[str, int] = {}
     results: dict[str, int] = {}
@@ -145,8 +146,8 @@ class SweepStatusView(LoginRequiredMixin, View):
 
 class SweepRetryFailedView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, sweep_id: str) -> HttpResponse:
-        sweep = selectors.sweep_get_for_user(request.user, sweep_id)
-        actor = market_selectors.membership_in(request.user, sweep.organization_id)
+        sweep = selectors.sweep_get_for_user(request_user(request), sweep_id)
+        actor = market_selectors.membership_in(request_user(request), sweep.organization_id)
         assert actor is not None
         try:
             sweep_job = services.sweep_retry_failed(actor=actor, sweep=sweep)
@@ -163,5 +164,5 @@ class SweepRetryFailedView(LoginRequiredMixin, View):
 
 class SweepResultsCsvView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, sweep_id: str) -> HttpResponse:
-        sweep = selectors.sweep_get_for_user(request.user, sweep_id)
+        sweep = selectors.sweep_get_for_user(request_user(request), sweep_id)
         return sweep_results_csv(sweep, list(selectors.sweep_rows(sweep)))

@@ -34,6 +34,7 @@ from django.views import View
 from django.views.decorators.cache import never_cache
 from django.views.decorators.debug import sensitive_post_parameters
 
+from computeshare.authentication import request_user
 from computeshare.errors import (
     ApplicationError,
     Conflict,
@@ -130,10 +131,10 @@ def job_estimate(allocation: Allocation, sizes: JobSizesForm) -> Estimate:
 def active_allocation(request: HttpRequest, allocation_id: Any) -> tuple[Allocation, Membership]:
     """The allocation with the user's membership of its organization; a 404 to outsiders and
     for an allocation whose window is not open (no job can run on it)."""
-    allocation = market_selectors.allocation_get_for_user(request.user, allocation_id)
+    allocation = market_selectors.allocation_get_for_user(request_user(request), allocation_id)
     if allocation.status != Allocation.Status.ACTIVE:
         raise NotFound("No such active allocation.")
-    actor = market_selectors.membership_in(request.user, allocation.organization_id)
+    actor = market_selectors.membership_in(request_user(request), allocation.organization_id)
     assert actor is not None  # an allocation is visible only to its members
     return allocation, actor
 
@@ -187,7 +188,7 @@ def form_start(request: HttpRequest, allocation: Allocation) -> FormStart:
     source: Job | None = None
     template: JobTemplate | None = None
     if source_id := request.GET.get("from"):
-        source = selectors.job_get_for_user(request.user, source_id)
+        source = selectors.job_get_for_user(request_user(request), source_id)
         if source.organization_id != allocation.organization_id or source.is_from_tenant:
             raise NotFound("No such job to copy.")
         initial = {
@@ -382,13 +383,14 @@ class JobNewView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         allocations = market_selectors.allocations_with_status(
-            market_selectors.allocation_list_for_user(request.user), Allocation.Status.ACTIVE
+            market_selectors.allocation_list_for_user(request_user(request)),
+            Allocation.Status.ACTIVE,
         ).order_by("organization__name", "cluster__name", "partition__name", "window_end")
         organization = None
         organization_id = request.GET.get("organization", "")
         if organization_id:
             organization = market_selectors.membership_get_for_user(
-                request.user, organization_id
+                request_user(request), organization_id
             ).organization
             allocations = allocations.filter(organization=organization)
         choices = list(allocations)
@@ -409,14 +411,15 @@ def job_page_of_list(request: HttpRequest) -> tuple[JobFilterForm, Page[Any], bo
     """The filters, the page of jobs they select (newest first), whether any of them has not
     ended (the rows are then fetched again), and the status to answer with."""
     form = JobFilterForm(
-        request.GET, organizations=market_selectors.organization_list_for_user(request.user)
+        request.GET,
+        organizations=market_selectors.organization_list_for_user(request_user(request)),
     )
     jobs: Any = Job.objects.none()
     status = 400
     if form.is_valid():
         data = form.cleaned_data
         jobs = selectors.job_list_filtered(
-            request.user,
+            request_user(request),
             states=[data["state"]] if data["state"] else None,
             allocation=data["allocation"],
             organization=data["organization"],
@@ -501,13 +504,13 @@ class JobFilesView(LoginRequiredMixin, View):
     fetched again every few seconds until the results are settled."""
 
     def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         return render(request, "jobs/_files.html", job_files_context(job))
 
 
 class JobFileDownloadView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, job_id: str, name: str) -> FileResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         row = selectors.job_result_file(job, name)
         return FileResponse(
             job_files_storage().open(row.stored, "rb"),
@@ -519,7 +522,7 @@ class JobFileDownloadView(LoginRequiredMixin, View):
 
 class JobFilesArchiveView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, job_id: str) -> StreamingHttpResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         rows = list(selectors.job_result_files(job))
         response = StreamingHttpResponse(
             tar_gz_stream(job_files_storage(), rows), content_type="application/gzip"
@@ -530,7 +533,7 @@ class JobFilesArchiveView(LoginRequiredMixin, View):
 
 class JobDetailView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         return render(request, "jobs/detail.html", {**job_context(job), **job_files_context(job)})
 
 
@@ -540,7 +543,7 @@ class JobStatusView(LoginRequiredMixin, View):
     seconds while the job has not ended."""
 
     def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         return render(request, "jobs/_status.html", job_context(job))
 
 
@@ -559,7 +562,11 @@ def output_choice(request: HttpRequest, job: Job) -> tuple[str, list[int], int |
     """The stream, the array's task indexes and the task asked for (the first by default);
     `TaskNotWhole` when `task` is not a whole number."""
     stream = "stderr" if request.GET.get("stream") == "stderr" else "stdout"
-    tasks = [task.array_task_id for task in job.tasks.all()] if job.is_array else []
+    tasks = (
+        [task.array_task_id for task in job.tasks.all() if task.array_task_id is not None]
+        if job.is_array
+        else []
+    )
     task = request.GET.get("task", "")
     if not task:
         return stream, tasks, tasks[0] if tasks else None
@@ -575,7 +582,7 @@ class JobOutputView(LoginRequiredMixin, View):
     A cluster that cannot be reached is said in the fragment, which tries again later."""
 
     def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         try:
             stream, tasks, task_id = output_choice(request, job)
         except TaskNotWhole:
@@ -627,7 +634,7 @@ class JobOutputDownloadView(LoginRequiredMixin, View):
     else its last 8 MiB, read from the cluster like the tail the page shows."""
 
     def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         try:
             stream, _, task_id = output_choice(request, job)
         except TaskNotWhole:
@@ -662,8 +669,8 @@ class JobOutputDownloadView(LoginRequiredMixin, View):
 
 class JobCancelView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, job_id: str) -> HttpResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
-        actor = market_selectors.membership_in(request.user, job.organization_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
+        actor = market_selectors.membership_in(request_user(request), job.organization_id)
         assert actor is not None  # a job is visible only to its organization's members
         try:
             job = services.job_cancel(actor=actor, job=job)
@@ -691,9 +698,9 @@ class JobResubmitView(LoginRequiredMixin, View):
     same partition that ends last; a message on the job's page when the team has none."""
 
     def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
-        job = selectors.job_get_for_user(request.user, job_id)
+        job = selectors.job_get_for_user(request_user(request), job_id)
         allocation = market_selectors.allocation_resubmit_target(
-            request.user, job.allocation, organization_id=job.organization_id
+            request_user(request), job.allocation, organization_id=job.organization_id
         )
         if allocation is None or job.is_from_tenant:
             messages.error(
@@ -713,7 +720,9 @@ class EfficiencyReportView(LoginRequiredMixin, View):
     its jobs reserved without using, with the jobs that wasted most (the API's figures)."""
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = market_selectors.membership_get_for_user(request.user, organization_id)
+        membership = market_selectors.membership_get_for_user(
+            request_user(request), organization_id
+        )
         form = MonthForm(request.GET)
         status = 200
         if form.is_valid() and form.cleaned_data["month"] is not None:

@@ -10,6 +10,7 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views import View
 
+from computeshare.authentication import request_user
 from marketplace import selectors as market_selectors
 from scheduler_bridge.selectors_dashboard import dashboard_get
 
@@ -18,17 +19,19 @@ class DashboardView(LoginRequiredMixin, View):
     template_name = "marketplace/dashboard.html"
 
     def get(self, request: HttpRequest, organization_id: Any = None) -> HttpResponse:
-        organizations = list(market_selectors.organization_list_for_user(request.user))
+        organizations = list(market_selectors.organization_list_for_user(request_user(request)))
         dashboard = None
         # The page's organization switch asks with `?organization=`.
         organization_id = organization_id or request.GET.get("organization") or None
         if organization_id is not None:
             # Someone else's organization is a 404, as everywhere.
-            membership = market_selectors.membership_get_for_user(request.user, organization_id)
+            membership = market_selectors.membership_get_for_user(
+                request_user(request), organization_id
+            )
             dashboard = dashboard_get(membership)
         elif organizations:
             membership = market_selectors.membership_get_for_user(
-                request.user, organizations[0].uuid
+                request_user(request), organizations[0].uuid
             )
             dashboard = dashboard_get(membership)
         context = {"organizations": organizations, "dashboard": dashboard}

@@ -16,7 +16,13 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
-from bench_support import load_average, record_figure
+from bench_support import (
+    WaitEvents,
+    cpu_ceiling,
+    load_average,
+    parallel_ceiling,
+    record_figure,
+)
 from bench_trace import _statement_kind
 
 PROCESSES = 4
@@ -34,6 +40,9 @@ class Rush:
     bid_seconds: float
     problems: list[str]
     load_average: str
+    ceiling: float = 0.0
+    cpu_ceiling: float = 0.0
+    waits: str = ""
 
     @property
     def ratio(self) -> float:
@@ -223,11 +232,14 @@ def bench_rush(bids: int) -> Rush:
     # Each process bids for its own teams, as in a real rush (a team's own bids wait on its
     # wallet, rightly); all on the one offer.
     per_process = bids // PROCESSES
-    rush = _timed_processes(
-        offer.pk,
-        [(members[index::PROCESSES], per_process, 2 + index) for index in range(PROCESSES)],
-    )
+    with WaitEvents() as waits:
+        rush = _timed_processes(
+            offer.pk,
+            [(members[index::PROCESSES], per_process, 2 + index) for index in range(PROCESSES)],
+        )
     machine_load = load_average()
+    ceiling = parallel_ceiling(PROCESSES)
+    cpu = cpu_ceiling(PROCESSES)
     return Rush(
         serial_bids=bids,
         serial_seconds=serial,
@@ -237,6 +249,9 @@ def bench_rush(bids: int) -> Rush:
         bid_seconds=bid_seconds,
         problems=_checks(offer.pk),
         load_average=machine_load,
+        ceiling=ceiling,
+        cpu_ceiling=cpu,
+        waits=waits.top(),
     )
 
 
@@ -253,6 +268,12 @@ def print_rush(rush: Rush) -> None:
     verdict = "sound" if not rush.problems else "; ".join(rush.problems[:3])
     print(f"   holds, held balances, demand figures and ledger_verify afterwards: {verdict}")
     print(f"   {rush.load_average}")
+    print(f"   what the {PROCESSES} processes' backends waited on (sampled): {rush.waits}")
+    print(
+        f"   the machine's ceilings now, {PROCESSES} processes / 1 with nothing shared: each "
+        f"INSERT + COMMIT into a table of its own {rush.ceiling:.2f}x, each a Python loop "
+        f"(CPU only) {rush.cpu_ceiling:.2f}x"
+    )
     in_sql = sum(seconds for _, seconds in rush.statements)
     print(
         f"   one bid_place: {rush.bid_seconds * 1e3:.1f} ms, {len(rush.statements)} statements "
@@ -263,7 +284,8 @@ def print_rush(rush: Rush) -> None:
     record_figure(
         "bids.rush",
         f"bid_place closing rush, {PROCESSES} processes / serial",
-        f"{rush.ratio:.2f}" + ("" if not rush.problems else " (checks failed)"),
+        f"{rush.ratio:.2f} (CPU ceiling {rush.cpu_ceiling:.2f})"
+        + ("" if not rush.problems else " (checks failed)"),
         ">= 4",
         rush.ratio >= 4 and not rush.problems,
     )

@@ -565,9 +565,10 @@ def print_clearing(runs: list[ClearingRun]) -> None:
         + "".join(f"{run.clears[-1] * 1e3:>12,.1f}" for run in runs)
     )
     largest = runs[-1]
-    print(f"   at N={largest.bids:,}, the SQL of each phase (statements x kind, time):")
-    for line in largest.statements:
-        print(f"     {line}")
+    for run in runs:
+        print(f"   at N={run.bids:,}, the SQL of each phase (statements x kind, time):")
+        for line in run.statements:
+            print(f"     {line}")
     if largest.profile:
         print(f"   cProfile of a rolled-back clearing at N={largest.bids:,} (by own time):")
         lines = largest.profile.splitlines()

@@ -111,20 +111,29 @@ def _offers(rng: random.Random, count: int = 10_000, clusters: int = 50) -> str:
     return services.api_token_create(user=user, name="bench")[1]
 
 
-def _query_counts(token: str) -> dict[int, list[str]]:
+def _query_counts(token: str) -> dict[str, list[str]]:
+    """The SQL of one API request in process: cold (the test settings: no token or count cache,
+    as a first request finds them) and warm (the server's caches, bench_settings, after one
+    request of the same page), for a page of 10 and of 200."""
     from django.db import connection
-    from django.test import Client
+    from django.test import Client, override_settings
     from django.test.utils import CaptureQueriesContext
 
     client = Client()
     counts = {}
     for size in (10, 200):
         path = API_PATH.replace("page_size=50", f"page_size={size}")
-        with CaptureQueriesContext(connection) as queries:
-            answer = client.get(path, HTTP_AUTHORIZATION=f"Token {token}")
-        assert answer.status_code == 200, answer.content
-        assert len(answer.json()["results"]) == size
-        counts[size] = [query["sql"] for query in queries.captured_queries]
+        for name, caches in (("cold", 0), ("warm", 60)):
+            with override_settings(
+                API_TOKEN_CACHE_SECONDS=caches, OFFER_LIST_COUNT_CACHE_SECONDS=min(caches, 5)
+            ):
+                if caches:
+                    client.get(path, HTTP_AUTHORIZATION=f"Token {token}")
+                with CaptureQueriesContext(connection) as queries:
+                    answer = client.get(path, HTTP_AUTHORIZATION=f"Token {token}")
+            assert answer.status_code == 200, answer.content
+            assert len(answer.json()["results"]) == size
+            counts[f"{name} {size}"] = [query["sql"] for query in queries.captured_queries]
     return counts
 
 
@@ -346,10 +355,14 @@ def bench_offers_list(
         f"API / bare = {cpu[BARE_PATH] / cpu[API_PATH]:.2f}"
     )
     counts = _query_counts(token)
-    small, large = len(counts[10]), len(counts[200])
+    small, large = len(counts["cold 10"]), len(counts["cold 200"])
     print(
         f"   SQL queries of one API request (in process, test client): page_size=10: {small}, "
-        f"page_size=200: {large} (aim equal: {'met' if small == large else 'NOT met'})"
+        f"page_size=200: {large} (aim equal: {'met' if small == large else 'NOT met'}); "
+        f"with the server's caches warm (token, count): {len(counts['warm 10'])} and "
+        f"{len(counts['warm 200'])}"
     )
-    for sql in counts[200]:
-        print(f"     {' '.join(sql.split())[:140]}")
+    for name in ("cold 200", "warm 200"):
+        print(f"     {name.split()[0]}:")
+        for sql in counts[name]:
+            print(f"       {' '.join(sql.split())[:138]}")

@@ -5,6 +5,7 @@ table, which every bench records (`record_figure`) and `bench/summary.py` prints
 
 import json
 import os
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -110,3 +111,157 @@ def analyze(*tables: str) -> None:
 def load_average() -> str:
     one, five, _ = os.getloadavg()
     return f"load average {one:.1f} (1 min), {five:.1f} (5 min) on {os.cpu_count()} CPUs"
+
+
+def _connect(database: str = DATABASE) -> Any:
+    import psycopg2
+
+    parts = urlsplit(bench_database_url(database))
+    return psycopg2.connect(
+        host=parts.hostname,
+        port=parts.port or 5432,
+        user=parts.username,
+        password=parts.password,
+        dbname=database,
+    )
+
+
+def _ceiling_worker(barrier: Any, table: str, commits: int) -> None:
+    """One process of the trivially parallel workload: INSERT + COMMIT into its own table."""
+    connection = _connect()
+    try:
+        with connection.cursor() as cursor:
+            barrier.wait()
+            for index in range(commits):
+                cursor.execute(f"INSERT INTO {table} (value) VALUES (%s)", [index])  # noqa: S608
+                connection.commit()
+    finally:
+        connection.close()
+
+
+def _ceiling_run(processes: int, commits: int) -> float:
+    import multiprocessing
+
+    tables = [f"bench_ceiling_{index}" for index in range(processes)]
+    admin = _connect()
+    admin.autocommit = True
+    with admin.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"DROP TABLE IF EXISTS {table}")
+            cursor.execute(
+                f"CREATE TABLE {table} (id bigserial PRIMARY KEY, value integer NOT NULL, "
+                "at timestamptz NOT NULL DEFAULT now())"
+            )
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(processes + 1)
+    workers = [
+        context.Process(target=_ceiling_worker, args=(barrier, table, commits)) for table in tables
+    ]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    elapsed = time.perf_counter() - started
+    with admin.cursor() as cursor:
+        for table in tables:
+            cursor.execute(f"DROP TABLE IF EXISTS {table}")
+    admin.close()
+    if any(worker.exitcode for worker in workers):
+        raise RuntimeError("a ceiling process failed")
+    return elapsed
+
+
+def parallel_ceiling(processes: int, commits: int = 600) -> float:
+    """What `processes` processes can do over one on this machine now, for a workload with
+    nothing shared: each INSERTs and COMMITs in a loop into a table of its own (the same
+    commits in all, split evenly). On 2 CPUs a figure of N processes / 1 is read against
+    this: it is the most the machine gives (CPUs, WAL flushes), whatever the code does."""
+    from django.db import connections
+
+    connections.close_all()  # forked children must not share the parent's connection
+    one = _ceiling_run(1, commits)
+    many = _ceiling_run(processes, commits // processes)
+    return one / many * (commits // processes * processes) / commits
+
+
+def _spin(barrier: Any, rounds: int) -> None:
+    barrier.wait()
+    total = 0
+    for index in range(rounds):
+        total += index * index % 7
+
+
+def _spin_run(processes: int, rounds: int) -> float:
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(processes + 1)
+    workers = [context.Process(target=_spin, args=(barrier, rounds)) for _ in range(processes)]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for worker in workers:
+        worker.join()
+    return time.perf_counter() - started
+
+
+def cpu_ceiling(processes: int, rounds: int = 8_000_000) -> float:
+    """What `processes` processes can do over one on this machine now for work that is only
+    Python's CPU (the same loop split evenly): about the CPUs free, whatever the code does."""
+    one = _spin_run(1, rounds)
+    many = _spin_run(processes, rounds // processes)
+    return one / many
+
+
+class WaitEvents:
+    """Samples what the bench database's active backends wait on (pg_stat_activity), every
+    `interval` seconds from a thread, while the `with` block runs: `top()` then names the
+    most frequent (`CPU` when a backend waits on nothing, `Client/ClientRead` when it waits
+    for its process's next statement: the time is in Python)."""
+
+    def __init__(self, interval: float = 0.005) -> None:
+        self.interval = interval
+        self.samples: dict[str, int] = {}
+        self.total = 0
+
+    def __enter__(self) -> "WaitEvents":
+        import threading
+
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        connection = _connect()
+        connection.autocommit = True
+        try:
+            with connection.cursor() as cursor:
+                while not self._stop.is_set():
+                    cursor.execute(
+                        "SELECT wait_event_type, wait_event, state FROM pg_stat_activity "
+                        "WHERE datname = current_database() AND pid <> pg_backend_pid() "
+                        "AND backend_type = 'client backend' "
+                        "AND state IN ('active', 'idle in transaction')"
+                    )
+                    for kind, event, state in cursor.fetchall():
+                        if state == "idle in transaction":
+                            name = "idle in transaction (Python)"
+                        else:
+                            name = f"{kind}/{event}" if kind else "CPU (running)"
+                        self.samples[name] = self.samples.get(name, 0) + 1
+                        self.total += 1
+                    time.sleep(self.interval)
+        finally:
+            connection.close()
+
+    def top(self, count: int = 5) -> str:
+        ranked = sorted(self.samples.items(), key=lambda item: -item[1])[:count]
+        return ", ".join(f"{name} {seen / max(1, self.total):.0%}" for name, seen in ranked)

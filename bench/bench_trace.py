@@ -78,6 +78,8 @@ class Trace:
         locked = self.last_end("SELECT FOR UPDATE marketplace_offer", self.started)
         bids_updated = self.last_end("UPDATE marketplace_bid", settle_end)
         allocated = self.last_end("INSERT marketplace_allocation", bids_updated)
+        # The COMMIT is no statement of execute_wrapper's: what follows the last statement.
+        last_statement = max((end for _, _, end in self.statements), default=allocated)
 
         def phase(name: str, start: float, end: float) -> tuple[str, float, float, int]:
             kinds = self.sql_between(start, end).values()
@@ -90,7 +92,8 @@ class Trace:
             ("holds_settle", settle_start, settle_end),
             ("bid updates", settle_end, bids_updated),
             ("allocation inserts", bids_updated, allocated),
-            ("save the offer, commit", allocated, self.ended),
+            ("save the offer, events", allocated, last_statement),
+            ("commit", last_statement, self.ended),
         ]
         return [
             phase("lock the offer", self.started, locked),
@@ -108,7 +111,8 @@ class Trace:
             ("  Python in holds_settle", settle[1] - settle[2], 0.0, 0),
             phase("bid updates (bulk_update, UPDATE)", settle_end, bids_updated),
             phase("allocation inserts", bids_updated, allocated),
-            phase("save the offer, commit", allocated, self.ended),
+            phase("save the offer, events", allocated, last_statement),
+            phase("commit", last_statement, self.ended),
         ]
 
 

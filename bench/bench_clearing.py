@@ -85,6 +85,13 @@ def market_setup() -> Market:
         membership.organization_id: membership
         for membership in Membership.objects.select_related("organization", "user")
     }
+    # A clearing hands its notices to a task after its commit. A process's first message
+    # imports the task and opens the broker connection (about a second under load), which a
+    # running worker or server did long ago: sent once now (a batch that does not exist, so
+    # a worker that takes it does nothing), not inside the first timed clearing.
+    from computeshare.queue import enqueue_after_commit
+
+    enqueue_after_commit("notifications.tasks.notice_batch_record_task", 0, recovered_by="-")
     return Market(owner=owner, cluster=cluster, partition=partition, teams=teams, admins=admins)
 
 

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from billing import services as billing
 from billing.models import Hold, ReferenceKind
+from computeshare.states import status_move, status_move_all
 from hpc.batches import batched
 from marketplace import notices, webhook_events
 from marketplace.auction import SealedBid, uniform_price_clear
@@ -88,17 +89,22 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
     full = [pk for pk, row in winners.items() if clearing.fills[pk] == row[2]]
     partial = [pk for pk in winners if clearing.fills[pk] != winners[pk][2]]
     for batch in batched(full, 10_000):
-        Bid.objects.filter(pk__in=batch).update(
-            status=Bid.Status.WON, quantity_won=F("quantity"), price_paid=price, updated_at=now
+        status_move_all(
+            Bid.objects.filter(pk__in=batch),
+            Bid.Status.WON,
+            quantity_won=F("quantity"),
+            price_paid=price,
+            updated_at=now,
         )
     for pk in partial:
-        Bid.objects.filter(pk=pk).update(
-            status=Bid.Status.PARTIALLY_WON,
+        status_move_all(
+            Bid.objects.filter(pk=pk),
+            Bid.Status.PARTIALLY_WON,
             quantity_won=clearing.fills[pk],
             price_paid=price,
             updated_at=now,
         )
-    open_bids.update(status=Bid.Status.LOST, quantity_won=0, updated_at=now)
+    status_move_all(open_bids, Bid.Status.LOST, quantity_won=0, updated_at=now)
     allocations = _allocations_create(
         offer,
         price,
@@ -107,7 +113,7 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
     )
     if seats is not None:
         seats.leases_for_all(offer.cluster, (row[6] for row in winners.values()))
-    offer.status = Offer.Status.CLEARED
+    status_move(offer, Offer.Status.CLEARED)
     offer.clearing_price = price
     offer.units_sold += clearing.units_sold
     offer.units_sold_at_auction = clearing.units_sold

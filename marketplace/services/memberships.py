@@ -17,6 +17,7 @@ from django.utils import timezone
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from computeshare.models import User
 from computeshare.queue import enqueue_after_commit
+from computeshare.states import status_move, status_move_all
 from marketplace import notices
 from marketplace.errors import InvitationExpired, InvitationNotPending, LastAdmin
 from marketplace.models import Invitation, Membership, Organization
@@ -132,9 +133,9 @@ def invitation_notify(*, invitation_id: int) -> bool:
 
 
 def _invitation_close(invitation: Invitation, status: str, now: datetime) -> None:
-    if status not in Invitation.TRANSITIONS[invitation.status]:
+    if invitation.status != Invitation.Status.PENDING:
         raise InvitationNotPending(extra={"status": invitation.status})
-    invitation.status = status
+    status_move(invitation, status)
     invitation.answered_at = now
     invitation.save(update_fields=["status", "answered_at", "updated_at"])
 
@@ -253,12 +254,16 @@ def membership_remove(*, actor: Membership, membership: Membership) -> None:
     membership.delete()
     # An invitation of their name made while they were a member can never be accepted: closed,
     # so that inviting them back sends a real one.
-    Invitation.objects.filter(
-        organization_id=membership.organization_id,
-        username=membership.user.username,
-        invitee__isnull=True,
-        status=Invitation.Status.PENDING,
-    ).update(status=Invitation.Status.CANCELLED, answered_at=timezone.now())
+    status_move_all(
+        Invitation.objects.filter(
+            organization_id=membership.organization_id,
+            username=membership.user.username,
+            invitee__isnull=True,
+        ),
+        Invitation.Status.CANCELLED,
+        from_statuses=[Invitation.Status.PENDING],
+        answered_at=timezone.now(),
+    )
 
 
 @transaction.atomic

@@ -28,6 +28,7 @@ from billing import services as billing
 from billing.models import ReferenceKind
 from computeshare.errors import PermissionDenied, ValidationFailed
 from computeshare.queue import enqueue_after_commit
+from computeshare.states import status_move
 from marketplace import errors, selectors
 from marketplace.capacity import Load, clashes, units_text
 from marketplace.models import (
@@ -332,7 +333,7 @@ def offer_cancel(*, actor: Membership, offer: Offer) -> Offer:
     bids = OfferDemand.objects.filter(offer=offer).aggregate(bids=Sum("bid_count"))["bids"] or 0
     if bids or offer.units_sold:
         raise errors.OfferHasBids(extra={"bid_count": bids, "units_sold": offer.units_sold})
-    offer.status = Offer.Status.CANCELLED
+    status_move(offer, Offer.Status.CANCELLED)
     offer.save(update_fields=["status", "updated_at"])
     return offer
 
@@ -630,7 +631,7 @@ def bid_withdraw(*, actor: Membership, bid: Bid) -> Bid:
         raise errors.OfferNotOpen(extra={"status": offer.status})
     assert bid.hold is not None
     billing.hold_release(hold=bid.hold, memo="Bid withdrawn")
-    bid.status = Bid.Status.WITHDRAWN
+    status_move(bid, Bid.Status.WITHDRAWN)
     bid.withdrawn_at = timezone.now()
     bid.save(update_fields=["status", "withdrawn_at", "updated_at"])
     OfferDemand.objects.filter(offer=offer, shard=bid.organization_id % OfferDemand.SHARDS).update(

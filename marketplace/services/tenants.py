@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from computeshare.errors import PermissionDenied
 from computeshare.queue import enqueue_after_commit
+from computeshare.states import status_move, status_move_all
 from hpc.errors import BridgeError
 from hpc.slurm.tenants import PoolAccount, tenant_scrub
 from hpc.ssh import SSHConnection
@@ -57,18 +58,20 @@ def tenant_accounts_record(*, cluster: Cluster, accounts: Sequence[PoolAccount])
         if account is None:
             TenantAccount.objects.create(cluster=cluster, username=user, home=info.home)
             continue
-        changes: dict[str, object] = {}
         if account.home != info.home:
-            changes["home"] = info.home
+            TenantAccount.objects.filter(pk=account.pk).update(home=info.home, updated_at=now)
         if account.status == TenantAccount.Status.RETIRED:
-            changes["status"] = TenantAccount.Status.AVAILABLE
-            changes["status_detail"] = ""
-        if changes:
-            TenantAccount.objects.filter(pk=account.pk).update(**changes, updated_at=now)
-    TenantAccount.objects.filter(cluster=cluster, status=TenantAccount.Status.AVAILABLE).exclude(
-        username__in=found
-    ).update(
-        status=TenantAccount.Status.RETIRED,
+            status_move_all(
+                TenantAccount.objects.filter(pk=account.pk),
+                TenantAccount.Status.AVAILABLE,
+                from_statuses=[TenantAccount.Status.RETIRED],
+                status_detail="",
+                updated_at=now,
+            )
+    status_move_all(
+        TenantAccount.objects.filter(cluster=cluster).exclude(username__in=found),
+        TenantAccount.Status.RETIRED,
+        from_statuses=[TenantAccount.Status.AVAILABLE],
         status_detail="No longer a member of the tenant group.",
         updated_at=now,
     )
@@ -140,8 +143,11 @@ class TenantSeats:
         leased = TenantLease.objects.filter(
             account__in=accounts, status=TenantLease.Status.ACTIVE
         ).values("account_id")
-        TenantAccount.objects.filter(pk__in=leased, status=TenantAccount.Status.AVAILABLE).update(
-            status=TenantAccount.Status.LEASED, status_detail="", updated_at=timezone.now()
+        status_move_all(
+            TenantAccount.objects.filter(pk__in=leased),
+            TenantAccount.Status.LEASED,
+            from_statuses=[TenantAccount.Status.AVAILABLE],
+            status_detail="",
         )
         unused = {account.pk for account in accounts} - set(
             leased.values_list("account_id", flat=True)
@@ -207,17 +213,11 @@ def _lease_create(
 
 
 def _account_move(account: TenantAccount, status: str, detail: str) -> None:
-    if status != account.status and status not in TenantAccount.TRANSITIONS[account.status]:
-        raise ValueError(f"a tenant account cannot go from {account.status} to {status}")
-    account.status = status
+    """Moves the account (checked by `status_move`) with the reason shown to its owners, and
+    saves both."""
+    status_move(account, status)
     account.status_detail = detail[:1000]
     account.save(update_fields=["status", "status_detail", "updated_at"])
-
-
-def _lease_move(lease: TenantLease, status: str) -> None:
-    if status != lease.status and status not in TenantLease.TRANSITIONS[lease.status]:
-        raise ValueError(f"a lease cannot go from {lease.status} to {status}")
-    lease.status = status
 
 
 # --- Ending leases ------------------------------------------------------------------------------
@@ -231,7 +231,7 @@ def tenant_lease_end_start(*, lease_id: int) -> bool:
     lease = TenantLease.objects.select_for_update().get(pk=lease_id)
     if lease.status != TenantLease.Status.ACTIVE:
         return False
-    _lease_move(lease, TenantLease.Status.ENDING)
+    status_move(lease, TenantLease.Status.ENDING)
     lease.ending_at = timezone.now()
     lease.save(update_fields=["status", "ending_at", "updated_at"])
     enqueue_after_commit(
@@ -308,13 +308,13 @@ def _scrub_finish(lease_id: int, *, clean: bool, detail: str) -> TenantLease:
     account = TenantAccount.objects.select_for_update().get(pk=lease.account_id)
     now = timezone.now()
     if clean:
-        _lease_move(lease, TenantLease.Status.ENDED)
+        status_move(lease, TenantLease.Status.ENDED)
         lease.ended_at = now
         account.last_scrubbed_at = now
         account.save(update_fields=["last_scrubbed_at", "updated_at"])
         _account_move(account, TenantAccount.Status.AVAILABLE, "")
     else:
-        _lease_move(lease, TenantLease.Status.FAILED)
+        status_move(lease, TenantLease.Status.FAILED)
         _account_move(account, TenantAccount.Status.QUARANTINED, detail)
         logger.warning("tenant %s quarantined: %s", account, detail)
     lease.scrub_detail = detail[:1000]
@@ -340,7 +340,7 @@ def tenant_account_rescrub(*, actor: Membership, account: TenantAccount) -> Tena
         # Quarantined without a lease (by hand in the admin): nothing of a team is on it.
         _account_move(account, TenantAccount.Status.AVAILABLE, "")
         return account
-    _lease_move(lease, TenantLease.Status.ENDING)
+    status_move(lease, TenantLease.Status.ENDING)
     lease.save(update_fields=["status", "updated_at"])
     lease_id = lease.pk
     enqueue_after_commit(

@@ -268,9 +268,24 @@ def cluster_get(cluster_uuid: Any) -> Cluster:
         raise NotFound("No such cluster.") from error
 
 
-def cluster_list_for_organization(organization: Organization) -> QuerySet[Cluster]:
-    """The organization's own clusters, as its owners' pages list them."""
-    return cluster_list().filter(organization=organization)
+def cluster_find(cluster_uuid: Any) -> Cluster | None:
+    """The cluster of this id, or None: a filter's lookup, without the partitions and counts
+    a cluster's answer reads."""
+    try:
+        return Cluster.objects.select_related("organization").filter(uuid=cluster_uuid).first()
+    except (ValueError, ValidationError):
+        return None
+
+
+def cluster_list_for_organization(
+    organization: Organization, *, online_only: bool = False
+) -> QuerySet[Cluster]:
+    """The organization's own clusters, as its owners' pages list them; only those online
+    (that can list offers) with `online_only`."""
+    clusters = cluster_list().filter(organization=organization)
+    if online_only:
+        clusters = clusters.filter(status=Cluster.Status.ONLINE)
+    return clusters
 
 
 def cluster_verification_latest(cluster: Cluster) -> ClusterVerification | None:
@@ -418,14 +433,33 @@ def price_history(
 # --- Bids and allocations: only the holding organization's members see them --------------------
 
 
-def bid_list_for_user(user: User) -> QuerySet[Bid]:
-    return (
-        Bid.objects.filter(
-            organization__in=Membership.objects.filter(user=user).values("organization")
-        )
-        .select_related("offer__cluster", "offer__partition", "organization", "hold")
-        .order_by("-created_at", "-id")
+def bid_list_for_user(
+    user: User,
+    *,
+    offer: Offer | None = None,
+    organization: Organization | None = None,
+    offer_uuid: uuid.UUID | None = None,
+    organization_uuid: uuid.UUID | None = None,
+    status: str | None = None,
+) -> QuerySet[Bid]:
+    """The bids of the user's organizations, newest first; narrowed to an offer, an
+    organization (each by object or by id) or a status when given."""
+    bids = Bid.objects.filter(
+        organization__in=Membership.objects.filter(user=user).values("organization")
     )
+    if offer is not None:
+        bids = bids.filter(offer=offer)
+    if offer_uuid is not None:
+        bids = bids.filter(offer__uuid=offer_uuid)
+    if organization is not None:
+        bids = bids.filter(organization=organization)
+    if organization_uuid is not None:
+        bids = bids.filter(organization__uuid=organization_uuid)
+    if status is not None:
+        bids = bids.filter(status=status)
+    return bids.select_related(
+        "offer__cluster", "offer__partition", "organization", "hold"
+    ).order_by("-created_at", "-id")
 
 
 def bid_get_for_user(user: User, bid_uuid: Any) -> Bid:
@@ -435,14 +469,30 @@ def bid_get_for_user(user: User, bid_uuid: Any) -> Bid:
         raise NotFound("No such bid.") from error
 
 
-def allocation_list_for_user(user: User) -> QuerySet[Allocation]:
-    return (
-        Allocation.objects.filter(
-            organization__in=Membership.objects.filter(user=user).values("organization")
-        )
-        .select_related("organization", "offer", "cluster", "partition", "hold")
-        .order_by("-window_start", "-id")
+def allocation_list_for_user(
+    user: User,
+    *,
+    organization: Organization | None = None,
+    organization_uuid: uuid.UUID | None = None,
+    cluster_uuid: uuid.UUID | None = None,
+    status: str | None = None,
+) -> QuerySet[Allocation]:
+    """The allocations of the user's organizations, the latest window first; narrowed to an
+    organization (by object or by id), a cluster or a window's status when given."""
+    allocations = Allocation.objects.filter(
+        organization__in=Membership.objects.filter(user=user).values("organization")
     )
+    if organization is not None:
+        allocations = allocations.filter(organization=organization)
+    if organization_uuid is not None:
+        allocations = allocations.filter(organization__uuid=organization_uuid)
+    if cluster_uuid is not None:
+        allocations = allocations.filter(cluster__uuid=cluster_uuid)
+    if status is not None:
+        allocations = allocations_with_status(allocations, status)
+    return allocations.select_related(
+        "organization", "offer", "cluster", "partition", "hold"
+    ).order_by("-window_start", "-id")
 
 
 def allocation_get_for_user(user: User, allocation_uuid: Any) -> Allocation:
@@ -488,6 +538,24 @@ def allocation_resubmit_target(
         Allocation.Status.ACTIVE,
     )
     return active.filter(pk=allocation.pk).first() or active.order_by("-window_end").first()
+
+
+def auctions_due(now: datetime.datetime | None = None) -> list[int]:
+    """The open offers whose auction close time has passed, oldest first."""
+    return list(
+        Offer.objects.filter(status=Offer.Status.OPEN, auction_closes_at__lte=now or timezone.now())
+        .order_by("auction_closes_at", "pk")
+        .values_list("pk", flat=True)
+    )
+
+
+def allocations_due(now: datetime.datetime | None = None) -> list[int]:
+    """The allocations not closed yet whose window has ended, the earliest end first."""
+    return list(
+        Allocation.objects.filter(closed_at__isnull=True, window_end__lte=now or timezone.now())
+        .order_by("window_end", "pk")
+        .values_list("pk", flat=True)
+    )
 
 
 def tenant_leases_to_scrub_again(*, quiet_for: datetime.timedelta) -> list[int]:

@@ -35,7 +35,7 @@ def auction_clear_task(offer_id: int) -> bool:
 def auctions_clear_due_task() -> int:
     """Periodic: clears every offer whose auction has closed, one task (and one transaction)
     per offer, so that one large auction does not hold up the others."""
-    due = services.auctions_due()
+    due = selectors.auctions_due()
     for offer_id in due:
         auction_clear_task.delay(offer_id)
     return len(due)
@@ -44,7 +44,7 @@ def auctions_clear_due_task() -> int:
 @shared_task(time_limit=300, soft_time_limit=280)
 def allocations_close_due_task() -> int:
     """Periodic: closes the allocations whose window has ended and releases their holds."""
-    return sum(services.allocation_close(allocation_id=pk) for pk in services.allocations_due())
+    return sum(services.allocation_close(allocation_id=pk) for pk in selectors.allocations_due())
 
 
 @shared_task(time_limit=300, soft_time_limit=280)

@@ -159,7 +159,7 @@ class OfferListView(View):
         # The window filters come from `datetime-local` inputs, read as UTC.
         with timezone.override(UTC):
             is_valid = filters.is_valid()
-            offers = filters.qs if is_valid else Offer.objects.none()
+            offers = filters.qs if is_valid else selectors.offer_list().none()
         page = Paginator(offers, PAGE_SIZE).get_page(request.GET.get("page"))
         context = {
             "form": filters.form,
@@ -221,7 +221,7 @@ def offer_page(
         bid_form = BidForm(organizations=buyers)
     if buy_form is None and offer.buy_now_price is not None:
         buy_form = BuyNowForm(organizations=buyers)
-    bids = list(selectors.bid_list_for_user(user).filter(offer=offer))
+    bids = list(selectors.bid_list_for_user(user, offer=offer))
     for bid in bids:
         bid.can_withdraw = (
             accepts_orders and bid.is_open and bid.organization_id in administered_ids
@@ -460,10 +460,8 @@ class OrganizationAllocationsView(LoginRequiredMixin, View):
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
         membership = selectors.membership_get_for_user(request.user, organization_id)
         organization = membership.organization
-        allocations = selectors.allocation_list_for_user(request.user).filter(
-            organization=organization
-        )
-        bids = selectors.bid_list_for_user(request.user).filter(organization=organization)
+        allocations = selectors.allocation_list_for_user(request.user, organization=organization)
+        bids = selectors.bid_list_for_user(request.user, organization=organization)
         allocation_page: Page[Any] = Paginator(allocations, PAGE_SIZE).get_page(
             request.GET.get("page")
         )
@@ -671,11 +669,7 @@ class OrganizationOffersView(LoginRequiredMixin, View):
 
     @staticmethod
     def _online_clusters(organization: Organization) -> list[Cluster]:
-        return list(
-            selectors.cluster_list_for_organization(organization).filter(
-                status=Cluster.Status.ONLINE
-            )
-        )
+        return list(selectors.cluster_list_for_organization(organization, online_only=True))
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
         membership = selectors.membership_get_for_user(request.user, organization_id)

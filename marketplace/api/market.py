@@ -485,7 +485,7 @@ class PriceHistoryApi(APIView):
         data = validated(PriceHistoryFilterSerializer, request.query_params)
         cluster = None
         if "cluster" in data:
-            cluster = Cluster.objects.filter(uuid=data["cluster"]).first()
+            cluster = selectors.cluster_find(data["cluster"])
             if cluster is None:
                 raise ValidationFailed(fields={"cluster": ["No such cluster."]})
         history = selectors.price_history(
@@ -515,13 +515,12 @@ class BidListApi(APIView):
     )
     def get(self, request: Request) -> Response:
         filters = validated(BidFilterSerializer, request.query_params)
-        bids = selectors.bid_list_for_user(request.user)
-        if "offer" in filters:
-            bids = bids.filter(offer__uuid=filters["offer"])
-        if "status" in filters:
-            bids = bids.filter(status=filters["status"])
-        if "organization" in filters:
-            bids = bids.filter(organization__uuid=filters["organization"])
+        bids = selectors.bid_list_for_user(
+            request.user,
+            offer_uuid=filters.get("offer"),
+            organization_uuid=filters.get("organization"),
+            status=filters.get("status"),
+        )
         return paginated_response(request, self, bids, BidSerializer)
 
 
@@ -562,13 +561,12 @@ class AllocationListApi(APIView):
     )
     def get(self, request: Request) -> Response:
         filters = validated(AllocationFilterSerializer, request.query_params)
-        allocations = selectors.allocation_list_for_user(request.user)
-        if "status" in filters:
-            allocations = selectors.allocations_with_status(allocations, filters["status"])
-        if "organization" in filters:
-            allocations = allocations.filter(organization__uuid=filters["organization"])
-        if "cluster" in filters:
-            allocations = allocations.filter(cluster__uuid=filters["cluster"])
+        allocations = selectors.allocation_list_for_user(
+            request.user,
+            organization_uuid=filters.get("organization"),
+            cluster_uuid=filters.get("cluster"),
+            status=filters.get("status"),
+        )
         return paginated_response(request, self, allocations, AllocationSerializer)
 
 

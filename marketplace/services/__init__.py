@@ -3,9 +3,7 @@
 from marketplace.services.auctions import (
     AuctionOutcome,
     allocation_close,
-    allocations_due,
     auction_clear,
-    auctions_due,
 )
 from marketplace.services.capacity import (
     cluster_reachability_record,
@@ -69,9 +67,7 @@ __all__ = [
     "AuctionOutcome",
     "TenantSeats",
     "allocation_close",
-    "allocations_due",
     "auction_clear",
-    "auctions_due",
     "bid_place",
     "bid_withdraw",
     "cluster_connection_update",

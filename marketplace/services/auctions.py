@@ -210,15 +210,6 @@ def _allocations_create(
     return len(wins)
 
 
-def auctions_due(now: datetime | None = None) -> list[int]:
-    """The open offers whose auction close time has passed, oldest first."""
-    return list(
-        Offer.objects.filter(status=Offer.Status.OPEN, auction_closes_at__lte=now or timezone.now())
-        .order_by("auction_closes_at", "pk")
-        .values_list("pk", flat=True)
-    )
-
-
 # --- Allocation windows ------------------------------------------------------------------------
 
 
@@ -243,11 +234,3 @@ def allocation_close(*, allocation_id: int, now: datetime | None = None) -> bool
     # On a managed cluster the team's limit there drops to what it used of this allocation.
     slurm_accounts_follow(allocation.cluster, {allocation.organization_id})
     return True
-
-
-def allocations_due(now: datetime | None = None) -> list[int]:
-    return list(
-        Allocation.objects.filter(closed_at__isnull=True, window_end__lte=now or timezone.now())
-        .order_by("window_end", "pk")
-        .values_list("pk", flat=True)
-    )

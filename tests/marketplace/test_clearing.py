@@ -18,7 +18,7 @@ from billing import selectors as billing_selectors
 from billing import services as billing
 from billing.models import Entry, Hold, ReferenceKind, Transaction
 from billing.selectors import Wallet
-from marketplace import errors, services
+from marketplace import errors, selectors, services
 from marketplace.models import Allocation, Bid, Membership, Offer, Organization
 from marketplace.services import AuctionOutcome
 from marketplace.tasks import allocations_close_due_task, auctions_clear_due_task
@@ -297,7 +297,7 @@ def test_clearing_before_the_close_time_changes_nothing():
 
     assert early == just_before == AuctionOutcome(offer_id=offer.pk, cleared=False)
     assert snapshot() == before
-    assert services.auctions_due() == []
+    assert selectors.auctions_due() == []
 
 
 @pytest.mark.django_db
@@ -330,7 +330,7 @@ def test_a_cancelled_offer_is_not_cleared():
 
     assert outcome == AuctionOutcome(offer_id=offer.pk, cleared=False)
     assert snapshot() == before
-    assert services.auctions_due() == []
+    assert selectors.auctions_due() == []
 
 
 # --- No sale -------------------------------------------------------------------------------------
@@ -551,14 +551,14 @@ def test_closing_the_window_releases_the_rest_of_the_hold_once():
     end = offer.window_end
     early = snapshot()
 
-    assert services.allocations_due(now=end - timedelta(microseconds=1)) == []
+    assert selectors.allocations_due(now=end - timedelta(microseconds=1)) == []
     assert (
         services.allocation_close(allocation_id=allocation.pk, now=end - timedelta(seconds=1))
         is False
     )
     assert snapshot() == early
 
-    assert services.allocations_due(now=end) == sorted(
+    assert selectors.allocations_due(now=end) == sorted(
         Allocation.objects.values_list("pk", flat=True)
     )
     assert services.allocation_close(allocation_id=allocation.pk, now=end) is True
@@ -569,7 +569,7 @@ def test_closing_the_window_releases_the_rest_of_the_hold_once():
     assert hold_row(allocation.hold_id) == (Hold.Status.CLOSED, D(100), D(0), D(20), D(80))
     assert wallet(bids["A"]) == (D(480), D(0))
     assert billing_selectors.wallet_get(owner.organization).earnings == D(18)
-    assert allocation.pk not in services.allocations_due(now=end)
+    assert allocation.pk not in selectors.allocations_due(now=end)
     closed = snapshot()
 
     assert services.allocation_close(allocation_id=allocation.pk, now=end) is False
@@ -593,7 +593,7 @@ def test_closing_the_window_waits_for_jobs_that_still_reserve_units():
     assert services.allocation_close(allocation_id=allocation.pk, now=end) is False
 
     assert snapshot() == before
-    assert allocation.pk in services.allocations_due(now=end)
+    assert allocation.pk in selectors.allocations_due(now=end)
     assert hold_row(allocation.hold_id) == (Hold.Status.OPEN, D(60), D(54), D(0), D(6))
 
     Allocation.objects.filter(pk=allocation.pk).update(reserved=D(0))

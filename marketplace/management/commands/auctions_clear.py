@@ -5,7 +5,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from marketplace import services
+from marketplace import selectors, services
 from marketplace.models import Offer
 
 
@@ -25,7 +25,7 @@ class Command(BaseCommand):
             if len(due) != len(set(offers)):
                 self.stderr.write("Some of the offers named do not exist.")
         else:
-            due = services.auctions_due()
+            due = selectors.auctions_due()
         for offer_id in due:
             outcome = services.auction_clear(offer_id=offer_id)
             offer_uuid = Offer.objects.values_list("uuid", flat=True).get(pk=offer_id)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from billing import services as billing
 from computeshare.models import User
-from marketplace import services
+from marketplace import selectors, services
 from marketplace.models import Cluster, Membership, Offer, Organization
 
 DEMO_PASSWORD = "computeshare-demo"  # noqa: S105 - printed for the demo on purpose
@@ -142,5 +142,5 @@ class Command(BaseCommand):
                 auction_closes_at=closes,
             )
         # Windows of the past auctions have ended: close them as the periodic task would.
-        for allocation_id in services.allocations_due():
+        for allocation_id in selectors.allocations_due():
             services.allocation_close(allocation_id=allocation_id)

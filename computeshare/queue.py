@@ -14,9 +14,10 @@ import logging
 from importlib import import_module
 from typing import Any
 
-from celery import current_app
 from django.db import transaction
 from kombu.exceptions import OperationalError as BrokerUnavailable
+
+from computeshare.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
 
@@ -28,12 +29,7 @@ def enqueue_after_commit(
     one), after `countdown` seconds when given."""
 
     def send() -> None:
-        if task_name not in current_app.tasks:
-            # A process that never imported the app's tasks module (the web server, a command,
-            # a bench): importing it registers its shared tasks with the current app. Without
-            # this, the message of a committed request raised NotRegistered there (a 500).
-            import_module(task_name.rpartition(".")[0])
-        task = current_app.tasks[task_name]
+        task = _task(task_name)
         try:
             if countdown is None:
                 task.delay(*args)
@@ -45,3 +41,15 @@ def enqueue_after_commit(
             )
 
     transaction.on_commit(send)
+
+
+def _task(task_name: str) -> Any:
+    """The task of this name in the project's app. Not Celery's `current_app`: that one is
+    per thread, and in a thread that did not set it (a server's, the races tests') it is an
+    unconfigured default app. Its module is imported first when the app does not have it: a
+    process that never imported the app's tasks module (the web server, a command, a bench)
+    has not registered its shared tasks, and the message of a committed request raised
+    NotRegistered there (a 500)."""
+    if task_name not in celery_app.tasks:
+        import_module(task_name.rpartition(".")[0])
+    return celery_app.tasks[task_name]

@@ -64,7 +64,8 @@ def queue_jobs(
     submission never told the bench their ids."""
     from django.db import transaction
 
-    from scheduler_bridge.services.submission import JobRequest, job_submit
+    from scheduler_bridge.job_requests import JobRequest
+    from scheduler_bridge.services.submission import job_submit
 
     request = JobRequest(name="bench", script=script, time_limit_minutes=1)
     accepted = []

@@ -13,9 +13,9 @@ from django import forms
 from computeshare.forms import StyledFormMixin
 from computeshare.numbers import WholeNumberFormField
 from hpc.arrays import InvalidArray, parse_array
+from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
 from scheduler_bridge.models import JobState
 from scheduler_bridge.services import JobRequest
-from scheduler_bridge.services.submission import MAX_MEM_PER_CPU_MIB
 
 SAMPLE_SCRIPT = """#!/bin/bash
 # Resources come from the fields below, not from #SBATCH lines.

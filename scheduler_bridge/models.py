@@ -4,6 +4,7 @@ than once, and each run is charged once), and the job's state history."""
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
 from django.conf import settings
@@ -84,6 +85,16 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     **{state: ACTIVE_STATES | ENDED_STATES for state in ACTIVE_STATES},
     **{state: frozenset() for state in ENDED_STATES},
 }
+
+
+# A collection of a job's results that a worker took and never finished (it crashed) is taken
+# again after this.
+COLLECT_CLAIM_SECONDS = 900
+
+
+def results_backoff(attempts: int) -> timedelta:
+    """How long after its last try a failed collection waits: 10 s, doubling, at most 30 min."""
+    return timedelta(seconds=min(1800, 10 * 2 ** max(0, attempts - 1)))
 
 
 def _state_check(name: str) -> models.CheckConstraint:
@@ -286,10 +297,32 @@ class Job(Progress):
         the cluster Slurm keeps its environment; a job that never got there needs none)."""
         self.secret_environment = dict.fromkeys(self.secret_environment or {}, "")
 
+    def are_results_due(self, now: datetime) -> bool:
+        """Whether the job's results may be collected now: waiting and past the backoff of its
+        last failed try, or taken by a collector that has not finished in
+        COLLECT_CLAIM_SECONDS (it crashed)."""
+        claimed = self.results_claimed_at
+        if self.results_state == self.ResultsState.WAITING:
+            return claimed is None or claimed + results_backoff(self.results_attempts) <= now
+        if self.results_state == self.ResultsState.COLLECTING:
+            return claimed is None or claimed + timedelta(seconds=COLLECT_CLAIM_SECONDS) <= now
+        return False
+
     @property
     def estimated_max_cost(self) -> Decimal:
         """The most the job can cost: what it reserved at the allocation's unit price."""
         return money_of(self.reserved_units, self.allocation.unit_price)
+
+
+# A job's files are final in these states: fetched, or known never to come.
+RESULTS_FINAL = frozenset(
+    {
+        Job.ResultsState.READY,
+        Job.ResultsState.FAILED,
+        Job.ResultsState.EXPIRED,
+        Job.ResultsState.NOT_KEPT,
+    }
+)
 
 
 class JobFile(BaseModel):

@@ -1,5 +1,6 @@
 """Reads of jobs, always scoped to who is asking: members see their organizations' jobs and
-nobody else's."""
+nobody else's. At the end, the work the periodic tasks find (clusters to poll, leases to end,
+results to collect...): the platform's own reads, with no one asking."""
 
 from __future__ import annotations
 
@@ -10,15 +11,18 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
+from django.utils import timezone
 
 from computeshare.errors import NotFound
 from computeshare.models import User
 from computeshare.numbers import MICRO_UNIT
-from marketplace.models import Membership, Organization, Resource
+from marketplace.models import Allocation, Cluster, Membership, Organization, Resource, TenantLease
 from scheduler_bridge import sizing
 from scheduler_bridge.models import (
+    ACTIVE_STATES,
     ENDED_STATES,
+    RESULTS_FINAL,
     SECONDS_PER_HOUR,
     Job,
     JobEvent,
@@ -356,4 +360,115 @@ def organization_efficiency_report(
         unused_reserved_units=sum((row.unused_reserved_units for row in rows), Decimal(0)),
         unused_reserved_value=sum((row.unused_reserved_value for row in rows), Decimal(0)),
         worst_jobs=worst,
+    )
+
+
+# The work the periodic tasks find.
+
+
+def clusters_to_poll() -> list[int]:
+    """The clusters with jobs queued for them or on them, and those where a team holds a
+    tenant account (its jobs may submit jobs of their own at any time)."""
+    with_jobs = set(
+        Job.objects.filter(state__in=[JobState.QUEUED, *ACTIVE_STATES])
+        .order_by()
+        .values_list("cluster_id", flat=True)
+        .distinct()
+    )
+    with_leases = set(
+        TenantLease.objects.filter(
+            status__in=[TenantLease.Status.ACTIVE, TenantLease.Status.ENDING]
+        )
+        .order_by()
+        .values_list("cluster_id", flat=True)
+        .distinct()
+    )
+    return sorted(with_jobs | with_leases | set(clusters_to_sample()))
+
+
+def clusters_to_reconcile() -> list[int]:
+    """The clusters that ran jobs, or lent tenant accounts, in the reconciliation's window."""
+    since = timezone.now() - timedelta(days=settings.JOBS_RECONCILE_DAYS + 1)
+    with_jobs = set(
+        Job.objects.filter(submitted_at__gte=since)
+        .order_by()
+        .values_list("cluster_id", flat=True)
+        .distinct()
+    )
+    with_leases = set(
+        TenantLease.objects.filter(
+            Q(status__in=TenantLease.HOLDING_STATES) | Q(ended_at__gte=since)
+        )
+        .order_by()
+        .values_list("cluster_id", flat=True)
+        .distinct()
+    )
+    return sorted(with_jobs | with_leases)
+
+
+def is_idle_sampling_on() -> bool:
+    return float(settings.IDLE_SAMPLE_SECONDS) > 0
+
+
+def clusters_to_sample(now: datetime | None = None) -> list[int]:
+    """Online Slurm clusters whose last idle sample is older than `IDLE_SAMPLE_SECONDS`."""
+    if not is_idle_sampling_on():
+        return []
+    since = (now or timezone.now()) - timedelta(seconds=settings.IDLE_SAMPLE_SECONDS)
+    return sorted(
+        Cluster.objects.filter(status=Cluster.Status.ONLINE, backend=Cluster.Backend.SLURM)
+        .filter(Q(poll__idle_sampled_at__isnull=True) | Q(poll__idle_sampled_at__lt=since))
+        .values_list("pk", flat=True)
+    )
+
+
+def tenant_leases_idle(leases: QuerySet[TenantLease]) -> QuerySet[TenantLease]:
+    """The active leases of `leases` whose team has neither an open allocation (one whose
+    window has not been closed) nor an unfinished job on the lease's cluster."""
+    open_allocations = Allocation.objects.filter(
+        cluster=OuterRef("cluster"),
+        organization=OuterRef("organization"),
+        closed_at__isnull=True,
+    )
+    unfinished_jobs = Job.objects.filter(
+        lease=OuterRef("pk"), state__in=[JobState.QUEUED, *ACTIVE_STATES]
+    )
+    return leases.filter(status=TenantLease.Status.ACTIVE).filter(
+        ~Exists(open_allocations), ~Exists(unfinished_jobs)
+    )
+
+
+def tenant_leases_to_end() -> list[int]:
+    """Every lease that `tenant_leases_idle` finds, in id order."""
+    return list(
+        tenant_leases_idle(TenantLease.objects.all()).order_by("pk").values_list("pk", flat=True)
+    )
+
+
+def jobs_results_to_collect() -> list[int]:
+    """Ended jobs of the last retention period whose results wait to be collected (the task
+    enqueued at their end was lost, or a try failed and its backoff has passed), or whose
+    collector vanished."""
+    now = timezone.now()
+    since = now - timedelta(days=settings.JOB_RESULT_RETENTION_DAYS)
+    candidates = Job.objects.filter(
+        state__in=ENDED_STATES,
+        ended_at__gte=since,
+        results_state__in=[Job.ResultsState.WAITING, Job.ResultsState.COLLECTING],
+    ).only("pk", "results_state", "results_claimed_at", "results_attempts")
+    return [job.pk for job in candidates[:2000] if job.are_results_due(now)][:500]
+
+
+def sweep_jobs_to_gather() -> list[int]:
+    """Ended sweep jobs whose files are final but whose rows still wait: their gathering was
+    lost (a worker stopped between the two), or their job never reached the cluster."""
+    return list(
+        SweepJob.objects.filter(
+            sweep__state=Sweep.State.RUNNING,
+            job__state__in=ENDED_STATES,
+            job__results_state__in=RESULTS_FINAL,
+            job__tasks__sweep_rows__result_state=SweepRow.ResultState.PENDING,
+        )
+        .values_list("job_id", flat=True)
+        .distinct()[:500]
     )

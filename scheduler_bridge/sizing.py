@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
 from marketplace.models import Resource
+from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB, JobRequest, job_units
 from scheduler_bridge.models import Job, JobRun, JobState, RunState, metered_units, money_of
-from scheduler_bridge.services.submission import MAX_MEM_PER_CPU_MIB, JobRequest, job_units
 
 CORE_SLACK = Decimal("0.05")
 TIME_MARGIN = Decimal("1.5")

@@ -5,7 +5,7 @@ what is on the clusters."""
 from celery import shared_task
 
 from hpc.errors import BridgeError
-from scheduler_bridge import services
+from scheduler_bridge import selectors, services
 
 
 @shared_task(time_limit=600, soft_time_limit=570)
@@ -18,7 +18,7 @@ def cluster_jobs_submit_task(cluster_id: int) -> int:
 def jobs_poll_task() -> int:
     """Periodic: one poll task per cluster that has jobs, so that a slow cluster does not hold
     up the others."""
-    clusters = services.clusters_to_poll()
+    clusters = selectors.clusters_to_poll()
     for cluster_id in clusters:
         cluster_poll_task.delay(cluster_id)
     return len(clusters)
@@ -44,7 +44,7 @@ def job_cancel_remote_task(self, job_id: int) -> bool:  # type: ignore[no-untype
 def jobs_reconcile_task() -> int:
     """Nightly: charges any ended run in the clusters' accounting that no poll settled."""
     posted = 0
-    for cluster_id in services.clusters_to_reconcile():
+    for cluster_id in selectors.clusters_to_reconcile():
         try:
             posted += services.cluster_reconcile(cluster_id=cluster_id)
         except BridgeError:
@@ -58,7 +58,7 @@ def tenant_leases_end_task() -> int:
     unfinished job on the cluster; each account is scrubbed before another team gets it."""
     return sum(
         services.tenant_lease_end_if_idle(lease_id=lease_id)
-        for lease_id in services.tenant_leases_to_end()
+        for lease_id in selectors.tenant_leases_to_end()
     )
 
 
@@ -87,12 +87,12 @@ def job_results_collect_task(job_id: int) -> int | None:
 @shared_task(time_limit=60, soft_time_limit=50)
 def job_results_sweep_task() -> int:
     """Periodic: collects the results of ended jobs whose collection task was lost."""
-    jobs = services.jobs_results_to_collect()
+    jobs = selectors.jobs_results_to_collect()
     for job_id in jobs:
         job_results_collect_task.delay(job_id)
     # Sweep rows whose job's files are final but which were not gathered (the worker stopped
     # in between, or the job never reached the cluster).
-    for job_id in services.sweep_jobs_to_gather():
+    for job_id in selectors.sweep_jobs_to_gather():
         services.sweep_results_gather(job_id=job_id)
     return len(jobs)
 

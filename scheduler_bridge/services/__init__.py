@@ -1,27 +1,24 @@
 """Every write of the jobs app: submission and cancellation (`submission`), following jobs on
 their cluster and settling their usage (`following`), parameter sweeps (`sweeps`)."""
 
+from scheduler_bridge.job_requests import JobRequest, job_units
 from scheduler_bridge.services.files import (
     job_results_collect,
     job_results_retry_or_fail,
     jobs_results_expire,
-    jobs_results_to_collect,
 )
 from scheduler_bridge.services.following import (
     PollReport,
     Settlement,
     cluster_poll,
     cluster_reconcile,
-    clusters_to_poll,
-    clusters_to_reconcile,
     job_state_from_tasks,
     job_state_refresh,
     job_task_settle,
 )
-from scheduler_bridge.services.leases import tenant_lease_end_if_idle, tenant_leases_to_end
+from scheduler_bridge.services.leases import tenant_lease_end_if_idle
 from scheduler_bridge.services.quotes import Quote, job_quote
 from scheduler_bridge.services.submission import (
-    JobRequest,
     allocation_check_open,
     cluster_jobs_submit,
     job_cancel,
@@ -32,12 +29,10 @@ from scheduler_bridge.services.submission import (
     job_request_check,
     job_state_record,
     job_submit,
-    job_units,
     jobs_mark_submitted,
 )
 from scheduler_bridge.services.sweeps import (
     SweepRequest,
-    sweep_jobs_to_gather,
     sweep_results_gather,
     sweep_retry_failed,
     sweep_submit,
@@ -53,8 +48,6 @@ __all__ = [
     "cluster_jobs_submit",
     "cluster_poll",
     "cluster_reconcile",
-    "clusters_to_poll",
-    "clusters_to_reconcile",
     "job_cancel",
     "job_cancel_remote",
     "job_mark_submitted",
@@ -72,11 +65,8 @@ __all__ = [
     "job_units",
     "jobs_mark_submitted",
     "jobs_results_expire",
-    "jobs_results_to_collect",
-    "sweep_jobs_to_gather",
     "sweep_results_gather",
     "sweep_retry_failed",
     "sweep_submit",
     "tenant_lease_end_if_idle",
-    "tenant_leases_to_end",
 ]

@@ -13,7 +13,7 @@ import logging
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import BinaryIO
 
@@ -30,8 +30,6 @@ from scheduler_bridge.services.backends import backend_failed, backend_for, job_
 
 logger = logging.getLogger(__name__)
 
-# A collection that a worker took and never finished (it crashed) is taken again after this.
-COLLECT_CLAIM_SECONDS = 900
 # The most result files kept of a job (past it, the listing says `truncated`).
 RESULT_FILES_MAX = 10000
 # Tries of a collection that fails for want of the cluster (backoff up to 30 min: about 4 h).
@@ -164,7 +162,7 @@ def _claim(job_id: int) -> Job | None:
             .filter(pk=job_id)
             .first()
         )
-        if job is None or job.state not in ENDED_STATES or not _is_due(job, now):
+        if job is None or job.state not in ENDED_STATES or not job.are_results_due(now):
             return None
         if job.is_from_tenant:
             job.results_state = Job.ResultsState.NOT_KEPT
@@ -177,20 +175,6 @@ def _claim(job_id: int) -> Job | None:
             update_fields=["results_state", "results_claimed_at", "results_attempts", "updated_at"]
         )
     return job
-
-
-def _backoff(attempts: int) -> timedelta:
-    """How long after its last try a failed collection waits: 10 s, doubling, at most 30 min."""
-    return timedelta(seconds=min(1800, 10 * 2 ** max(0, attempts - 1)))
-
-
-def _is_due(job: Job, now: datetime) -> bool:
-    claimed = job.results_claimed_at
-    if job.results_state == Job.ResultsState.WAITING:
-        return claimed is None or claimed + _backoff(job.results_attempts) <= now
-    if job.results_state == Job.ResultsState.COLLECTING:
-        return claimed is None or claimed + timedelta(seconds=COLLECT_CLAIM_SECONDS) <= now
-    return False
 
 
 def job_results_collect(*, job_id: int) -> Collected | None:
@@ -271,20 +255,6 @@ def job_results_retry_or_fail(*, job_id: int, reason: str, transient: bool) -> N
         results_detail=reason[:500],
         updated_at=timezone.now(),
     )
-
-
-def jobs_results_to_collect() -> list[int]:
-    """Ended jobs of the last retention period whose results wait to be collected (the task
-    enqueued at their end was lost, or a try failed and its backoff has passed), or whose
-    collector vanished."""
-    now = timezone.now()
-    since = now - timedelta(days=settings.JOB_RESULT_RETENTION_DAYS)
-    candidates = Job.objects.filter(
-        state__in=ENDED_STATES,
-        ended_at__gte=since,
-        results_state__in=[Job.ResultsState.WAITING, Job.ResultsState.COLLECTING],
-    ).only("pk", "results_state", "results_claimed_at", "results_attempts")
-    return [job.pk for job in candidates[:2000] if _is_due(job, now)][:500]
 
 
 def jobs_results_expire() -> int:

@@ -65,7 +65,6 @@ from scheduler_bridge.services.files import job_results_collect_after_commit
 from scheduler_bridge.services.idle import (
     cluster_idle_sample,
     cluster_reachability_seen,
-    clusters_to_sample,
     is_unreachable,
 )
 from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record
@@ -119,46 +118,6 @@ class PollReport:
     backend_calls: list[str] = field(default_factory=list)
     # What the poll noticed without failing: states it does not know, runs of no lease.
     notices: list[str] = field(default_factory=list)
-
-
-def clusters_to_poll() -> list[int]:
-    """The clusters with jobs queued for them or on them, and those where a team holds a
-    tenant account (its jobs may submit jobs of their own at any time)."""
-    with_jobs = set(
-        Job.objects.filter(state__in=[JobState.QUEUED, *ACTIVE_STATES])
-        .order_by()
-        .values_list("cluster_id", flat=True)
-        .distinct()
-    )
-    with_leases = set(
-        TenantLease.objects.filter(
-            status__in=[TenantLease.Status.ACTIVE, TenantLease.Status.ENDING]
-        )
-        .order_by()
-        .values_list("cluster_id", flat=True)
-        .distinct()
-    )
-    return sorted(with_jobs | with_leases | set(clusters_to_sample()))
-
-
-def clusters_to_reconcile() -> list[int]:
-    """The clusters that ran jobs, or lent tenant accounts, in the reconciliation's window."""
-    since = timezone.now() - timedelta(days=settings.JOBS_RECONCILE_DAYS + 1)
-    with_jobs = set(
-        Job.objects.filter(submitted_at__gte=since)
-        .order_by()
-        .values_list("cluster_id", flat=True)
-        .distinct()
-    )
-    with_leases = set(
-        TenantLease.objects.filter(
-            Q(status__in=TenantLease.HOLDING_STATES) | Q(ended_at__gte=since)
-        )
-        .order_by()
-        .values_list("cluster_id", flat=True)
-        .distinct()
-    )
-    return sorted(with_jobs | with_leases)
 
 
 def _lease_take(cluster_id: int, now: datetime) -> bool:

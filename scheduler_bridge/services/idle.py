@@ -9,7 +9,6 @@ import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 
 from hpc.errors import (
@@ -23,24 +22,9 @@ from hpc.slurm.inventory import idle_read
 from marketplace import services as market
 from marketplace.models import Cluster
 from scheduler_bridge.models import ClusterPoll
+from scheduler_bridge.selectors import is_idle_sampling_on
 
 logger = logging.getLogger(__name__)
-
-
-def is_sampling_on() -> bool:
-    return float(settings.IDLE_SAMPLE_SECONDS) > 0
-
-
-def clusters_to_sample(now: datetime | None = None) -> list[int]:
-    """Online Slurm clusters whose last idle sample is older than `IDLE_SAMPLE_SECONDS`."""
-    if not is_sampling_on():
-        return []
-    since = (now or timezone.now()) - timedelta(seconds=settings.IDLE_SAMPLE_SECONDS)
-    return sorted(
-        Cluster.objects.filter(status=Cluster.Status.ONLINE, backend=Cluster.Backend.SLURM)
-        .filter(Q(poll__idle_sampled_at__isnull=True) | Q(poll__idle_sampled_at__lt=since))
-        .values_list("pk", flat=True)
-    )
 
 
 def cluster_idle_sample(*, cluster: Cluster, now: datetime | None = None) -> int | None:
@@ -49,7 +33,7 @@ def cluster_idle_sample(*, cluster: Cluster, now: datetime | None = None) -> int
     when the cluster did not answer; the poll reports it."""
     now = now or timezone.now()
     if (
-        not is_sampling_on()
+        not is_idle_sampling_on()
         or cluster.backend != Cluster.Backend.SLURM
         or cluster.status != Cluster.Status.ONLINE
     ):

@@ -21,10 +21,10 @@ from computeshare.errors import ValidationFailed
 from hpc.errors import BridgeError
 from hpc.types import JobSpec, Tenant, platform_job_name
 from marketplace.models import Allocation, Membership, TenantLease
+from scheduler_bridge.job_requests import JobRequest
 from scheduler_bridge.models import money_of
 from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.submission import (
-    JobRequest,
     _account_for,
     allocation_check_open,
     job_request_sized,

@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import datetime, timedelta
-from decimal import ROUND_CEILING, Decimal
+from decimal import Decimal
 
 from django.conf import settings
 from django.db import transaction
@@ -22,7 +22,6 @@ from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
-from computeshare.numbers import MICRO_UNIT
 from computeshare.queue import enqueue_after_commit
 from hpc.arrays import InvalidArray, parse_array
 from hpc.errors import BridgeError
@@ -44,6 +43,7 @@ from marketplace.models import (
 from marketplace.services import tenant_lease_take, tenant_slurm_join
 from scheduler_bridge import errors, notices, webhook_events
 from scheduler_bridge.job_files import InputUpload
+from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB, JobRequest, job_units
 from scheduler_bridge.job_templates import job_template_get
 from scheduler_bridge.models import ENDED_STATES, TRANSITIONS, Job, JobEvent, JobState, JobTask
 from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
@@ -58,42 +58,10 @@ logger = logging.getLogger(__name__)
 MAX_SCRIPT_BYTES = 256 * 1024
 MAX_ENVIRONMENT_VARIABLES = 100
 MAX_ENVIRONMENT_VALUE_LENGTH = 4096
-# sbatch takes --mem-per-cpu in MiB; a TiB per CPU is beyond any node the market lists.
-MAX_MEM_PER_CPU_MIB = 1024 * 1024
 # sbatch reads options from `#SBATCH` lines, and from `#PBS` and `#BSUB` lines unless told
 # not to (the bridge tells it, with --ignore-pbs): every resource is the platform's to set.
 _DIRECTIVE_LINE = re.compile(r"^[ \t]*#[ \t]*(SBATCH|PBS|BSUB)", re.IGNORECASE)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-@dataclass(frozen=True)
-class JobRequest:
-    name: str
-    script: str
-    time_limit_minutes: int
-    cpus_per_task: int = 1
-    ntasks: int = 1
-    nodes: int = 1
-    gpus: int = 0
-    array: str | None = None
-    environment: dict[str, str] = field(default_factory=dict)
-    # Given to the job like `environment`, kept encrypted and never shown again.
-    secret_environment: dict[str, str] = field(default_factory=dict)
-    # MiB per allocated CPU (sbatch --mem-per-cpu); None leaves the partition's default.
-    mem_per_cpu: int | None = None
-    # The ready template the job starts from (`job_templates`), "" for none.
-    template: str = ""
-
-
-def job_units(*, resource: str, request: JobRequest, task_count: int) -> Decimal:
-    """What a job reserves: allocated cores (or GPUs) x time limit in hours for each task,
-    rounded up to the micro-unit so that the reservation always covers the use, times the
-    tasks (each task reserves, and settles, its own share)."""
-    per_hour = request.gpus if resource == Resource.GPU else request.ntasks * request.cpus_per_task
-    per_task = (Decimal(per_hour * request.time_limit_minutes) / Decimal(60)).quantize(
-        MICRO_UNIT, rounding=ROUND_CEILING
-    )
-    return per_task * task_count
 
 
 def job_request_check(allocation: Allocation, request: JobRequest) -> list[int | None]:

@@ -20,8 +20,10 @@ from computeshare.errors import ValidationFailed
 from marketplace.models import Allocation, Membership
 from scheduler_bridge import errors
 from scheduler_bridge.job_files import input_name_problem, job_files_storage
+from scheduler_bridge.job_requests import JobRequest
 from scheduler_bridge.models import (
     ENDED_STATES,
+    RESULTS_FINAL,
     SWEEP_TRANSITIONS,
     Job,
     JobFile,
@@ -31,23 +33,13 @@ from scheduler_bridge.models import (
     SweepJob,
     SweepRow,
 )
-from scheduler_bridge.services.submission import JobRequest, job_request_check, job_submit
+from scheduler_bridge.services.submission import job_request_check, job_submit
 from scheduler_bridge.services.sweep_tables import (
     array_expression,
     last_line,
     row_folder,
     sweep_array_script,
     sweep_table_parse,
-)
-
-# The job's files are final in these states: fetched, or known never to come.
-_RESULTS_FINAL = frozenset(
-    {
-        Job.ResultsState.READY,
-        Job.ResultsState.FAILED,
-        Job.ResultsState.EXPIRED,
-        Job.ResultsState.NOT_KEPT,
-    }
 )
 
 
@@ -251,7 +243,7 @@ def sweep_results_gather(*, job_id: int) -> int:
     if sweep_job is None:
         return 0
     job = sweep_job.job
-    if job.state not in ENDED_STATES or job.results_state not in _RESULTS_FINAL:
+    if job.state not in ENDED_STATES or job.results_state not in RESULTS_FINAL:
         return 0
     files = {
         row.name: row
@@ -279,18 +271,3 @@ def sweep_results_gather(*, job_id: int) -> int:
             sweep.ended_at = now
             sweep.save(update_fields=["state", "ended_at", "updated_at"])
     return len(rows)
-
-
-def sweep_jobs_to_gather() -> list[int]:
-    """Ended sweep jobs whose files are final but whose rows still wait: their gathering was
-    lost (a worker stopped between the two), or their job never reached the cluster."""
-    return list(
-        SweepJob.objects.filter(
-            sweep__state=Sweep.State.RUNNING,
-            job__state__in=ENDED_STATES,
-            job__results_state__in=_RESULTS_FINAL,
-            job__tasks__sweep_rows__result_state=SweepRow.ResultState.PENDING,
-        )
-        .values_list("job_id", flat=True)
-        .distinct()[:500]
-    )

@@ -21,6 +21,7 @@ from marketplace.models import (
     TenantAccount,
     TenantLease,
 )
+from scheduler_bridge import selectors as job_selectors
 from scheduler_bridge import services as job_services
 from scheduler_bridge.models import Job, JobState
 from tests.concurrency import kinds, run_together
@@ -204,13 +205,13 @@ def test_a_lease_ends_once_its_team_has_neither_an_open_allocation_nor_an_unfini
     )
 
     assert job.lease == lease
-    assert job_services.tenant_leases_to_end() == []  # open allocation, queued job
+    assert job_selectors.tenant_leases_to_end() == []  # open allocation, queued job
 
     Allocation.objects.filter(pk=allocation.pk).update(closed_at=timezone.now())
-    assert job_services.tenant_leases_to_end() == []  # the job is not finished
+    assert job_selectors.tenant_leases_to_end() == []  # the job is not finished
 
     Job.objects.filter(pk=job.pk).update(state=JobState.COMPLETED)
-    assert job_services.tenant_leases_to_end() == [lease.pk]
+    assert job_selectors.tenant_leases_to_end() == [lease.pk]
     assert job_services.tenant_lease_end_if_idle(lease_id=lease.pk) is True
     assert job_services.tenant_lease_end_if_idle(lease_id=lease.pk) is False
     lease.refresh_from_db()

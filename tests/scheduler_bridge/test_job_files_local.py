@@ -13,6 +13,7 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
+from scheduler_bridge import selectors as job_selectors
 from scheduler_bridge import services
 from scheduler_bridge.job_files import InputUpload, job_files_storage
 from scheduler_bridge.models import Job, JobFile, JobState
@@ -104,9 +105,9 @@ def test_a_failed_collection_waits_its_backoff_then_gives_up(local_allocation): 
     files.job_results_retry_or_fail(job_id=job.pk, reason="cluster down", transient=True)
     job.refresh_from_db()
     assert job.results_state == Job.ResultsState.WAITING and job.results_detail == "cluster down"
-    assert job.pk not in files.jobs_results_to_collect()  # within its 10 s backoff
+    assert job.pk not in job_selectors.jobs_results_to_collect()  # within its 10 s backoff
     Job.objects.filter(pk=job.pk).update(results_claimed_at=timezone.now() - timedelta(seconds=11))
-    assert job.pk in files.jobs_results_to_collect()
+    assert job.pk in job_selectors.jobs_results_to_collect()
 
     Job.objects.filter(pk=job.pk).update(
         results_state=Job.ResultsState.COLLECTING, results_attempts=files.RESULT_ATTEMPTS_MAX

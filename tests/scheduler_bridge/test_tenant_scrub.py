@@ -26,6 +26,7 @@ from hpc.slurm import accounts as slurm_accounts
 from hpc.ssh import SSHConnection
 from marketplace import errors, services
 from marketplace.models import Allocation, Membership, TenantAccount, TenantLease
+from scheduler_bridge import selectors as job_selectors
 from scheduler_bridge import services as job_services
 from scheduler_bridge.models import ENDED_STATES, Job
 from tests.factories import MembershipFactory, OfferFactory, allocation_bought, funded_organization
@@ -106,7 +107,7 @@ def window_closes(allocation: Allocation) -> None:
 
 
 def lease_ends(lease: TenantLease) -> TenantLease:
-    assert job_services.tenant_leases_to_end() == [lease.pk]
+    assert job_selectors.tenant_leases_to_end() == [lease.pk]
     assert job_services.tenant_lease_end_if_idle(lease_id=lease.pk)
     return scrubbed(lease)
 

@@ -29,6 +29,7 @@ from billing.models import (
     TopUpRefund,
     Transaction,
 )
+from computeshare.authentication import request_user
 from computeshare.errors import ApplicationError
 from computeshare.numbers import MICRO_PLACES
 
@@ -110,7 +111,7 @@ class TransactionAdmin(ReadOnlyAdmin):
                     organization=form.cleaned_data["wallet"].organization,
                     amount=form.cleaned_data["amount"],
                     memo=form.cleaned_data["memo"],
-                    actor=request.user,
+                    actor=request_user(request),
                 )
             except ApplicationError as error:
                 form.add_error(None, error.detail)
@@ -184,7 +185,7 @@ class TopUpAdmin(ReadOnlyAdmin):
             try:
                 refund = services.top_up_refund(
                     top_up=top_up,
-                    actor=request.user,
+                    actor=request_user(request),
                     amount=form.cleaned_data["amount"],
                     reason=form.cleaned_data["reason"],
                 )

@@ -161,7 +161,7 @@ def ledger_entry_list(
 @dataclass(frozen=True)
 class EarningsRow:
     month: datetime.date
-    source: Any
+    source: uuid.UUID | None
     source_name: str
     gross: Decimal
     fees: Decimal
@@ -547,7 +547,7 @@ def spending_by_day(organization: Any, *, since: datetime.datetime) -> dict[date
 
 @dataclass(frozen=True)
 class SourceEarnings:
-    source: Any
+    source: uuid.UUID | None
     source_name: str
     by_day: dict[datetime.date, Decimal]
 
@@ -571,7 +571,7 @@ def earnings_by_day(organization: Any, *, since: datetime.datetime) -> list[Sour
         .annotate(total=Sum("amount"))
         .order_by()
     )
-    sources: dict[Any, SourceEarnings] = {}
+    sources: dict[uuid.UUID | None, SourceEarnings] = {}
     for row in rows:
         earned = sources.setdefault(
             row["source"], SourceEarnings(row["source"], row["source_name"], {})

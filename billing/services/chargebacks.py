@@ -29,6 +29,7 @@ from billing.errors import (
 from billing.models import Account, Dispute, TopUp, TopUpRefund, Transaction
 from billing.services.ledger import money, wallet_credit, wallet_debit
 from computeshare.errors import ValidationFailed
+from computeshare.models import User
 
 logger = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def _top_up_of(obj: dict[str, Any]) -> TopUp | None:
 # --- Refunds -----------------------------------------------------------------------------------
 
 
-def _refund_row(*, top_up: TopUp, amount: Decimal | None, actor: Any, reason: str) -> TopUpRefund:
+def _refund_row(*, top_up: TopUp, amount: Decimal | None, actor: User, reason: str) -> TopUpRefund:
     with transaction.atomic():
         locked = TopUp.objects.select_for_update().get(pk=top_up.pk)
         pending = locked.refunds.filter(status=TopUpRefund.Status.PENDING).first()
@@ -83,7 +84,7 @@ def _refund_row(*, top_up: TopUp, amount: Decimal | None, actor: Any, reason: st
         )
 
 
-def top_up_refund(*, top_up: TopUp, actor: Any, reason: str, amount: Any = None) -> TopUpRefund:
+def top_up_refund(*, top_up: TopUp, actor: User, reason: str, amount: Any = None) -> TopUpRefund:
     """Asks Stripe to refund `amount` of a succeeded top-up (all that is not refunded yet when
     not given). The wallet is debited when Stripe's `charge.refunded` arrives. Asking again
     while Stripe's answer is missing sends the same refund again. It calls Stripe: never call

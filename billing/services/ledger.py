@@ -15,6 +15,7 @@ Every service here is one database transaction that
   call made and writes nothing.
 """
 
+import datetime
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
 from typing import Any
@@ -36,6 +37,7 @@ from billing.models import ZERO, Account, Entry, Hold, ReferenceKind, Transactio
 from billing.selectors import debt_owed, earnings_split
 from billing.services import budgets
 from computeshare.errors import ValidationFailed
+from computeshare.models import User
 from computeshare.numbers import MICRO_PLACES, MICRO_UNIT
 from hpc.batches import batched
 
@@ -158,7 +160,7 @@ def _post(
     hold: Hold | None = None,
     idempotency_reference: str | None = None,
     memo: str = "",
-    created_by: Any = None,
+    created_by: User | None = None,
     source: UUID | None = None,
     source_name: str = "",
 ) -> Transaction:
@@ -238,7 +240,7 @@ def _available_from_platform(
     idempotency_reference: str | None,
     memo: str,
     reference: UUID | None = None,
-    created_by: Any = None,
+    created_by: User | None = None,
 ) -> Transaction:
     """Moves `amount` from a platform account to the organization's available balance (a
     negative amount the other way, never past what is available). Money in repays what the
@@ -419,7 +421,7 @@ def wallet_adjust(
     organization: Any,
     amount: Any,
     memo: str,
-    actor: Any,
+    actor: User | None,
     idempotency_reference: str | None = None,
 ) -> Transaction:
     """A correction by staff: a new balanced transaction between the platform's adjustments
@@ -746,7 +748,7 @@ def holds_settle(
     return len(rows)
 
 
-def _holds_keep_sql(ids: list[int], keeps: list[Decimal], now: Any) -> None:
+def _holds_keep_sql(ids: list[int], keeps: list[Decimal], now: datetime.datetime) -> None:
     """Every settled hold in one `UPDATE ... FROM unnest(...)`: each keeps its amount and
     releases the rest, and one that keeps nothing closes (PostgreSQL)."""
     table = Hold._meta.db_table
@@ -782,7 +784,7 @@ def _releases_post_sql(
     reference_kind: str,
     reference: UUID,
     memo: str,
-    now: Any,
+    now: datetime.datetime,
 ) -> None:
     """`holds_settle`'s release transactions on PostgreSQL: one statement writes every
     organization's transaction and its two entries (data-modifying CTE over arrays), one more
@@ -874,7 +876,7 @@ def _releases_post_orm(
     reference_kind: str,
     reference: UUID,
     memo: str,
-    now: Any,
+    now: datetime.datetime,
 ) -> None:
     """`holds_settle`'s release transactions with the ORM, for SQLite (the embedded demo)."""
     accounts: dict[AccountKey, Account] = {}
@@ -924,7 +926,7 @@ def _releases_post_orm(
     )
 
 
-def _balances_write_rows(ids: list[int], balances: list[Decimal], now: Any) -> None:
+def _balances_write_rows(ids: list[int], balances: list[Decimal], now: datetime.datetime) -> None:
     """Writes the cached balances of many locked accounts in one `UPDATE ... FROM unnest(...)`
     (PostgreSQL): Django's `bulk_update` spends longer building its CASE in Python than the
     database spends running it."""

@@ -19,6 +19,7 @@ from computeshare.models import User
 from computeshare.numbers import MICRO_UNIT
 from marketplace.models import Allocation, Cluster, Membership, Organization, Resource, TenantLease
 from scheduler_bridge import sizing
+from scheduler_bridge.job_requests import JobRequest, job_units
 from scheduler_bridge.models import (
     ACTIVE_STATES,
     ENDED_STATES,
@@ -212,6 +213,49 @@ def sweep_rows(sweep: Sweep) -> QuerySet[SweepRow]:
             "task__job__uuid",
         )
         .order_by("index")
+    )
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """The most a job can cost: what it reserves (`units`, for every task) at the allocation's
+    unit price, beside the allocation's unreserved units. `problem` says why there is no figure
+    while the sizes are not whole numbers yet."""
+
+    unreserved: Decimal
+    unit_price: Decimal
+    task_count: int = 1
+    units: Decimal | None = None
+    cost: Decimal | None = None
+    problem: str = ""
+
+    @property
+    def is_over(self) -> bool:
+        return self.units is not None and self.units > self.unreserved
+
+
+def job_estimate(
+    *,
+    allocation: Allocation,
+    request: JobRequest | None = None,
+    task_count: int = 1,
+    problem: str = "",
+) -> Estimate:
+    """What `job_submit` would reserve for `request` with `task_count` tasks (`job_units`, as
+    `job_request_sized` reserves and the API's quote counts), so that the submission page's
+    figure is the reservation and the quote's to the micro-unit. Without a request, no figure,
+    and `problem` says why."""
+    if request is None:
+        return Estimate(
+            unreserved=allocation.remaining, unit_price=allocation.unit_price, problem=problem
+        )
+    units = job_units(resource=allocation.resource, request=request, task_count=task_count)
+    return Estimate(
+        unreserved=allocation.remaining,
+        unit_price=allocation.unit_price,
+        task_count=task_count,
+        units=units,
+        cost=money_of(units, allocation.unit_price),
     )
 
 

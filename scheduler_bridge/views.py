@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -55,7 +54,7 @@ from scheduler_bridge.job_files import (
     tar_gz_stream,
 )
 from scheduler_bridge.job_templates import JobTemplate, job_template_get, job_templates_for
-from scheduler_bridge.models import Job, JobFile, JobState, money_of
+from scheduler_bridge.models import Job, JobFile, JobState
 from scheduler_bridge.serializers import month_start_of
 from scheduler_bridge.sizing import SizingAdvice
 
@@ -82,49 +81,18 @@ def has_gpus(allocation: Allocation) -> bool:
 # --- Submitting a job --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """The most a job can cost: what it reserves (`units`, for every task) at the allocation's
-    unit price, beside the allocation's unreserved units. `problem` says why there is no figure
-    while the sizes are not whole numbers yet."""
-
-    unreserved: Decimal
-    unit_price: Decimal
-    task_count: int = 1
-    units: Decimal | None = None
-    cost: Decimal | None = None
-    problem: str = ""
-
-    @property
-    def is_over(self) -> bool:
-        return self.units is not None and self.units > self.unreserved
-
-
-def job_estimate(allocation: Allocation, sizes: JobSizesForm) -> Estimate:
-    """What `job_submit` would reserve (`job_units`, for the tasks `parse_array` counts), so
-    that the estimate is the reservation to the micro-unit."""
-    unreserved = allocation.remaining
+def job_estimate(allocation: Allocation, sizes: JobSizesForm) -> selectors.Estimate:
+    """The estimate of the sizes typed so far; while one is not a whole number yet, why there
+    is no figure (the first field's first problem)."""
     if not sizes.is_valid():
         field, problems = next(iter(sizes.errors.items()))
         label = sizes.fields[field].label if field in sizes.fields else ""
-        return Estimate(
-            unreserved=unreserved,
-            unit_price=allocation.unit_price,
+        return selectors.job_estimate(
+            allocation=allocation,
             problem=f"{label}: {problems[0]}" if label else str(problems[0]),
         )
-    task_count = sizes.task_count()
-    # Per task, then times the tasks, as `job_request_sized` reserves and the API's quote
-    # (POST /jobs/quote/) counts: the form's figure is the quote's to the micro-unit.
-    units = (
-        services.job_units(resource=allocation.resource, request=sizes.job_request(), task_count=1)
-        * task_count
-    )
-    return Estimate(
-        unreserved=unreserved,
-        unit_price=allocation.unit_price,
-        task_count=task_count,
-        units=units,
-        cost=money_of(units, allocation.unit_price),
+    return selectors.job_estimate(
+        allocation=allocation, request=sizes.job_request(), task_count=sizes.task_count()
     )
 
 

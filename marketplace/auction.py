@@ -18,6 +18,7 @@ from collections.abc import Hashable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
+from typing import NamedTuple
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +32,19 @@ class SealedBid:
     sequence: int
     # Who bids: a team's bids share one tenant account on the cluster.
     buyer: Hashable = None
+
+
+class BidRow(NamedTuple):
+    """An open bid as the clearing reads it from the database (the field names are the
+    columns'), and as the clearing's notices and webhook events are told of it."""
+
+    pk: int
+    price: Decimal
+    quantity: int
+    min_quantity: int
+    created_at: datetime
+    hold_id: int
+    organization_id: int
 
 
 @dataclass(frozen=True)

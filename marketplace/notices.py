@@ -5,13 +5,13 @@ its commit, one per organization)."""
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from marketplace.auction import BidRow
 from marketplace.models import Allocation, Invitation, Offer
 from notifications import selectors as notification_selectors
 from notifications.services import (
@@ -26,11 +26,11 @@ ALLOCATION_NOTICES_LOOKBACK = timedelta(days=1)
 
 
 def auction_cleared(
-    offer: Offer, rows: Sequence[tuple[Any, ...]], fills: Mapping[int, int], price: Decimal | None
+    offer: Offer, rows: Sequence[BidRow], fills: Mapping[int, int], price: Decimal | None
 ) -> None:
     """Each bidding organization's admins learn its outcome once, over all its bids (won some
     units: `auction_won`; won none: `bid_outbid`), and the owner's admins that the auction
-    cleared. `rows` are the clearing's bid rows (pk, price, quantity, ..., organization last).
+    cleared. `rows` are the clearing's bid rows (`BidRow`).
 
     Recorded after the clearing's commit (`notifications_record_after_commit`): a notice per
     bid, recorded under the offer's lock, took 20 of a 100,000-bid clearing's 24 s, and a team
@@ -50,9 +50,9 @@ def auction_cleared(
             admins_only=True,
         )
     ]
-    by_organization: dict[int, list[tuple[Any, ...]]] = {}
+    by_organization: dict[int, list[BidRow]] = {}
     for row in rows:
-        by_organization.setdefault(row[-1], []).append(row)
+        by_organization.setdefault(row.organization_id, []).append(row)
     for organization_id, bids in by_organization.items():
         kind, title, body = _auction_outcome(offer.cluster.name, where, bids, fills, price)
         events.append(
@@ -72,15 +72,15 @@ def auction_cleared(
 def _auction_outcome(
     cluster: str,
     where: str,
-    bids: Sequence[tuple[Any, ...]],
+    bids: Sequence[BidRow],
     fills: Mapping[int, int],
     price: Decimal | None,
 ) -> tuple[str, str, str]:
-    """(kind, title, body) of one organization's notice over its bids (pk, price, quantity)."""
-    won = sum(fills.get(bid[0], 0) for bid in bids)
-    asked = sum(bid[2] for bid in bids)
+    """(kind, title, body) of one organization's notice over its bids."""
+    won = sum(fills.get(bid.pk, 0) for bid in bids)
+    asked = sum(bid.quantity for bid in bids)
     if len(bids) == 1:
-        _, bid_price, quantity = bids[0][:3]
+        bid_price, quantity = bids[0].price, bids[0].quantity
         if won:
             title = (
                 f"You won {won} units on {cluster}"
@@ -97,15 +97,15 @@ def _auction_outcome(
             f"at {money_text(price)} per unit. The bid's hold is released."
         )
         return "bid_outbid", f"Your bid on {cluster} lost", body
-    lowest = min(bid[1] for bid in bids)
-    highest = max(bid[1] for bid in bids)
+    lowest = min(bid.price for bid in bids)
+    highest = max(bid.price for bid in bids)
     prices = (
         money_text(lowest)
         if lowest == highest
         else f"{money_text(lowest)} to {money_text(highest)}"
     )
     if won:
-        winning = sum(1 for bid in bids if fills.get(bid[0], 0))
+        winning = sum(1 for bid in bids if fills.get(bid.pk, 0))
         title = (
             f"You won {won} units on {cluster} over {len(bids)} bids"
             if won == asked

@@ -10,6 +10,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from marketplace.auction import BidRow
 from marketplace.models import Allocation, Bid, Offer
 from webhooks.services import Event, events_record, organizations_listening
 
@@ -19,13 +20,13 @@ ALLOCATION_EVENTS_LOOKBACK = timedelta(days=1)
 
 
 def auction_cleared(
-    offer: Offer, rows: Sequence[tuple[Any, ...]], fills: Mapping[int, int], price: Decimal | None
+    offer: Offer, rows: Sequence[BidRow], fills: Mapping[int, int], price: Decimal | None
 ) -> None:
     """`auction.cleared` to the owner and to every bidder, and `bid.outbid` for each bid that
     got fewer units than it asked for (lost, or partly won). `rows` are the clearing's bid rows
-    (pk first, quantity third, organization last), `fills` the units each winner got."""
+    (`BidRow`), `fills` the units each winner got."""
     owner_id = offer.cluster.organization_id
-    bidders = {row[-1] for row in rows}
+    bidders = {row.organization_id for row in rows}
     cleared = {
         "offer": str(offer.uuid),
         "cluster": str(offer.cluster.uuid),
@@ -38,25 +39,25 @@ def auction_cleared(
         Event(organization_id, "auction.cleared", f"offer:{offer.uuid}", cleared, once=True)
         for organization_id in organizations_listening({owner_id, *bidders}, "auction.cleared")
     ]
-    outbid = [row for row in rows if fills.get(row[0], 0) < row[2]]
-    listening = organizations_listening({row[-1] for row in outbid}, "bid.outbid")
-    outbid = [row for row in outbid if row[-1] in listening]
+    outbid = [row for row in rows if fills.get(row.pk, 0) < row.quantity]
+    listening = organizations_listening({row.organization_id for row in outbid}, "bid.outbid")
+    outbid = [row for row in outbid if row.organization_id in listening]
     if outbid:
         uuids = dict(
-            Bid.objects.filter(pk__in=[row[0] for row in outbid]).values_list("pk", "uuid")
+            Bid.objects.filter(pk__in=[row.pk for row in outbid]).values_list("pk", "uuid")
         )
         events += [
             Event(
-                row[-1],
+                row.organization_id,
                 "bid.outbid",
-                f"bid:{uuids[row[0]]}",
+                f"bid:{uuids[row.pk]}",
                 {
-                    "id": str(uuids[row[0]]),
+                    "id": str(uuids[row.pk]),
                     "offer": str(offer.uuid),
-                    "status": Bid.Status.PARTIALLY_WON if fills.get(row[0]) else Bid.Status.LOST,
-                    "price": str(row[1]),
-                    "quantity": row[2],
-                    "quantity_won": fills.get(row[0], 0),
+                    "status": Bid.Status.PARTIALLY_WON if fills.get(row.pk) else Bid.Status.LOST,
+                    "price": str(row.price),
+                    "quantity": row.quantity,
+                    "quantity_won": fills.get(row.pk, 0),
                     "clearing_price": cleared["clearing_price"],
                     "currency": settings.PLATFORM_CURRENCY,
                 },

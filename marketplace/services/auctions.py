@@ -14,10 +14,10 @@ from billing.models import Hold, ReferenceKind
 from computeshare.states import status_move, status_move_all
 from hpc.batches import batched
 from marketplace import notices, webhook_events
-from marketplace.auction import SealedBid, uniform_price_clear
+from marketplace.auction import BidRow, Clearing, SealedBid, uniform_price_clear
 from marketplace.models import Allocation, Bid, Offer
 from marketplace.services.offers import allocation_of, slurm_accounts_follow
-from marketplace.services.tenants import tenant_seats_lock
+from marketplace.services.tenants import TenantSeats, tenant_seats_lock
 
 
 @dataclass(frozen=True)
@@ -43,39 +43,72 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
     offer = Offer.objects.select_for_update(of=("self",)).select_related("cluster").get(pk=offer_id)
     if not offer.is_open or now < offer.auction_closes_at:
         return AuctionOutcome(offer_id=offer_id, cleared=False)
-
-    open_bids = Bid.objects.filter(offer=offer, status=Bid.Status.OPEN)
-    rows = list(
-        open_bids.order_by("-price", "created_at", "pk").values_list(
-            "pk", "price", "quantity", "min_quantity", "created_at", "hold_id", "organization_id"
-        )
-    )
+    bids = _open_bids_ranked(offer)
     # A team that would need a tenant account the cluster does not have cannot win: the
     # accounts this clearing may give out are locked now, with the teams that hold one already.
-    seats = tenant_seats_lock(cluster=offer.cluster, organization_ids={row[6] for row in rows})
-    clearing = uniform_price_clear(
+    seats = tenant_seats_lock(
+        cluster=offer.cluster, organization_ids={bid.organization_id for bid in bids}
+    )
+    clearing = _clearing_of(offer, bids, seats)
+    winners = [bid for bid in bids if bid.pk in clearing.fills]
+    _holds_settle(offer, winners, clearing)
+    _bids_settle(offer, winners, clearing, now)
+    allocations = _allocations_create(offer, clearing, winners, now)
+    if seats is not None:
+        seats.leases_for_all(offer.cluster, (bid.organization_id for bid in winners))
+    _offer_record(offer, bids, clearing, now)
+    webhook_events.auction_cleared(offer, bids, clearing.fills, clearing.price)
+    notices.auction_cleared(offer, bids, clearing.fills, clearing.price)
+    if allocations and offer.cluster.account_mode == offer.cluster.AccountMode.MANAGED:
+        slurm_accounts_follow(offer.cluster, {bid.organization_id for bid in winners})
+    return AuctionOutcome(
+        offer_id=offer_id,
+        cleared=True,
+        price=clearing.price,
+        units_sold=clearing.units_sold,
+        winners=len(winners),
+        bids=len(bids),
+    )
+
+
+def _open_bids_ranked(offer: Offer) -> list[BidRow]:
+    """The offer's open bids as plain rows, best first (off the `bid_ranking` index)."""
+    rows = (
+        Bid.objects.filter(offer=offer, status=Bid.Status.OPEN)
+        .order_by("-price", "created_at", "pk")
+        .values_list(*BidRow._fields)
+    )
+    return [BidRow(*row) for row in rows]
+
+
+def _clearing_of(offer: Offer, bids: list[BidRow], seats: TenantSeats | None) -> Clearing:
+    """The uniform-price clearing of what is unsold among `bids`, within the seats left."""
+    return uniform_price_clear(
         offer.remaining,
         offer.reserve_price,
         (
             SealedBid(
-                key=pk,
-                price=price,
-                quantity=quantity,
-                min_quantity=minimum,
-                placed_at=placed_at,
-                sequence=pk,
-                buyer=organization_id,
+                key=bid.pk,
+                price=bid.price,
+                quantity=bid.quantity,
+                min_quantity=bid.min_quantity,
+                placed_at=bid.created_at,
+                sequence=bid.pk,
+                buyer=bid.organization_id,
             )
-            for pk, price, quantity, minimum, placed_at, _, organization_id in rows
+            for bid in bids
         ),
         seats=None if seats is None else len(seats.free),
         seated=frozenset() if seats is None else seats.held,
     )
-    price = clearing.price
-    winners = {row[0]: row for row in rows if row[0] in clearing.fills}
+
+
+def _holds_settle(offer: Offer, winners: list[BidRow], clearing: Clearing) -> None:
+    """Each winner's hold down to what it won at the clearing price; every other open bid's
+    hold released."""
     keep = {}
-    if price is not None:
-        keep = {row[5]: price * clearing.fills[pk] for pk, row in winners.items()}
+    if clearing.price is not None:
+        keep = {bid.hold_id: clearing.price * clearing.fills[bid.pk] for bid in winners}
     billing.holds_settle(
         holds=Hold.objects.filter(bid__offer=offer, bid__status=Bid.Status.OPEN),
         keep=keep,
@@ -84,16 +117,19 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
         memo=f"Auction cleared on {offer.cluster.name}: bids released"[:255],
     )
 
-    # Set-wise: every full winner in one statement, the one partly filled bid (there is at
-    # most one: the bid that used up the supply) in another, and then every bid still open lost.
-    full = [pk for pk, row in winners.items() if clearing.fills[pk] == row[2]]
-    partial = [pk for pk in winners if clearing.fills[pk] != winners[pk][2]]
+
+def _bids_settle(offer: Offer, winners: list[BidRow], clearing: Clearing, now: datetime) -> None:
+    """Set-wise: every full winner in one statement (per 10,000), the one partly filled bid
+    (there is at most one: the bid that used up the supply) in another, and then every bid
+    still open lost."""
+    full = [bid.pk for bid in winners if clearing.fills[bid.pk] == bid.quantity]
+    partial = [bid.pk for bid in winners if clearing.fills[bid.pk] != bid.quantity]
     for batch in batched(full, 10_000):
         status_move_all(
             Bid.objects.filter(pk__in=batch),
             Bid.Status.WON,
             quantity_won=F("quantity"),
-            price_paid=price,
+            price_paid=clearing.price,
             updated_at=now,
         )
     for pk in partial:
@@ -101,27 +137,25 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
             Bid.objects.filter(pk=pk),
             Bid.Status.PARTIALLY_WON,
             quantity_won=clearing.fills[pk],
-            price_paid=price,
+            price_paid=clearing.price,
             updated_at=now,
         )
-    status_move_all(open_bids, Bid.Status.LOST, quantity_won=0, updated_at=now)
-    allocations = _allocations_create(
-        offer,
-        price,
-        [(pk, row[6], clearing.fills[pk], row[5]) for pk, row in winners.items()],
-        now,
+    status_move_all(
+        Bid.objects.filter(offer=offer), Bid.Status.LOST, quantity_won=0, updated_at=now
     )
-    if seats is not None:
-        seats.leases_for_all(offer.cluster, (row[6] for row in winners.values()))
+
+
+def _offer_record(offer: Offer, bids: list[BidRow], clearing: Clearing, now: datetime) -> None:
+    """The offer cleared, with the result the price history reads."""
     status_move(offer, Offer.Status.CLEARED)
-    offer.clearing_price = price
+    offer.clearing_price = clearing.price
     offer.units_sold += clearing.units_sold
     offer.units_sold_at_auction = clearing.units_sold
     offer.cleared_at = now
     # The demand figures as the bids have them: bids publish theirs after their commit, and one
     # that committed just before this clearing may not have yet.
-    offer.bid_count = len(rows)
-    offer.units_bid = sum(row[2] for row in rows)
+    offer.bid_count = len(bids)
+    offer.units_bid = sum(bid.quantity for bid in bids)
     offer.save(
         update_fields=[
             "status",
@@ -134,63 +168,58 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
             "updated_at",
         ]
     )
-    webhook_events.auction_cleared(offer, rows, clearing.fills, price)
-    notices.auction_cleared(offer, rows, clearing.fills, price)
-    if allocations and offer.cluster.account_mode == offer.cluster.AccountMode.MANAGED:
-        slurm_accounts_follow(offer.cluster, {row[6] for row in winners.values()})
-    return AuctionOutcome(
-        offer_id=offer_id,
-        cleared=True,
-        price=price,
-        units_sold=clearing.units_sold,
-        winners=len(winners),
-        bids=len(rows),
-    )
 
 
 def _allocations_create(
-    offer: Offer, price: Decimal | None, wins: list[tuple[int, int, int, int]], now: datetime
+    offer: Offer, clearing: Clearing, winners: list[BidRow], now: datetime
 ) -> int:
-    """The winners' allocations, from (bid, organization, units won, hold) each, all at the
-    clearing price; returns how many. On PostgreSQL one `INSERT ... SELECT FROM unnest(...)`:
-    at ten thousand winners, building and rendering model objects took longer than the
-    database took to write the rows."""
-    if not wins or price is None:
+    """The winners' allocations, each of the units its bid won, all at the clearing price;
+    returns how many. On PostgreSQL one `INSERT ... SELECT FROM unnest(...)`: at ten thousand
+    winners, building and rendering model objects took longer than the database took to
+    write the rows."""
+    price = clearing.price
+    if not winners or price is None:
         return 0
     if connection.vendor != "postgresql":
         Allocation.objects.bulk_create(
             [
                 allocation_of(
                     offer,
-                    organization_id=organization_id,
+                    organization_id=bid.organization_id,
                     source=Allocation.Source.AUCTION,
-                    bid_id=bid_id,
-                    quantity=units,
+                    bid_id=bid.pk,
+                    quantity=clearing.fills[bid.pk],
                     unit_price=price,
-                    hold_id=hold_id,
+                    hold_id=bid.hold_id,
                 )
-                for bid_id, organization_id, units, hold_id in wins
+                for bid in winners
             ],
             batch_size=1_000,
         )
-        return len(wins)
+        return len(winners)
+    _allocations_insert(
+        {
+            "offer": offer.pk,
+            "cluster": offer.cluster_id,
+            "partition": offer.partition_id,
+            "resource": offer.resource,
+            "window_start": offer.window_start,
+            "window_end": offer.window_end,
+            "source": Allocation.Source.AUCTION,
+            "unit_price": price,
+            "now": now,
+            "bids": [bid.pk for bid in winners],
+            "organizations": [bid.organization_id for bid in winners],
+            "units": [clearing.fills[bid.pk] for bid in winners],
+            "holds": [bid.hold_id for bid in winners],
+        }
+    )
+    return len(winners)
+
+
+def _allocations_insert(constants: dict[str, Any]) -> None:
+    """One INSERT of the allocations of the winners listed in `constants` (PostgreSQL)."""
     column = {field.name: str(field.column) for field in Allocation._meta.concrete_fields}
-    bids, organizations, units, holds = (list(values) for values in zip(*wins, strict=True))
-    constants: dict[str, Any] = {
-        "offer": offer.pk,
-        "cluster": offer.cluster_id,
-        "partition": offer.partition_id,
-        "resource": offer.resource,
-        "window_start": offer.window_start,
-        "window_end": offer.window_end,
-        "source": Allocation.Source.AUCTION,
-        "unit_price": price,
-        "now": now,
-        "bids": bids,
-        "organizations": organizations,
-        "units": units,
-        "holds": holds,
-    }
     names = [
         "uuid", "created_at", "updated_at", "offer", "cluster", "partition", "resource",
         "window_start", "window_end", "source", "unit_price", "used", "reserved",
@@ -207,7 +236,6 @@ def _allocations_create(
             "%(holds)s::bigint[]) AS win(bid, organization, quantity, hold) ORDER BY win.bid",
             constants,
         )
-    return len(wins)
 
 
 # --- Allocation windows ------------------------------------------------------------------------

@@ -15,6 +15,7 @@ row; the offer's public `bid_count` and `units_bid` are those rows summed, copie
 after the bid's commit (`_demand_publish`)."""
 
 import uuid
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
@@ -26,7 +27,7 @@ from django.utils import timezone
 
 from billing import services as billing
 from billing.models import ReferenceKind
-from computeshare.errors import PermissionDenied, ValidationFailed
+from computeshare.errors import FieldErrors, PermissionDenied, ValidationFailed
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move
 from marketplace import errors, selectors
@@ -51,33 +52,50 @@ def _require_admin(actor: Membership, what: str) -> None:
         raise PermissionDenied(f"Only an admin of the organization can {what}.")
 
 
-def _whole_units(value: Any, field: str, *, minimum: int = 1) -> int:
+def _whole_units(fields: FieldErrors, field: str, value: Any, *, minimum: int = 1) -> int | None:
+    """`value` as a whole number of units from `minimum` on, or None with the field's error."""
     if isinstance(value, bool) or not isinstance(value, int | Decimal | str):
-        raise ValidationFailed(fields={field: ["A whole number of units."]})
+        fields.add(field, "A whole number of units.")
+        return None
     try:
         number = Decimal(str(value))
-    except ArithmeticError as error:
-        raise ValidationFailed(fields={field: ["A whole number of units."]}) from error
+    except ArithmeticError:
+        number = Decimal("NaN")
     if not number.is_finite() or number != number.to_integral_value():
-        raise ValidationFailed(fields={field: ["A whole number of units."]})
-    if number < minimum:
-        raise ValidationFailed(fields={field: [f"At least {minimum}."]})
-    if number > 2_000_000_000:
-        raise ValidationFailed(fields={field: ["At most 2,000,000,000."]})
-    return int(number)
+        fields.add(field, "A whole number of units.")
+    elif number < minimum:
+        fields.add(field, f"At least {minimum}.")
+    elif number > 2_000_000_000:
+        fields.add(field, "At most 2,000,000,000.")
+    else:
+        return int(number)
+    return None
 
 
-def _price(value: Any, field: str) -> Decimal:
-    price = billing.money(value, field=field)
+def _price(fields: FieldErrors, field: str, value: Any) -> Decimal | None:
+    """`value` as a price per unit above zero, or None with the field's error."""
+    try:
+        price = billing.money(value, field=field)
+    except ValidationFailed as error:
+        for message in error.extra["fields"].get(field, []):
+            fields.add(field, message)
+        return None
     if price <= 0:
-        raise ValidationFailed(fields={field: ["Must be more than zero."]})
+        fields.add(field, "Must be more than zero.")
+        return None
     return price
 
 
-def _aware(value: Any, field: str) -> datetime:
+def _aware(fields: FieldErrors, field: str, value: Any) -> datetime | None:
+    """`value` as an aware date and time, or None with the field's error."""
     if not isinstance(value, datetime) or timezone.is_naive(value):
-        raise ValidationFailed(fields={field: ["A date and time with a time zone."]})
+        fields.add(field, "A date and time with a time zone.")
+        return None
     return value
+
+
+def _given(value: Any) -> bool:
+    return value not in (None, "")
 
 
 # --- Offers ------------------------------------------------------------------------------------
@@ -102,6 +120,66 @@ def offer_create(
     it starts and after now; the auction closes in the future and before the window ends; the
     buy-now price, when there is one, is at least the reserve; the quantity fits what the
     partition has during the window."""
+    _listing_allowed(actor, cluster, resource)
+    fields = FieldErrors()
+    terms = _offer_terms_parse(
+        fields,
+        resource=resource,
+        quantity=quantity,
+        window_start=window_start,
+        window_end=window_end,
+        reserve_price=reserve_price,
+        auction_closes_at=auction_closes_at,
+        buy_now_price=buy_now_price,
+        max_per_buyer=max_per_buyer,
+    )
+    found = _partition_lock(fields, cluster, partition, resource)
+    now = timezone.now()
+    _offer_terms_check(fields, terms, now)
+    if found is not None and "resource" not in fields:
+        _window_capacity_check(fields, found, terms, now)
+    fields.raise_if_any()
+    assert found is not None and terms.units is not None and terms.reserve is not None
+    assert terms.start is not None and terms.end is not None and terms.closes is not None
+    capacity_check(
+        found,
+        resource,
+        selectors.offer_load(
+            window_start=terms.start, window_end=terms.end, listed_at=now, units=terms.units
+        ),
+    )
+    return Offer.objects.create(
+        cluster=cluster,
+        partition=found,
+        resource=resource,
+        quantity=terms.units,
+        window_start=terms.start,
+        window_end=terms.end,
+        reserve_price=terms.reserve,
+        buy_now_price=terms.buy_now,
+        auction_closes_at=terms.closes,
+        max_per_buyer=terms.cap,
+        created_by=actor.user,
+    )
+
+
+@dataclass(frozen=True)
+class OfferTerms:
+    """A listing's terms as parsed; None where the input was not valid (its field says why)."""
+
+    resource: str
+    units: int | None
+    start: datetime | None
+    end: datetime | None
+    closes: datetime | None
+    reserve: Decimal | None
+    buy_now: Decimal | None
+    cap: int | None
+
+
+def _listing_allowed(actor: Membership, cluster: Cluster, resource: str) -> None:
+    """Refuses a listing by anyone but the owners' admins, on a cluster that is not online, or
+    of GPUs that the cluster's accounting would not meter."""
     if actor.organization_id != cluster.organization_id:
         raise PermissionDenied("Only the cluster's owners can list its capacity.")
     _require_admin(actor, "list offers")
@@ -113,89 +191,82 @@ def offer_create(
         # Slurm's accounting would record such jobs as using no GPU at all.
         raise errors.GpuNotMetered(extra={"cluster": str(cluster.uuid)})
 
-    problems: dict[str, list[str]] = {}
 
-    def check(field: str, parse: Any, *args: Any) -> Any:
-        try:
-            return parse(*args)
-        except ValidationFailed as error:
-            problems.update(error.extra["fields"])
-            return None
-
-    start = check("window_start", _aware, window_start, "window_start")
-    end = check("window_end", _aware, window_end, "window_end")
-    closes = check("auction_closes_at", _aware, auction_closes_at, "auction_closes_at")
-    units = check("quantity", _whole_units, quantity, "quantity")
-    reserve = check("reserve_price", _price, reserve_price, "reserve_price")
-    buy_now = (
-        None
-        if buy_now_price in (None, "")
-        else check("buy_now_price", _price, buy_now_price, "buy_now_price")
-    )
-    cap = (
-        None
-        if max_per_buyer in (None, "")
-        else check("max_per_buyer", _whole_units, max_per_buyer, "max_per_buyer")
+def _offer_terms_parse(fields: FieldErrors, **given: Any) -> OfferTerms:
+    """Each term of a listing parsed on its own, every error collected in `fields`."""
+    resource = given["resource"]
+    terms = OfferTerms(
+        resource=resource,
+        start=_aware(fields, "window_start", given["window_start"]),
+        end=_aware(fields, "window_end", given["window_end"]),
+        closes=_aware(fields, "auction_closes_at", given["auction_closes_at"]),
+        units=_whole_units(fields, "quantity", given["quantity"]),
+        reserve=_price(fields, "reserve_price", given["reserve_price"]),
+        buy_now=_price(fields, "buy_now_price", given["buy_now_price"])
+        if _given(given["buy_now_price"])
+        else None,
+        cap=_whole_units(fields, "max_per_buyer", given["max_per_buyer"])
+        if _given(given["max_per_buyer"])
+        else None,
     )
     if resource not in Resource.values:
-        problems["resource"] = ["Either `cpu` (core-hours) or `gpu` (GPU-hours)."]
-    # The partition's row lock serialises every listing on it, so that two offers checked at
-    # once cannot together sell an hour twice (marketplace/capacity.py).
-    found = cluster.partitions.select_for_update().filter(name=partition, is_up=True).first()
-    if found is None:
-        problems["partition"] = ["The cluster has no partition of this name that is up."]
-    elif resource == Resource.GPU and found.gpus == 0:
-        problems["resource"] = ["This partition has no GPUs."]
+        fields.add("resource", "Either `cpu` (core-hours) or `gpu` (GPU-hours).")
+    return terms
 
-    now = timezone.now()
+
+def _partition_lock(
+    fields: FieldErrors, cluster: Cluster, name: str, resource: str
+) -> Partition | None:
+    """The partition to list, up and with the resource, under its row lock: it serialises
+    every listing on it, so that two offers checked at once cannot together sell an hour
+    twice (marketplace/capacity.py)."""
+    found = cluster.partitions.select_for_update().filter(name=name, is_up=True).first()
+    if found is None:
+        fields.add("partition", "The cluster has no partition of this name that is up.")
+    elif resource == Resource.GPU and found.gpus == 0:
+        fields.add("resource", "This partition has no GPUs.")
+    return found
+
+
+def _offer_terms_check(fields: FieldErrors, terms: OfferTerms, now: datetime) -> None:
+    """The terms against each other and against now."""
+    start, end, closes = terms.start, terms.end, terms.closes
     if start and end and end <= start:
-        problems.setdefault("window_end", []).append("Must be after the window starts.")
+        fields.add("window_end", "Must be after the window starts.")
     if end and end <= now:
-        problems.setdefault("window_end", []).append("Must be in the future.")
+        fields.add("window_end", "Must be in the future.")
     if closes and closes <= now:
-        problems.setdefault("auction_closes_at", []).append("Must be in the future.")
+        fields.add("auction_closes_at", "Must be in the future.")
     if closes and end and closes >= end:
-        problems.setdefault("auction_closes_at", []).append("Must be before the window ends.")
-    if buy_now is not None and reserve is not None and buy_now < reserve:
-        problems.setdefault("buy_now_price", []).append("Must be at least the reserve price.")
-    if cap is not None and units is not None and cap > units:
-        problems.setdefault("max_per_buyer", []).append("Must not be more than the quantity.")
-    if (
-        found is not None
-        and "resource" not in problems
-        and units is not None
-        and start
-        and end
-        and end > max(start, now)
-    ):
-        # Hours of the window already past cannot be sold.
-        per_hour = found.gpus if resource == Resource.GPU else found.cpus
-        capacity = int(per_hour * (end - max(start, now)).total_seconds() // 3600)
-        if units > capacity:
-            problems.setdefault("quantity", []).append(
-                f"The partition has at most {capacity} {resource} units in this window."
-            )
-    if problems:
-        raise ValidationFailed(fields=problems)
-    assert found is not None
-    capacity_check(
-        found,
-        resource,
-        selectors.offer_load(window_start=start, window_end=end, listed_at=now, units=units),
-    )
-    return Offer.objects.create(
-        cluster=cluster,
-        partition=found,
-        resource=resource,
-        quantity=units,
-        window_start=start,
-        window_end=end,
-        reserve_price=reserve,
-        buy_now_price=buy_now,
-        auction_closes_at=closes,
-        max_per_buyer=cap,
-        created_by=actor.user,
-    )
+        fields.add("auction_closes_at", "Must be before the window ends.")
+    if terms.buy_now is not None and terms.reserve is not None and terms.buy_now < terms.reserve:
+        fields.add("buy_now_price", "Must be at least the reserve price.")
+    if terms.cap is not None and terms.units is not None and terms.cap > terms.units:
+        fields.add("max_per_buyer", "Must not be more than the quantity.")
+
+
+def _window_capacity_check(
+    fields: FieldErrors, partition: Partition, terms: OfferTerms, now: datetime
+) -> None:
+    """The quantity within what the partition has in the hours of the window still to come
+    (hours already past cannot be sold)."""
+    start, end = terms.start, terms.end
+    if terms.units is None or not (start and end and end > max(start, now)):
+        return
+    capacity = _sellable(partition, terms.resource, start, end, now)
+    if terms.units > capacity:
+        fields.add(
+            "quantity",
+            f"The partition has at most {capacity} {terms.resource} units in this window.",
+        )
+
+
+def _sellable(
+    partition: Partition, resource: str, start: datetime, end: datetime, now: datetime
+) -> int:
+    """The units the partition has from `start` (or now, if later) to `end`."""
+    per_hour = selectors.partition_capacity(partition, resource)
+    return int(per_hour * (end - max(start, now)).total_seconds() // 3600)
 
 
 # Hours named in a refusal at most: the rest are counted in `extra.hour_count`.
@@ -257,27 +328,21 @@ def offer_extend(
             "Only an open offer whose auction has not closed can be extended.",
             extra={"status": offer.status},
         )
-    problems: dict[str, list[str]] = {}
-    units = offer.quantity
-    end = offer.window_end
-    if quantity not in (None, ""):
-        try:
-            units = _whole_units(quantity, "quantity")
-            if units < offer.quantity:
-                problems["quantity"] = [f"At least {offer.quantity}: an offer only grows."]
-        except ValidationFailed as error:
-            problems.update(error.extra["fields"])
-    if window_end not in (None, ""):
-        try:
-            end = _aware(window_end, "window_end")
-            if end < offer.window_end:
-                problems["window_end"] = ["Not before the window's end now: an offer only grows."]
-        except ValidationFailed as error:
-            problems.update(error.extra["fields"])
-    if quantity in (None, "") and window_end in (None, ""):
-        problems["quantity"] = ["Give a larger quantity, a later window end, or both."]
-    if problems:
-        raise ValidationFailed(fields=problems)
+    fields = FieldErrors()
+    units: int | None = offer.quantity
+    end: datetime | None = offer.window_end
+    if _given(quantity):
+        units = _whole_units(fields, "quantity", quantity)
+        if units is not None and units < offer.quantity:
+            fields.add("quantity", f"At least {offer.quantity}: an offer only grows.")
+    if _given(window_end):
+        end = _aware(fields, "window_end", window_end)
+        if end is not None and end < offer.window_end:
+            fields.add("window_end", "Not before the window's end now: an offer only grows.")
+    if not _given(quantity) and not _given(window_end):
+        fields.add("quantity", "Give a larger quantity, a later window end, or both.")
+    fields.raise_if_any()
+    assert units is not None and end is not None
     if end != offer.window_end:
         bids = OfferDemand.objects.filter(offer=offer).aggregate(bids=Sum("bid_count"))["bids"]
         if bids or offer.units_sold:
@@ -285,16 +350,13 @@ def offer_extend(
                 "The window of an offer with bids or sales stays as its buyers bid on it.",
                 extra={"bid_count": bids or 0, "units_sold": offer.units_sold},
             )
-    per_hour = selectors.partition_capacity(partition, offer.resource)
-    sellable = int(per_hour * (end - max(offer.window_start, now)).total_seconds() // 3600)
+    sellable = _sellable(partition, offer.resource, offer.window_start, end, now)
     if units > sellable:
-        raise ValidationFailed(
-            fields={
-                "quantity": [
-                    f"The partition has at most {sellable} {offer.resource} units in this window."
-                ]
-            }
+        fields.add(
+            "quantity",
+            f"The partition has at most {sellable} {offer.resource} units in this window.",
         )
+    fields.raise_if_any()
     capacity_check(
         partition,
         offer.resource,
@@ -340,9 +402,9 @@ def offer_cancel(*, actor: Membership, offer: Offer) -> Offer:
 
 def _open_for_orders(offer: Offer, actor: Membership) -> None:
     if actor.organization_id == offer.cluster.organization_id:
-        raise ValidationFailed(
-            fields={"organization": ["An organization cannot buy its own capacity."]}
-        )
+        fields = FieldErrors()
+        fields.add("organization", "An organization cannot buy its own capacity.")
+        fields.raise_if_any()
     if not offer.accepts_orders_at(timezone.now()):
         raise errors.OfferNotOpen(
             extra={"status": offer.status, "auction_closes_at": offer.auction_closes_at.isoformat()}
@@ -373,9 +435,9 @@ def allocation_of(offer: Offer, **fields: Any) -> Allocation:
 def _hold_amount(price: Decimal, units: int) -> Decimal:
     amount = price * units
     if amount >= billing.LARGEST_AMOUNT:
-        raise ValidationFailed(
-            fields={"quantity": ["Price times quantity is more than the ledger can hold."]}
-        )
+        fields = FieldErrors()
+        fields.add("quantity", "Price times quantity is more than the ledger can hold.")
+        fields.raise_if_any()
     return amount
 
 
@@ -424,7 +486,10 @@ def offer_buy(*, actor: Membership, offer: Offer, quantity: Any) -> Allocation:
     _open_for_orders(offer, actor)
     if offer.buy_now_price is None:
         raise errors.BuyNowNotOffered()
-    units = _whole_units(quantity, "quantity")
+    fields = FieldErrors()
+    units = _whole_units(fields, "quantity", quantity)
+    fields.raise_if_any()
+    assert units is not None
     if units > offer.remaining:
         raise errors.InsufficientQuantity(extra={"remaining": offer.remaining, "asked": units})
     _check_cap(offer, actor, units)
@@ -501,28 +566,17 @@ def _bid_write(
     _require_admin(actor, "bid")
     offer = _share_offer(offer)
     _open_for_orders(offer, actor)
-    problems: dict[str, list[str]] = {}
-    units = minimum = bid_price = None
-    try:
-        units = _whole_units(quantity, "quantity")
-        if units > offer.quantity:
-            problems["quantity"] = [f"The offer has {offer.quantity} units."]
-    except ValidationFailed as error:
-        problems.update(error.extra["fields"])
-    try:
-        minimum = 1 if min_quantity in (None, "") else _whole_units(min_quantity, "min_quantity")
-        if units is not None and minimum > units:
-            problems["min_quantity"] = ["Must not be more than the quantity."]
-    except ValidationFailed as error:
-        problems.update(error.extra["fields"])
-    try:
-        bid_price = _price(price, "price")
-        if bid_price < offer.reserve_price:
-            problems["price"] = [f"Must be at least the reserve price, {offer.reserve_price}."]
-    except ValidationFailed as error:
-        problems.update(error.extra["fields"])
-    if problems:
-        raise ValidationFailed(fields=problems)
+    fields = FieldErrors()
+    units = _whole_units(fields, "quantity", quantity)
+    if units is not None and units > offer.quantity:
+        fields.add("quantity", f"The offer has {offer.quantity} units.")
+    minimum = _whole_units(fields, "min_quantity", min_quantity) if _given(min_quantity) else 1
+    if units is not None and minimum is not None and minimum > units:
+        fields.add("min_quantity", "Must not be more than the quantity.")
+    bid_price = _price(fields, "price", price)
+    if bid_price is not None and bid_price < offer.reserve_price:
+        fields.add("price", f"Must be at least the reserve price, {offer.reserve_price}.")
+    fields.raise_if_any()
     assert units is not None and minimum is not None and bid_price is not None
     if offer.max_per_buyer is not None:
         # Bids share the offer's lock: one team's bids on a capped offer wait for each other

@@ -24,6 +24,7 @@ from rest_framework.renderers import JSONRenderer
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from computeshare.authentication import request_user
 from computeshare.errors import (
     ApplicationError,
     IdempotencyKeyReused,
@@ -32,7 +33,7 @@ from computeshare.errors import (
     Throttled,
     ValidationFailed,
 )
-from computeshare.models import IdempotencyRecord, User
+from computeshare.models import IdempotencyRecord
 from computeshare.numbers import whole_number
 
 logger = logging.getLogger(__name__)
@@ -340,7 +341,7 @@ def idempotent(request: Request, create: Callable[[], Response]) -> Response:
     if len(key) > 255:
         raise ValidationFailed(fields={"Idempotency-Key": ["At most 255 characters."]})
     fingerprint = _request_fingerprint(request)
-    user = cast(User, request.user)  # the views that call this require authentication
+    user = request_user(request)  # the views that call this require authentication
     record = IdempotencyRecord.objects.filter(user=user, key=key).first()
     if record is not None:
         return _replay(record, fingerprint)

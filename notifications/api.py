@@ -1,15 +1,13 @@
 """REST endpoints of the caller's notifications and preferences (README, "The API in brief")."""
 
-from typing import cast
-
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from computeshare.api import ErrorSerializer, paginated, paginated_response
+from computeshare.authentication import request_user
 from computeshare.errors import ValidationFailed
-from computeshare.models import User
 from notifications import selectors, services
 from notifications.serializers import (
     MarkedReadSerializer,
@@ -39,10 +37,6 @@ UNREAD = OpenApiParameter(
 LIST_ERRORS = {400: ErrorSerializer, 401: ErrorSerializer, 404: ErrorSerializer}
 
 
-def _user(request: Request) -> User:
-    return cast(User, request.user)  # every endpoint here requires authentication
-
-
 class NotificationListApi(APIView):
     @extend_schema(
         operation_id="notifications_list",
@@ -56,7 +50,7 @@ class NotificationListApi(APIView):
         if raw not in ("true", "false", "1", "0"):
             raise ValidationFailed(fields={"unread": ["true or false."]})
         found = selectors.notification_list_for_user(
-            _user(request), unread_only=raw in ("true", "1")
+            request_user(request), unread_only=raw in ("true", "1")
         ).select_related("organization")
         return paginated_response(request, self, found, NotificationSerializer)
 
@@ -68,7 +62,7 @@ class NotificationUnreadCountApi(APIView):
         responses={200: UnreadCountSerializer, 401: ErrorSerializer},
     )
     def get(self, request: Request) -> Response:
-        return Response({"unread": selectors.notification_unread_count(_user(request))})
+        return Response({"unread": selectors.notification_unread_count(request_user(request))})
 
 
 class NotificationReadApi(APIView):
@@ -80,9 +74,9 @@ class NotificationReadApi(APIView):
         responses={200: NotificationSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
     )
     def post(self, request: Request, notification_id: str) -> Response:
-        notification = selectors.notification_get_for_user(_user(request), notification_id)
+        notification = selectors.notification_get_for_user(request_user(request), notification_id)
         notification = services.notification_mark_read(
-            user=_user(request), notification=notification
+            user=request_user(request), notification=notification
         )
         return Response(NotificationSerializer(notification).data)
 
@@ -95,7 +89,9 @@ class NotificationReadAllApi(APIView):
         responses={200: MarkedReadSerializer, 401: ErrorSerializer},
     )
     def post(self, request: Request) -> Response:
-        return Response({"marked_read": services.notifications_mark_all_read(user=_user(request))})
+        return Response(
+            {"marked_read": services.notifications_mark_all_read(user=request_user(request))}
+        )
 
 
 class NotificationPreferencesApi(APIView):
@@ -108,7 +104,7 @@ class NotificationPreferencesApi(APIView):
         responses={200: PreferencesSerializer, 401: ErrorSerializer},
     )
     def get(self, request: Request) -> Response:
-        preferences = selectors.preferences_for_user(_user(request))
+        preferences = selectors.preferences_for_user(request_user(request))
         return Response(PreferencesSerializer({"preferences": preferences}).data)
 
     @extend_schema(
@@ -129,6 +125,6 @@ class NotificationPreferencesApi(APIView):
                 fields={"preferences": ["An object of kinds, each with in_site and/or by_email."]}
             )
         preferences = services.notification_preferences_update(
-            user=_user(request), changes=body["preferences"]
+            user=request_user(request), changes=body["preferences"]
         )
         return Response(PreferencesSerializer({"preferences": preferences}).data)

@@ -1,6 +1,6 @@
 """The notifications pages: the list (with mark read) and the preferences."""
 
-from typing import Any, cast
+from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
@@ -11,13 +11,9 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 from django.views.generic import TemplateView
 
-from computeshare.models import User
+from computeshare.authentication import request_user
 from notifications import selectors, services
 from notifications.models import Kind
-
-
-def _user(request: HttpRequest) -> User:
-    return cast(User, request.user)
 
 
 class NotificationListView(LoginRequiredMixin, TemplateView):
@@ -26,12 +22,14 @@ class NotificationListView(LoginRequiredMixin, TemplateView):
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
         unread_only = self.request.GET.get("unread") == "1"
-        found = selectors.notification_list_for_user(_user(self.request), unread_only=unread_only)
+        found = selectors.notification_list_for_user(
+            request_user(self.request), unread_only=unread_only
+        )
         page = Paginator(found, 30).get_page(self.request.GET.get("page"))
         context.update(
             page=page,
             unread_only=unread_only,
-            unread_count=selectors.notification_unread_count(_user(self.request)),
+            unread_count=selectors.notification_unread_count(request_user(self.request)),
         )
         return context
 
@@ -40,8 +38,8 @@ class NotificationReadView(LoginRequiredMixin, View):
     """Marks one read, then follows its link (or returns to the list)."""
 
     def post(self, request: HttpRequest, notification_id: str) -> HttpResponse:
-        notification = selectors.notification_get_for_user(_user(request), notification_id)
-        services.notification_mark_read(user=_user(request), notification=notification)
+        notification = selectors.notification_get_for_user(request_user(request), notification_id)
+        services.notification_mark_read(user=request_user(request), notification=notification)
         target = notification.link if request.POST.get("follow") == "1" else ""
         if target and url_has_allowed_host_and_scheme(target, allowed_hosts=None):
             return redirect(target)
@@ -50,7 +48,7 @@ class NotificationReadView(LoginRequiredMixin, View):
 
 class NotificationReadAllView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest) -> HttpResponse:
-        count = services.notifications_mark_all_read(user=_user(request))
+        count = services.notifications_mark_all_read(user=request_user(request))
         messages.success(request, f"Marked {count} notification{'s' if count != 1 else ''} read.")
         return redirect("notification-list")
 
@@ -60,7 +58,7 @@ class NotificationPreferencesView(LoginRequiredMixin, TemplateView):
 
     def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
         context = super().get_context_data(**kwargs)
-        context["preferences"] = selectors.preferences_for_user(_user(self.request))
+        context["preferences"] = selectors.preferences_for_user(request_user(self.request))
         return context
 
     def post(self, request: HttpRequest) -> HttpResponse:
@@ -72,6 +70,6 @@ class NotificationPreferencesView(LoginRequiredMixin, TemplateView):
             }
             for kind in Kind.values
         }
-        services.notification_preferences_update(user=_user(request), changes=changes)
+        services.notification_preferences_update(user=request_user(request), changes=changes)
         messages.success(request, "Your notification preferences are saved.")
         return redirect("notification-preferences")

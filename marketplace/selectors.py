@@ -387,8 +387,8 @@ OFFER_TENANT_FIELDS = ("cluster__backend", "tenant_accounts_total", "tenant_acco
 def offer_rows(offers: QuerySet[Offer]) -> QuerySet[Offer, dict[str, Any]]:
     """The offers (already filtered and ordered) as rows of `OFFER_LISTING_FIELDS` and
     `OFFER_TENANT_FIELDS`."""
-    return offers.annotate(**tenant_account_counts("cluster")).values(
-        *OFFER_LISTING_FIELDS, *OFFER_TENANT_FIELDS
+    return offers.annotate(**tenant_account_counts("cluster"), remaining=Offer.REMAINING).values(
+        *OFFER_LISTING_FIELDS, *OFFER_TENANT_FIELDS, "remaining"
     )
 
 

@@ -391,7 +391,7 @@ class OfferSerializer(serializers.Serializer):
             "partition": row["partition__name"],
             "resource": row["resource"],
             "quantity": str(row["quantity"]),
-            "remaining": str(row["quantity"] - row["units_sold"]),
+            "remaining": str(row["remaining"]),
             "window_start": time_text(row["window_start"]),
             "window_end": time_text(row["window_end"]),
             "reserve_price": money_text(row["reserve_price"]),
@@ -419,6 +419,7 @@ def _listing_row(offer: Offer) -> dict[str, Any]:
         for name in path.split("__"):
             value = getattr(value, name)
         row[path] = value
+    row["remaining"] = offer.remaining
     return row
 
 

@@ -223,8 +223,8 @@ def offer_page(
         buy_form = BuyNowForm(organizations=buyers)
     bids = list(selectors.bid_list_for_user(user, offer=offer))
     for bid in bids:
-        bid.can_withdraw = (
-            accepts_orders and bid.is_open and bid.organization_id in administered_ids
+        bid.can_withdraw = bid.organization_id in administered_ids and services.bid_is_withdrawable(
+            bid=bid, offer=offer, now=now
         )
     is_owner_admin = owner is not None and owner.is_admin
     context = {
@@ -235,10 +235,7 @@ def offer_page(
         "accepts_orders": accepts_orders,
         "window_starts_later": offer.window_start > now,
         "is_owner": owner is not None,
-        "can_cancel": is_owner_admin
-        and offer.is_open
-        and offer.bid_count == 0
-        and offer.units_sold == 0,
+        "can_cancel": is_owner_admin and services.offer_is_cancellable(offer=offer),
         "buyers": buyers,
         # For the live preview of the hold an order places (static/js/market.js).
         "wallets": {
@@ -342,7 +339,8 @@ class OfferBidView(LoginRequiredMixin, View):
                     request,
                     f"Your bid of {bid.quantity} units at {price_text(bid.price)} "
                     f"{settings.PLATFORM_CURRENCY} is placed; "
-                    f"{cents(bid.price * bid.quantity)} {settings.PLATFORM_CURRENCY} is held on "
+                    f"{cents(bid.hold.amount if bid.hold else 0)} {settings.PLATFORM_CURRENCY} "
+                    "is held on "
                     f"{actor.organization.name}'s wallet until the auction clears.",
                 )
                 return HttpResponseRedirect(offer_url(offer) + "#your-bids")
@@ -369,7 +367,7 @@ class OfferBuyView(LoginRequiredMixin, View):
                 messages.success(
                     request,
                     f"{actor.organization.name} bought {allocation.quantity} units; "
-                    f"{cents(allocation.unit_price * allocation.quantity)} "
+                    f"{cents(allocation.hold.amount)} "
                     f"{settings.PLATFORM_CURRENCY} is held for the window.",
                 )
                 return HttpResponseRedirect(

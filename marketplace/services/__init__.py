@@ -31,12 +31,14 @@ from marketplace.services.memberships import (
     membership_role_change,
 )
 from marketplace.services.offers import (
+    bid_is_withdrawable,
     bid_place,
     bid_withdraw,
     offer_buy,
     offer_cancel,
     offer_create,
     offer_extend,
+    offer_is_cancellable,
 )
 from marketplace.services.organizations import (
     organization_create,
@@ -68,6 +70,7 @@ __all__ = [
     "TenantSeats",
     "allocation_close",
     "auction_clear",
+    "bid_is_withdrawable",
     "bid_place",
     "bid_withdraw",
     "cluster_connection_update",
@@ -93,6 +96,7 @@ __all__ = [
     "offer_cancel",
     "offer_create",
     "offer_extend",
+    "offer_is_cancellable",
     "organization_create",
     "owner_side_run_end_record",
     "partition_idle_record",

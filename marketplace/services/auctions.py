@@ -16,7 +16,7 @@ from hpc.batches import batched
 from marketplace import notices, webhook_events
 from marketplace.auction import BidRow, Clearing, SealedBid, uniform_price_clear
 from marketplace.models import Allocation, Bid, Offer
-from marketplace.services.offers import allocation_of, slurm_accounts_follow
+from marketplace.services.offers import allocation_of, hold_amount, slurm_accounts_follow
 from marketplace.services.tenants import TenantSeats, tenant_seats_lock
 
 
@@ -108,7 +108,7 @@ def _holds_settle(offer: Offer, winners: list[BidRow], clearing: Clearing) -> No
     hold released."""
     keep = {}
     if clearing.price is not None:
-        keep = {bid.hold_id: clearing.price * clearing.fills[bid.pk] for bid in winners}
+        keep = {bid.hold_id: hold_amount(clearing.price, clearing.fills[bid.pk]) for bid in winners}
     billing.holds_settle(
         holds=Hold.objects.filter(bid__offer=offer, bid__status=Bid.Status.OPEN),
         keep=keep,

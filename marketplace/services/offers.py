@@ -27,7 +27,7 @@ from django.utils import timezone
 
 from billing import services as billing
 from billing.models import ReferenceKind
-from computeshare.errors import FieldErrors, PermissionDenied, ValidationFailed
+from computeshare.errors import Conflict, FieldErrors, PermissionDenied, ValidationFailed
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move
 from marketplace import errors, selectors
@@ -388,6 +388,14 @@ def offer_cancel(*, actor: Membership, offer: Offer) -> Offer:
         raise PermissionDenied("Only the cluster's owners can cancel its offers.")
     _require_admin(actor, "cancel offers")
     offer = _lock_offer(offer)
+    _offer_cancellation_check(offer)
+    status_move(offer, Offer.Status.CANCELLED)
+    offer.save(update_fields=["status", "updated_at"])
+    return offer
+
+
+def _offer_cancellation_check(offer: Offer) -> None:
+    """409 unless the offer is open and nobody has bid on it or bought from it."""
     if not offer.is_open:
         raise errors.OfferNotOpen(extra={"status": offer.status})
     # Counted from the demand rows, not the offer's published figure: a bid that has committed
@@ -395,9 +403,16 @@ def offer_cancel(*, actor: Membership, offer: Offer) -> Offer:
     bids = OfferDemand.objects.filter(offer=offer).aggregate(bids=Sum("bid_count"))["bids"] or 0
     if bids or offer.units_sold:
         raise errors.OfferHasBids(extra={"bid_count": bids, "units_sold": offer.units_sold})
-    status_move(offer, Offer.Status.CANCELLED)
-    offer.save(update_fields=["status", "updated_at"])
-    return offer
+
+
+def offer_is_cancellable(*, offer: Offer) -> bool:
+    """Whether `offer_cancel` would accept the offer's state now (the pages show the button
+    only then); who may cancel is the caller's to check."""
+    try:
+        _offer_cancellation_check(offer)
+    except Conflict:
+        return False
+    return True
 
 
 def _open_for_orders(offer: Offer, actor: Membership) -> None:
@@ -432,7 +447,10 @@ def allocation_of(offer: Offer, **fields: Any) -> Allocation:
     )
 
 
-def _hold_amount(price: Decimal, units: int) -> Decimal:
+def hold_amount(price: Decimal, units: int) -> Decimal:
+    """What an order holds on the wallet: `price x units` (a bid's price and quantity, a
+    purchase's buy-now price and quantity, a winner's clearing price and units won). The one
+    place this is worked out; 400 on `quantity` past what the ledger can hold."""
     amount = price * units
     if amount >= billing.LARGEST_AMOUNT:
         fields = FieldErrors()
@@ -499,7 +517,7 @@ def offer_buy(*, actor: Membership, offer: Offer, quantity: Any) -> Allocation:
     allocation_id = uuid.uuid4()
     hold = billing.hold_place(
         organization=actor.organization,
-        amount=_hold_amount(offer.buy_now_price, units),
+        amount=hold_amount(offer.buy_now_price, units),
         reference_kind=ReferenceKind.ALLOCATION,
         reference=allocation_id,
         memo=f"Bought {units} {offer.resource} units on {offer}",
@@ -587,7 +605,7 @@ def _bid_write(
     # Inside this service's own atomic block: a refusal ends it, no savepoint needed.
     hold = billing.hold_place_within(
         organization=actor.organization,
-        amount=_hold_amount(bid_price, units),
+        amount=hold_amount(bid_price, units),
         reference_kind=ReferenceKind.BID,
         reference=bid_id,
         memo=f"Bid {units} x {bid_price} on {offer.cluster.name}/{offer.partition.name}",
@@ -679,10 +697,7 @@ def bid_withdraw(*, actor: Membership, bid: Bid) -> Bid:
     _require_admin(actor, "withdraw bids")
     offer = _lock_offer(bid.offer)
     bid = Bid.objects.select_for_update().get(pk=bid.pk)
-    if not bid.is_open:
-        raise errors.BidNotOpen(extra={"status": bid.status})
-    if not offer.accepts_orders_at(timezone.now()):
-        raise errors.OfferNotOpen(extra={"status": offer.status})
+    _bid_withdrawal_check(bid, offer, timezone.now())
     assert bid.hold is not None
     billing.hold_release(hold=bid.hold, memo="Bid withdrawn")
     status_move(bid, Bid.Status.WITHDRAWN)
@@ -693,3 +708,21 @@ def bid_withdraw(*, actor: Membership, bid: Bid) -> Bid:
     )
     _demand_publish(offer.pk)
     return bid
+
+
+def _bid_withdrawal_check(bid: Bid, offer: Offer, now: datetime) -> None:
+    """409 unless the bid is open and its offer's auction still takes orders."""
+    if not bid.is_open:
+        raise errors.BidNotOpen(extra={"status": bid.status})
+    if not offer.accepts_orders_at(now):
+        raise errors.OfferNotOpen(extra={"status": offer.status})
+
+
+def bid_is_withdrawable(*, bid: Bid, offer: Offer, now: datetime | None = None) -> bool:
+    """Whether `bid_withdraw` would accept the bid's and its offer's state now (the pages show
+    the button only then); who may withdraw is the caller's to check."""
+    try:
+        _bid_withdrawal_check(bid, offer, now or timezone.now())
+    except Conflict:
+        return False
+    return True

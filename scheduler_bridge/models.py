@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
+from typing import ClassVar
 
 from django.conf import settings
 from django.db import models
@@ -78,12 +79,32 @@ ACTIVE_STATES = frozenset(
         JobState.UNDETERMINED,
     }
 )
-# The one table of allowed changes. Once on the cluster a job may move between any of the
-# scheduler's states (a requeued job goes from running back to pending); an ended job is final.
-TRANSITIONS: dict[str, frozenset[str]] = {
-    JobState.QUEUED: frozenset({JobState.SUBMITTED, JobState.CANCELLED, JobState.FAILED}),
-    **{state: ACTIVE_STATES | ENDED_STATES for state in ACTIVE_STATES},
-    **{state: frozenset() for state in ENDED_STATES},
+# The tables of allowed changes (`computeshare.states` checks every write against them).
+# Before the cluster has it a job is `queued`: sbatch's answer makes it `submitted`, or it ends
+# without ever running (cancelled, or refused: failed). On the cluster the states are what the
+# poll reads, and Slurm does not report them in a fixed order: a requeued job pends again
+# after it ran, a poll may first see a job running, completing or already in accounting, and
+# one the poll lost sight of (`undetermined`) is found again in any state. So every move among
+# the cluster's states, and from any of them to an end, is real; what never is: back to
+# `queued`, into the cluster's states without `submitted` first, and out of an end.
+_ON_THE_CLUSTER = ACTIVE_STATES | ENDED_STATES
+_BEFORE_THE_CLUSTER = {JobState.SUBMITTED, JobState.CANCELLED, JobState.FAILED}
+# A job's state is its tasks' (for an array, its most advanced task's: `job_state_from_tasks`),
+# so it may show `submitted` again when the tasks it showed end before the poll has seen the
+# others. Its end is final: it is recorded once every task has settled.
+JOB_TRANSITIONS: dict[str, set[str]] = {
+    JobState.QUEUED: set(_BEFORE_THE_CLUSTER),
+    **{state: set(_ON_THE_CLUSTER - {state}) for state in ACTIVE_STATES},
+    **{state: set() for state in ENDED_STATES},
+}
+# A task's state is what the queue says of it, then what accounting says of its last run: the
+# queue never says `submitted`, so a task does not go back to it. An end the queue showed is
+# a report until accounting settles the task (`is_released`), and accounting's end replaces it
+# (an end is never followed by a state of the queue again).
+TASK_TRANSITIONS: dict[str, set[str]] = {
+    JobState.QUEUED: set(_BEFORE_THE_CLUSTER),
+    **{state: set(_ON_THE_CLUSTER - {state, JobState.SUBMITTED}) for state in ACTIVE_STATES},
+    **{state: set(ENDED_STATES - {state}) for state in ENDED_STATES},
 }
 
 
@@ -266,6 +287,8 @@ class Job(Progress):
             ),
         ]
 
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = JOB_TRANSITIONS
+
     def __str__(self) -> str:
         return f"{self.name} ({self.uuid})"
 
@@ -380,6 +403,8 @@ class JobTask(Progress):
                 name="job_task_units_within_reservation",
             ),
         ]
+
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = TASK_TRANSITIONS
 
     def __str__(self) -> str:
         if self.array_task_id is None:
@@ -530,16 +555,15 @@ class Sweep(BaseModel):
             ),
         ]
 
+    # A sweep runs until every row's task has ended and its result is gathered; a retry of its
+    # failed rows makes it run again.
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        State.RUNNING: {State.ENDED},
+        State.ENDED: {State.RUNNING},
+    }
+
     def __str__(self) -> str:
         return f"sweep {self.name} ({self.uuid})"
-
-
-# A sweep runs until every row's task has ended and its result is gathered; a retry of its
-# failed rows makes it run again.
-SWEEP_TRANSITIONS: dict[str, frozenset[str]] = {
-    Sweep.State.RUNNING: frozenset({Sweep.State.ENDED}),
-    Sweep.State.ENDED: frozenset({Sweep.State.RUNNING}),
-}
 
 
 class SweepJob(BaseModel):

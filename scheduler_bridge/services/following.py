@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -28,6 +29,7 @@ from django.utils import timezone
 
 from billing import services as billing
 from billing.models import Hold, ReferenceKind
+from computeshare.states import status_move, status_move_all
 from hpc.arrays import InvalidArray, parse_index_ranges
 from hpc.batches import batched
 from hpc.errors import BridgeError
@@ -50,7 +52,6 @@ from scheduler_bridge.models import (
     ACTIVE_STATES,
     ENDED_STATES,
     SECONDS_PER_HOUR,
-    TRANSITIONS,
     ClusterPoll,
     Job,
     JobEvent,
@@ -391,7 +392,9 @@ def _follow_chunk(
         reason = entry.reason if entry.state == JobState.PENDING else ""
         changes: dict[str, object] = {}
         if task.state != entry.state or task.state_reason != reason:
-            changes = {"state": entry.state, "state_reason": reason[:500]}
+            changes = {"state_reason": reason[:500]}
+            if task.state != entry.state:
+                changes["state"] = entry.state
             if entry.state in (JobState.RUNNING, JobState.COMPLETING) and not task.started_at:
                 changes["started_at"] = now
             followed.touched_jobs.add(job.pk)
@@ -409,7 +412,7 @@ def _follow_chunk(
             followed.to_cancel[job.pk].append(task.scheduler_job_id or job.scheduler_job_id)
             followed.jobs[job.pk] = job
     for key, task_ids in changed.items():
-        JobTask.objects.filter(pk__in=task_ids).update(**dict(key), updated_at=now)
+        _tasks_change(task_ids, dict(key), now, report)
     if seen_jobs:
         # Only a grace period measured in minutes reads it: a row is rewritten at most once a
         # minute, not every cycle for every job in the queue.
@@ -423,6 +426,22 @@ def _follow_chunk(
             followed.jobs[job.pk] = job
         if job.cancel_requested_at and job.cancel_requested_at < now - CANCEL_REPEAT_AFTER:
             followed.repeat[job_tenant(job)].append(job.scheduler_job_id)
+
+
+def _tasks_change(
+    task_ids: list[int], columns: dict[str, Any], now: datetime, report: PollReport
+) -> None:
+    """Writes what the queue showed of these tasks, in one UPDATE: a new state through
+    `JobTask.TRANSITIONS` (compare-and-set), a reason or a start time alike."""
+    tasks = JobTask.objects.filter(pk__in=task_ids)
+    if "state" not in columns:
+        tasks.update(**columns, updated_at=now)
+        return
+    state = str(columns.pop("state"))
+    moved = status_move_all(tasks, state, field="state", **columns, updated_at=now)
+    if moved < len(task_ids):
+        # An end the queue showed, then another state: accounting settles the task.
+        report.notices.append(f"{len(task_ids) - moved} tasks not moved to {state}")
 
 
 def _jobs_state_refresh(job_ids: set[int]) -> None:
@@ -455,25 +474,34 @@ def _jobs_pending_record(job_ids: list[int]) -> list[int]:
         ).values_list("job_id", "state_reason")
     }
     now = timezone.now()
-    by_reason: dict[str, list[int]] = defaultdict(list)
+    moving: dict[str, list[int]] = defaultdict(list)
+    reason_only: dict[str, list[int]] = defaultdict(list)
     events: list[JobEvent] = []
     bulk: set[int] = set()
     for job in jobs:
         if job.pk not in pending or job.started_at is not None:
             continue
-        if job.state != JobState.PENDING and JobState.PENDING not in TRANSITIONS[job.state]:
+        if job.state != JobState.PENDING and JobState.PENDING not in Job.TRANSITIONS[job.state]:
             continue
         bulk.add(job.pk)
         reason = pending[job.pk][:500]
         if job.state == JobState.PENDING and job.state_reason == reason:
             continue
-        by_reason[reason].append(job.pk)
-        if job.state != JobState.PENDING:
+        if job.state == JobState.PENDING:
+            reason_only[reason].append(job.pk)
+        else:
+            moving[reason].append(job.pk)
             events.append(JobEvent(job_id=job.pk, state=JobState.PENDING, reason=reason, at=now))
-    for reason, pks in by_reason.items():
-        Job.objects.filter(pk__in=pks).update(
-            state=JobState.PENDING, state_reason=reason, updated_at=now
+    for reason, pks in moving.items():
+        status_move_all(
+            Job.objects.filter(pk__in=pks),
+            JobState.PENDING,
+            field="state",
+            state_reason=reason,
+            updated_at=now,
         )
+    for reason, pks in reason_only.items():
+        Job.objects.filter(pk__in=pks).update(state_reason=reason, updated_at=now)
     JobEvent.objects.bulk_create(events)
     return [job_id for job_id in job_ids if job_id not in bulk]
 
@@ -792,7 +820,7 @@ def _settle(
     if final is not None and final.state in ENDED_STATES and not task.is_released:
         release = task.reserved_units - task.units
         task.is_released = True
-        task.state = final.state
+        status_move(task, final.state, field="state")
         task.state_reason = final.reason[:500] if final.state != JobState.COMPLETED else ""
         task.exit_code = final.exit_code
         # A job cancelled while pending has Slurm's start time equal to its end, and never ran.

@@ -23,6 +23,7 @@ from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
 from computeshare.queue import enqueue_after_commit
+from computeshare.states import status_move, status_move_all
 from hpc.arrays import InvalidArray, parse_array
 from hpc.errors import BridgeError
 from hpc.types import (
@@ -45,7 +46,7 @@ from scheduler_bridge import errors, notices, webhook_events
 from scheduler_bridge.job_files import InputUpload
 from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB, JobRequest, job_units
 from scheduler_bridge.job_templates import job_template_get
-from scheduler_bridge.models import ENDED_STATES, TRANSITIONS, Job, JobEvent, JobState, JobTask
+from scheduler_bridge.models import ENDED_STATES, Job, JobEvent, JobState, JobTask
 from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
 from scheduler_bridge.services.files import (
     job_input_files,
@@ -201,11 +202,9 @@ def _account_for(allocation: Allocation) -> str:
 
 
 def job_state_record(job: Job, state: str, reason: str = "", at: datetime | None = None) -> None:
-    """Moves the job to `state` through the table of allowed transitions, with its history."""
-    if state != job.state and state not in TRANSITIONS[job.state]:
-        raise ValueError(f"a job cannot go from {job.state} to {state}")
-    changed = state != job.state
-    job.state = state
+    """Moves the job to `state` (in memory; the caller saves) through `Job.TRANSITIONS`, with its
+    history. Raises `TransitionRefused` for a move the table does not allow."""
+    changed = status_move(job, state, field="state")
     job.state_reason = reason[:500]
     if changed:
         JobEvent.objects.create(
@@ -518,8 +517,6 @@ def jobs_mark_submitted(*, scheduler_job_ids: dict[int, str]) -> int:
     )
     if not jobs:
         return 0
-    if JobState.SUBMITTED not in TRANSITIONS[JobState.QUEUED]:
-        raise ValueError("a job cannot go from queued to submitted")
     pks = [job.pk for job in jobs]
     with_secrets = []
     for job in jobs:
@@ -528,8 +525,11 @@ def jobs_mark_submitted(*, scheduler_job_ids: dict[int, str]) -> int:
             # The job is on the cluster, and is never submitted again: its secret values go.
             job.secret_values_forget()
             with_secrets.append(job)
-    Job.objects.filter(pk__in=pks).update(
-        state=JobState.SUBMITTED,
+    status_move_all(
+        Job.objects.filter(pk__in=pks),
+        JobState.SUBMITTED,
+        field="state",
+        from_statuses=[JobState.QUEUED],
         state_reason="",
         submitted_at=now,
         last_seen_at=now,
@@ -546,11 +546,19 @@ def jobs_mark_submitted(*, scheduler_job_ids: dict[int, str]) -> int:
     # written rather than sent back row by row.
     job_id = Subquery(Job.objects.filter(pk=OuterRef("job_id")).values("scheduler_job_id")[:1])
     tasks = JobTask.objects.filter(job_id__in=pks)
-    tasks.filter(array_task_id__isnull=True).update(
-        state=JobState.SUBMITTED, scheduler_job_id=job_id, updated_at=now
+    status_move_all(
+        tasks.filter(array_task_id__isnull=True),
+        JobState.SUBMITTED,
+        field="state",
+        from_statuses=[JobState.QUEUED],
+        scheduler_job_id=job_id,
+        updated_at=now,
     )
-    tasks.filter(array_task_id__isnull=False).update(
-        state=JobState.SUBMITTED,
+    status_move_all(
+        tasks.filter(array_task_id__isnull=False),
+        JobState.SUBMITTED,
+        field="state",
+        from_statuses=[JobState.QUEUED],
         scheduler_job_id=Concat(job_id, Value("_"), Cast("array_task_id", CharField())),
         updated_at=now,
     )
@@ -573,8 +581,15 @@ def _end_unsubmitted(job_id: int, state: str, reason: str) -> bool:
     job.secret_values_forget()
     job.results_state = Job.ResultsState.READY  # it never ran: it wrote nothing
     job.save()
-    JobTask.objects.filter(job=job).update(
-        state=state, state_reason=reason[:500], ended_at=now, is_released=True, updated_at=now
+    status_move_all(
+        JobTask.objects.filter(job=job),
+        state,
+        field="state",
+        from_statuses=[JobState.QUEUED],
+        state_reason=reason[:500],
+        ended_at=now,
+        is_released=True,
+        updated_at=now,
     )
     allocation.reserved -= job.reserved_units
     allocation.save(update_fields=["reserved", "updated_at"])

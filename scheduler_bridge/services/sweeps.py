@@ -17,6 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
+from computeshare.states import status_move
 from marketplace.models import Allocation, Membership
 from scheduler_bridge import errors
 from scheduler_bridge.job_files import input_name_problem, job_files_storage
@@ -24,7 +25,6 @@ from scheduler_bridge.job_requests import JobRequest
 from scheduler_bridge.models import (
     ENDED_STATES,
     RESULTS_FINAL,
-    SWEEP_TRANSITIONS,
     Job,
     JobFile,
     JobState,
@@ -127,12 +127,6 @@ def sweep_submit(*, actor: Membership, allocation: Allocation, request: SweepReq
     return sweep
 
 
-def _state_change(sweep: Sweep, state: str) -> None:
-    if state != sweep.state and state not in SWEEP_TRANSITIONS[sweep.state]:
-        raise ValueError(f"a sweep cannot go from {sweep.state} to {state}")
-    sweep.state = state
-
-
 @transaction.atomic
 def sweep_retry_failed(*, actor: Membership, sweep: Sweep) -> SweepJob:
     """Submits the rows whose task did not complete as one new array job (task `i` runs the
@@ -181,7 +175,7 @@ def sweep_retry_failed(*, actor: Membership, sweep: Sweep) -> SweepJob:
     SweepRow.objects.bulk_update(
         failed, ["task", "attempts", "result_state", "result", "result_detail", "updated_at"]
     )
-    _state_change(sweep, Sweep.State.RUNNING)
+    status_move(sweep, Sweep.State.RUNNING, field="state")
     sweep.ended_at = None
     sweep.save(update_fields=["state", "ended_at", "updated_at"])
     return sweep_job
@@ -267,7 +261,7 @@ def sweep_results_gather(*, job_id: int) -> int:
             sweep=sweep, result_state=SweepRow.ResultState.PENDING
         ).exists()
         if not waiting and sweep.state == Sweep.State.RUNNING:
-            _state_change(sweep, Sweep.State.ENDED)
+            status_move(sweep, Sweep.State.ENDED, field="state")
             sweep.ended_at = now
             sweep.save(update_fields=["state", "ended_at", "updated_at"])
     return len(rows)

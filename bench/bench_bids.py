@@ -56,14 +56,8 @@ def _rush_setup() -> tuple[Any, list[int]]:
 
     from billing import services as billing
     from computeshare.models import User
-    from marketplace.models import (
-        Cluster,
-        Membership,
-        Offer,
-        Organization,
-        Partition,
-        TenantAccount,
-    )
+    from marketplace.models import Cluster, Offer, Partition, TenantAccount
+    from organizations.models import Membership, Organization
 
     owner = Organization.objects.create(name="Rush owner")
     billing.wallet_open(owner)
@@ -110,7 +104,8 @@ def _rush_setup() -> tuple[Any, list[int]]:
 def _place(offer_id: int, member_ids: list[int], count: int, seed: int) -> None:
     """`count` bids on the offer, by the given teams' admins in turn."""
     from marketplace import services
-    from marketplace.models import Membership, Offer
+    from marketplace.models import Offer
+    from organizations.models import Membership
 
     rng = random.Random(seed)  # noqa: S311 - bench data, not a secret
     offer = Offer.objects.get(pk=offer_id)
@@ -169,7 +164,8 @@ def _one_bid_traced(offer_id: int, member_id: int) -> tuple[list[tuple[str, floa
     from django.db import connection
 
     from marketplace import services
-    from marketplace.models import Membership, Offer
+    from marketplace.models import Offer
+    from organizations.models import Membership
 
     offer = Offer.objects.get(pk=offer_id)
     member = Membership.objects.select_related("organization", "user").get(pk=member_id)

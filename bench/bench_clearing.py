@@ -41,7 +41,8 @@ def market_setup() -> Market:
     from billing.models import Account
     from billing.services.ledger import accounts_open
     from computeshare.models import User
-    from marketplace.models import Cluster, Membership, Organization, Partition, TenantAccount
+    from marketplace.models import Cluster, Partition, TenantAccount
+    from organizations.models import Membership, Organization
 
     owner = Organization.objects.create(name="Bench owner")
     billing.wallet_open(owner)

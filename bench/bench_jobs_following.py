@@ -36,7 +36,8 @@ def scene(label: str, account: Tenant) -> Scene:
     no other scene and none of the bench's own jobs use meanwhile: a poll reads the queue and
     accounting by Unix user, and would take another scene's jobs (or the blocker) for jobs the
     team submitted itself."""
-    from marketplace.models import Membership, TenantLease
+    from marketplace.models import TenantLease
+    from organizations.models import Membership
     from tests.factories import allocation_bought, cluster_on_testcluster, funded_organization
 
     cluster = cluster_on_testcluster(

@@ -50,7 +50,8 @@ def _offers(rng: random.Random, count: int = 10_000, clusters: int = 50) -> str:
 
     from computeshare import services
     from computeshare.models import User
-    from marketplace.models import Cluster, Offer, Organization, Partition
+    from marketplace.models import Cluster, Offer, Partition
+    from organizations.models import Organization
 
     owners = Organization.objects.bulk_create(
         [Organization(name=f"Owner {index:02d}") for index in range(10)]

@@ -53,7 +53,7 @@ def _pairs(payer_id: int, payee_id: int, count: int, tag: str) -> None:
     """`count` hold_place + hold_capture pairs of `payer_id`'s wallet, charged to `payee_id`."""
     from billing import services
     from billing.models import ReferenceKind
-    from marketplace.models import Organization
+    from organizations.models import Organization
 
     payer = Organization.objects.get(pk=payer_id)
     payee = Organization.objects.get(pk=payee_id)
@@ -134,7 +134,7 @@ def _rows_every_charge_locks(tag: str) -> int:
 
 def bench_holds(operations: int) -> None:
     from billing import services
-    from marketplace.models import Organization
+    from organizations.models import Organization
 
     def organization(name: str, funds: Decimal = Decimal(0)) -> int:
         created = Organization.objects.create(name=f"{name} {uuid.uuid4().hex[:6]}")
@@ -249,7 +249,7 @@ def bench_webhook(deliveries: int = 200) -> None:
 
     from billing.models import TopUp
     from computeshare.models import User
-    from marketplace.models import Organization
+    from organizations.models import Organization
 
     organization = Organization.objects.create(name=f"Webhook {uuid.uuid4().hex[:6]}")
     user = User.objects.create(username=f"bench-{uuid.uuid4().hex[:6]}")

@@ -65,7 +65,7 @@ class Account(BaseModel):
     PLATFORM_SHARDS = 16
 
     organization = models.ForeignKey(
-        "marketplace.Organization",
+        "organizations.Organization",
         on_delete=models.PROTECT,
         null=True,
         blank=True,
@@ -135,7 +135,7 @@ class Hold(BaseModel):
         CLOSED = "closed", "Closed"
 
     organization = models.ForeignKey(
-        "marketplace.Organization", on_delete=models.PROTECT, related_name="holds"
+        "organizations.Organization", on_delete=models.PROTECT, related_name="holds"
     )
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
     amount = money_field(help_text="Held now.")
@@ -199,7 +199,7 @@ class Transaction(BaseModel):
 
     kind = models.CharField(max_length=16, choices=Kind.choices)
     organization = models.ForeignKey(
-        "marketplace.Organization",
+        "organizations.Organization",
         on_delete=models.PROTECT,
         related_name="transactions",
         help_text="The organization whose wallet this is about.",
@@ -297,7 +297,7 @@ class Budget(BaseModel):
     """An organization's monthly spending limit (none: no limit) and alert thresholds."""
 
     organization = models.OneToOneField(
-        "marketplace.Organization", on_delete=models.CASCADE, related_name="budget"
+        "organizations.Organization", on_delete=models.CASCADE, related_name="budget"
     )
     monthly_limit = models.DecimalField(max_digits=14, decimal_places=2, null=True, blank=True)
     alert_thresholds = models.JSONField(default=list)
@@ -323,7 +323,7 @@ class BudgetAlert(BaseModel):
     admin dismisses it."""
 
     organization = models.ForeignKey(
-        "marketplace.Organization", on_delete=models.CASCADE, related_name="budget_alerts"
+        "organizations.Organization", on_delete=models.CASCADE, related_name="budget_alerts"
     )
     period = models.DateField(help_text="The first day of the month.")
     threshold = models.PositiveSmallIntegerField()
@@ -368,7 +368,7 @@ class TopUp(BaseModel):
     }
 
     organization = models.ForeignKey(
-        "marketplace.Organization", on_delete=models.PROTECT, related_name="top_ups"
+        "organizations.Organization", on_delete=models.PROTECT, related_name="top_ups"
     )
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
@@ -522,7 +522,7 @@ class ConnectedAccount(BaseModel):
     }
 
     organization = models.OneToOneField(
-        "marketplace.Organization", on_delete=models.PROTECT, related_name="connected_account"
+        "organizations.Organization", on_delete=models.PROTECT, related_name="connected_account"
     )
     stripe_account = models.CharField(max_length=255, unique=True, null=True, blank=True)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.ONBOARDING)
@@ -571,7 +571,7 @@ class Payout(BaseModel):
     }
 
     organization = models.ForeignKey(
-        "marketplace.Organization", on_delete=models.PROTECT, related_name="payouts"
+        "organizations.Organization", on_delete=models.PROTECT, related_name="payouts"
     )
     connected_account = models.ForeignKey(
         ConnectedAccount, on_delete=models.PROTECT, related_name="payouts"

@@ -5,6 +5,7 @@ from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 from computeshare.health import healthz
 
 api_v1: list[URLPattern | URLResolver] = [
+    path("", include("organizations.api_urls")),
     path("", include("marketplace.api_urls")),
     path("", include("billing.api_urls")),
     path("", include("scheduler_bridge.api_urls")),
@@ -17,6 +18,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
+    path("", include("organizations.urls")),
     path("", include("marketplace.urls")),
     path("", include("scheduler_bridge.urls")),
     path("", include("notifications.urls")),

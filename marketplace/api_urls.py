@@ -1,16 +1,8 @@
 from django.urls import path
 
-from marketplace.api import market, memberships, money, organizations, tokens, webhooks
+from marketplace.api import market, money, organizations, webhooks
 
 urlpatterns = [
-    path("auth/token/", organizations.AuthTokenApi.as_view(), name="api-auth-token"),
-    path("auth/tokens/", tokens.ApiTokenListCreateApi.as_view(), name="api-auth-tokens"),
-    path(
-        "auth/tokens/<uuid:token_id>/",
-        tokens.ApiTokenRevokeApi.as_view(),
-        name="api-auth-token-revoke",
-    ),
-    path("me/", organizations.MeApi.as_view(), name="api-me"),
     path(
         "organizations/",
         organizations.OrganizationListCreateApi.as_view(),
@@ -20,38 +12,6 @@ urlpatterns = [
         "organizations/<uuid:organization_id>/",
         organizations.OrganizationDetailApi.as_view(),
         name="api-organization-detail",
-    ),
-    path(
-        "organizations/<uuid:organization_id>/members/",
-        organizations.OrganizationMemberListCreateApi.as_view(),
-        name="api-organization-members",
-    ),
-    path(
-        # A membership's id, or `me` for the caller's own.
-        "organizations/<uuid:organization_id>/members/<str:member_id>/",
-        memberships.OrganizationMemberDetailApi.as_view(),
-        name="api-organization-member",
-    ),
-    path(
-        "organizations/<uuid:organization_id>/invitations/",
-        memberships.OrganizationInvitationListApi.as_view(),
-        name="api-organization-invitations",
-    ),
-    path(
-        "organizations/<uuid:organization_id>/invitations/<uuid:invitation_id>/cancel/",
-        memberships.OrganizationInvitationCancelApi.as_view(),
-        name="api-organization-invitation-cancel",
-    ),
-    path("invitations/", memberships.InvitationListApi.as_view(), name="api-invitations"),
-    path(
-        "invitations/<uuid:invitation_id>/accept/",
-        memberships.InvitationAcceptApi.as_view(),
-        name="api-invitation-accept",
-    ),
-    path(
-        "invitations/<uuid:invitation_id>/decline/",
-        memberships.InvitationDeclineApi.as_view(),
-        name="api-invitation-decline",
     ),
 ]
 

@@ -82,24 +82,6 @@ class TenantAccountNotQuarantined(Conflict):
     default_detail = "Only a quarantined tenant account can be scrubbed and returned to the pool."
 
 
-class InvitationExpired(Conflict):
-    code = "invitation_expired"
-    default_detail = "This invitation has expired; ask an admin of the organization for a new one."
-
-
-class InvitationNotPending(Conflict):
-    code = "invitation_not_pending"
-    default_detail = "This invitation was already accepted, declined or cancelled."
-
-
-class LastAdmin(Conflict):
-    code = "last_admin"
-    default_detail = (
-        "An organization needs an admin: make another member admin before the last admin "
-        "leaves, is removed or becomes a member."
-    )
-
-
 class PartitionCapacityExceeded(Conflict):
     code = "partition_capacity_exceeded"
     default_detail = (

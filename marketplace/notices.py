@@ -1,4 +1,4 @@
-"""The market's notifications (bids and auctions, allocation windows, invitations), recorded
+"""The market's notifications (bids and auctions, allocation windows), recorded
 in the caller's transaction through the notifications app's entry points (an auction's after
 its commit, one per organization)."""
 
@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from marketplace.auction import BidRow
-from marketplace.models import Allocation, Invitation, Offer
+from marketplace.models import Allocation, Offer
 from notifications import selectors as notification_selectors
 from notifications.services import (
     NotificationEvent,
@@ -168,24 +168,3 @@ def allocation_notices_due(now: datetime | None = None) -> int:
                 )
             )
     return notifications_record(events)
-
-
-def invitation_created(invitation: Invitation) -> None:
-    """The invitee (only an existing user who can accept) sees the invitation under the bell;
-    its mail is marketplace's own (`invitation_notify`, which honours the mail preference)."""
-    if invitation.invitee_id is None:
-        return
-    inviter = invitation.invited_by.username if invitation.invited_by else "an admin"
-    notifications_record(
-        [
-            NotificationEvent(
-                kind="invitation",
-                key=f"invitation:{invitation.uuid}",
-                title=f"You are invited to join {invitation.organization.name}",
-                body=f"As {invitation.role}, by {inviter}.",
-                link=reverse("invitations"),
-                user_ids=[invitation.invitee_id],
-                is_mailed_here=False,
-            )
-        ]
-    )

@@ -9,17 +9,6 @@ from hpc.errors import BridgeError
 from marketplace import notices, selectors, services, webhook_events
 
 
-@shared_task(
-    autoretry_for=(OSError,),
-    retry_backoff=True,
-    max_retries=5,
-    time_limit=60,
-    soft_time_limit=45,
-)
-def invitation_notify_task(invitation_id: int) -> bool:
-    return services.invitation_notify(invitation_id=invitation_id)
-
-
 @shared_task(time_limit=120, soft_time_limit=100)
 def cluster_verification_run_task(verification_id: int) -> str | None:
     verification = services.cluster_verification_run(verification_id=verification_id)

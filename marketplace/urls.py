@@ -1,68 +1,18 @@
-from django.contrib.auth import views as auth_views
 from django.urls import path
-from django.views.generic import RedirectView
 
 from marketplace import (
     views,
     views_capacity,
     views_market,
     views_money,
-    views_tokens,
     views_webhooks,
 )
-from marketplace.forms import LoginForm
 
 urlpatterns = [
-    path("", views.HomeView.as_view(), name="home"),
-    path("signup/", views.SignUpView.as_view(), name="signup"),
-    path(
-        "login/",
-        auth_views.LoginView.as_view(
-            authentication_form=LoginForm, redirect_authenticated_user=True
-        ),
-        name="login",
-    ),
-    path("logout/", auth_views.LogoutView.as_view(), name="logout"),
-    path("organizations/new/", views.OrganizationCreateView.as_view(), name="organization-create"),
     path(
         "organizations/<uuid:organization_id>/",
         views.OrganizationDetailView.as_view(),
         name="organization-detail",
-    ),
-    path("account/tokens/", views_tokens.ApiTokenListView.as_view(), name="api-tokens"),
-    path(
-        "account/tokens/<uuid:token_id>/revoke/",
-        views_tokens.ApiTokenRevokeView.as_view(),
-        name="api-token-revoke",
-    ),
-    # The page's address before there were several tokens.
-    path("account/token/", RedirectView.as_view(pattern_name="api-tokens")),
-    path(
-        "organizations/<uuid:organization_id>/invitations/<uuid:invitation_id>/cancel/",
-        views.OrganizationInvitationCancelView.as_view(),
-        name="organization-invitation-cancel",
-    ),
-    path(
-        # A membership's id, or `me` to leave.
-        "organizations/<uuid:organization_id>/members/<str:member_id>/remove/",
-        views.OrganizationMemberRemoveView.as_view(),
-        name="organization-member-remove",
-    ),
-    path(
-        "organizations/<uuid:organization_id>/members/<uuid:member_id>/role/",
-        views.OrganizationMemberRoleView.as_view(),
-        name="organization-member-role",
-    ),
-    path("invitations/", views.InvitationListView.as_view(), name="invitations"),
-    path(
-        "invitations/<uuid:invitation_id>/accept/",
-        views.InvitationAnswerView.as_view(accept=True),
-        name="invitation-accept",
-    ),
-    path(
-        "invitations/<uuid:invitation_id>/decline/",
-        views.InvitationAnswerView.as_view(accept=False),
-        name="invitation-decline",
     ),
 ]
 

@@ -23,8 +23,10 @@ from computeshare.errors import ApplicationError, NotFound
 from computeshare.numbers import MICRO_PLACES
 from marketplace import capacity, selectors, services
 from marketplace.forms_market import UTC
-from marketplace.models import Cluster, Membership, Partition, Resource
+from marketplace.models import Cluster, Partition, Resource
 from marketplace.views_market import SHOWN_ON_FORM, next_url, owner_membership, refusal_text
+from organizations import selectors as organization_selectors
+from organizations.models import Membership
 
 CALENDAR_DAYS = 7
 
@@ -212,7 +214,9 @@ class OfferExtendView(LoginRequiredMixin, View):
 
     def post(self, request: HttpRequest, offer_id: str) -> HttpResponse:
         offer = selectors.offer_get(offer_id)
-        membership = selectors.membership_in(request_user(request), offer.cluster.organization_id)
+        membership = organization_selectors.membership_in(
+            request_user(request), offer.cluster.organization_id
+        )
         if membership is None:
             raise NotFound("No such offer.")
         back = next_url(

@@ -47,7 +47,9 @@ from marketplace.forms_market import (
     OfferCreateForm,
     PriceHistoryForm,
 )
-from marketplace.models import Cluster, Membership, Offer, Organization
+from marketplace.models import Cluster, Offer
+from organizations import selectors as organization_selectors
+from organizations.models import Membership, Organization
 
 PAGE_SIZE = 50
 HISTORY_LIMIT = 200
@@ -181,7 +183,7 @@ def buying_organizations(
     """The organizations the user can buy and bid for on this offer: those it administers,
     but the owner's (the service refuses an organization buying its own capacity)."""
     if administered is None:
-        administered = selectors.organizations_administered_by(user)
+        administered = organization_selectors.organizations_administered_by(user)
     return [
         organization
         for organization in administered
@@ -211,8 +213,8 @@ def offer_page(
     if not request.user.is_authenticated:
         return visitor_offer_page(request, offer)
     user = request.user
-    owner = selectors.membership_in(user, offer.cluster.organization_id)
-    administered = selectors.organizations_administered_by(user)
+    owner = organization_selectors.membership_in(user, offer.cluster.organization_id)
+    administered = organization_selectors.organizations_administered_by(user)
     buyers = buying_organizations(user, offer, administered)
     administered_ids = {organization.pk for organization in administered}
     now = timezone.now()
@@ -297,7 +299,7 @@ def offer_tenants(user: User, offer: Offer) -> dict[str, Any]:
     tenants = {"total": offer.tenant_accounts_total, "free": free}  # type: ignore[attr-defined]
     exhausted = False
     if free == 0:
-        viewers = selectors.organization_ids_of(user) - {offer.cluster.organization_id}
+        viewers = organization_selectors.organization_ids_of(user) - {offer.cluster.organization_id}
         exhausted = bool(viewers) and not selectors.tenant_lease_organization_ids(
             offer.cluster, viewers
         )
@@ -323,7 +325,9 @@ class OfferBidView(LoginRequiredMixin, View):
         if form.is_valid():
             data = form.cleaned_data
             try:
-                actor = selectors.membership_for_body(request.user, data["organization"])
+                actor = organization_selectors.membership_for_body(
+                    request.user, data["organization"]
+                )
                 bid = services.bid_place(
                     actor=actor,
                     offer=offer,
@@ -354,7 +358,7 @@ class OfferBuyView(LoginRequiredMixin, View):
         status = 400
         if form.is_valid():
             try:
-                actor = selectors.membership_for_body(
+                actor = organization_selectors.membership_for_body(
                     request.user, form.cleaned_data["organization"]
                 )
                 allocation = services.offer_buy(
@@ -379,7 +383,7 @@ class OfferBuyView(LoginRequiredMixin, View):
 class BidWithdrawView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, bid_id: str) -> HttpResponse:
         bid = selectors.bid_get_for_user(request.user, bid_id)
-        actor = selectors.membership_in(request.user, bid.organization_id)
+        actor = organization_selectors.membership_in(request.user, bid.organization_id)
         assert actor is not None  # a bid is visible only to its organization's members
         held = bid.hold.amount if bid.hold is not None else Decimal(0)
         try:
@@ -398,7 +402,7 @@ class BidWithdrawView(LoginRequiredMixin, View):
 class OfferCancelView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, offer_id: str) -> HttpResponse:
         offer = selectors.offer_get(offer_id)
-        actor = selectors.membership_in(request.user, offer.cluster.organization_id)
+        actor = organization_selectors.membership_in(request.user, offer.cluster.organization_id)
         if actor is None:
             raise PermissionDenied("Only the cluster's owners can cancel its offers.")
         try:
@@ -456,7 +460,7 @@ class OrganizationAllocationsView(LoginRequiredMixin, View):
     template_name = "marketplace/market/allocations.html"
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
         organization = membership.organization
         allocations = selectors.allocation_list_for_user(request.user, organization=organization)
         bids = selectors.bid_list_for_user(request.user, organization=organization)
@@ -539,11 +543,11 @@ class OrganizationClustersView(LoginRequiredMixin, View):
         return render(request, self.template_name, context, status=status)
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
         return self._render(request, membership)
 
     def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         form = ClusterRegisterForm(request.POST)
         if form.is_valid():
             try:
@@ -564,7 +568,7 @@ def owner_membership(request: HttpRequest, cluster: Cluster) -> Membership:
     """The user's membership of the cluster's organization. The cluster itself is public, but
     its connection, its verifications and their errors are the owners' only: a 404 to anyone
     else."""
-    membership = selectors.membership_in(request.user, cluster.organization_id)
+    membership = organization_selectors.membership_in(request.user, cluster.organization_id)
     if membership is None:
         raise NotFound("No such cluster.")
     return membership
@@ -670,11 +674,11 @@ class OrganizationOffersView(LoginRequiredMixin, View):
         return list(selectors.cluster_list_for_organization(organization, online_only=True))
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
         return self._render(request, membership)
 
     def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         form = OfferCreateForm(
             request.POST, clusters=self._online_clusters(membership.organization)
         )

@@ -22,9 +22,9 @@ from billing import services as billing_services
 from computeshare.csv_export import csv_writer
 from computeshare.errors import ApplicationError, ValidationFailed
 from computeshare.forms import form_add_service_error
-from marketplace import selectors
 from marketplace.forms import BudgetForm
-from marketplace.models import Membership
+from organizations import selectors as organization_selectors
+from organizations.models import Membership
 
 RECENT_ENTRIES = 25
 
@@ -76,11 +76,11 @@ class MoneyView(LoginRequiredMixin, View):
         return render(request, self.template_name, context, status=status)
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
         return self._render(request, membership)
 
     def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         organization = membership.organization
         if "dismiss_alert" in request.POST:
             try:
@@ -116,7 +116,7 @@ class StatementView(LoginRequiredMixin, View):
     def get(
         self, request: HttpRequest, organization_id: str, year: int, month: int
     ) -> HttpResponse:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         if not (1 <= month <= 12 and 2000 <= year <= timezone.now().year + 1):
             raise Http404("No such month.")
         statement = billing_selectors.statement_build(membership.organization, year, month)
@@ -210,11 +210,11 @@ class PayoutsView(LoginRequiredMixin, View):
         return render(request, self.template_name, context, status=status)
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         return self._render(request, membership)
 
     def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         organization = membership.organization
         page = request.build_absolute_uri(reverse("organization-payouts", args=[organization.uuid]))
         try:

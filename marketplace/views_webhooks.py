@@ -14,9 +14,9 @@ from django.views import View
 from computeshare.authentication import request_user
 from computeshare.errors import ApplicationError
 from computeshare.forms import form_add_service_error
-from marketplace import selectors
 from marketplace.forms_webhooks import WebhookEndpointForm
-from marketplace.models import Membership
+from organizations import selectors as organization_selectors
+from organizations.models import Membership
 from webhooks import selectors as webhook_selectors
 from webhooks import services as webhook_services
 from webhooks.models import WebhookEndpoint
@@ -50,11 +50,15 @@ class WebhookListView(LoginRequiredMixin, View):
         return _never_cached(render(request, self.template_name, context, status=status))
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         return self._render(request, membership, WebhookEndpointForm(initial={"enabled": True}))
 
     def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         form = WebhookEndpointForm(request.POST)
         if form.is_valid():
             try:
@@ -108,12 +112,16 @@ class WebhookDetailView(LoginRequiredMixin, View):
         return _never_cached(render(request, self.template_name, context, status=status))
 
     def get(self, request: HttpRequest, organization_id: str, endpoint_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         return self._render(request, membership, endpoint)
 
     def post(self, request: HttpRequest, organization_id: str, endpoint_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         form = WebhookEndpointForm(request.POST)
         if form.is_valid():
@@ -132,7 +140,9 @@ class WebhookRotateSecretView(WebhookDetailView):
         return redirect("organization-webhook", organization_id, endpoint_id)
 
     def post(self, request: HttpRequest, organization_id: str, endpoint_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         endpoint = webhook_services.endpoint_secret_rotate(endpoint=endpoint)
         return self._render(request, membership, endpoint, secret=endpoint.secret)
@@ -140,7 +150,9 @@ class WebhookRotateSecretView(WebhookDetailView):
 
 class WebhookRemoveView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, organization_id: str, endpoint_id: str) -> HttpResponse:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         webhook_services.endpoint_delete(endpoint=endpoint)
         messages.success(request, f"The endpoint {endpoint.url} was removed.")
@@ -151,7 +163,9 @@ class WebhookRedeliverView(LoginRequiredMixin, View):
     def post(
         self, request: HttpRequest, organization_id: str, endpoint_id: str, delivery_id: str
     ) -> HttpResponse:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         delivery = webhook_selectors.delivery_get(endpoint, delivery_id)
         webhook_services.delivery_redeliver(delivery=delivery)

@@ -38,7 +38,7 @@ class Notification(BaseModel):
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="notifications"
     )
     organization = models.ForeignKey(
-        "marketplace.Organization",
+        "organizations.Organization",
         on_delete=models.CASCADE,
         null=True,
         blank=True,

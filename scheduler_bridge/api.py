@@ -31,11 +31,12 @@ from computeshare.api import (
 from computeshare.authentication import request_user
 from computeshare.csv_export import csv_writer
 from computeshare.errors import NotFound, ValidationFailed
+from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from computeshare.parsers import JSONParser
 from marketplace import selectors as market_selectors
-from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace.api.money import RANGE_PARAMETERS, time_range
 from marketplace.models import Allocation
+from organizations import selectors as organization_selectors
 from scheduler_bridge import selectors, services
 from scheduler_bridge.job_files import (
     INPUT_FIELD,
@@ -196,7 +197,7 @@ class JobListCreateApi(APIView):
     def post(self, request: Request) -> Response:
         def create() -> Response:
             allocation = _allocation_named_in_body(request)
-            actor = market_selectors.membership_in(
+            actor = organization_selectors.membership_in(
                 request_user(request), allocation.organization_id
             )
             assert actor is not None  # the allocation is visible only to its members
@@ -234,7 +235,9 @@ class JobQuoteApi(APIView):
     )
     def post(self, request: Request) -> Response:
         allocation = _allocation_named_in_body(request)
-        actor = market_selectors.membership_in(request_user(request), allocation.organization_id)
+        actor = organization_selectors.membership_in(
+            request_user(request), allocation.organization_id
+        )
         assert actor is not None
         services.allocation_check_open(allocation)
         data = validated(JobCreateSerializer, request.data)
@@ -267,7 +270,7 @@ class JobCancelApi(APIView):
     )
     def post(self, request: Request, job_id: str) -> Response:
         job = selectors.job_get_for_user(request_user(request), job_id)
-        actor = market_selectors.membership_in(request_user(request), job.organization_id)
+        actor = organization_selectors.membership_in(request_user(request), job.organization_id)
         assert actor is not None
         services.job_cancel(actor=actor, job=job)
         return Response(
@@ -332,7 +335,7 @@ class UsageApi(APIView):
         "`format=csv` downloads every row, with the same columns.",
     )
     def get(self, request: Request, organization_id: str) -> Any:
-        membership = market_selectors.membership_get_for_user(
+        membership = organization_selectors.membership_get_for_user(
             request_user(request), organization_id
         )
         query = request.query_params.copy()
@@ -386,7 +389,7 @@ class EfficiencyApi(APIView):
         "that wasted most.",
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = market_selectors.membership_get_for_user(
+        membership = organization_selectors.membership_get_for_user(
             request_user(request), organization_id
         )
         query = validated(MonthQuerySerializer, request.query_params)

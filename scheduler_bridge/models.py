@@ -18,7 +18,8 @@ from computeshare.models import BaseModel
 from computeshare.numbers import MICRO_UNIT
 from hpc.types import ENDED_STATES as HPC_ENDED_STATES
 from hpc.types import platform_job_name
-from marketplace.models import Allocation, Cluster, Organization, TenantLease, units_field
+from marketplace.models import Allocation, Cluster, TenantLease, units_field
+from organizations.models import Organization
 
 SECONDS_PER_HOUR = Decimal(3600)
 

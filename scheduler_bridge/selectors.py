@@ -17,7 +17,8 @@ from django.utils import timezone
 from computeshare.errors import NotFound
 from computeshare.models import User
 from computeshare.numbers import MICRO_UNIT
-from marketplace.models import Allocation, Cluster, Membership, Organization, Resource, TenantLease
+from marketplace.models import Allocation, Cluster, Resource, TenantLease
+from organizations.models import Membership, Organization
 from scheduler_bridge import sizing
 from scheduler_bridge.job_requests import JobRequest, job_units
 from scheduler_bridge.models import (

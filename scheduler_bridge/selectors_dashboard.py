@@ -5,7 +5,7 @@ the jobs running on them.
 
 They sit here, above the market and billing, because the dashboard shows jobs beside both.
 Every series is one query, whatever the number of days, jobs or allocations in it; the
-membership passed in was found by `marketplace.selectors.membership_get_for_user`, so
+membership passed in was found by `organizations.selectors.membership_get_for_user`, so
 everything read is the organization's own (or, for an owner, about its clusters)."""
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from django.utils import timezone
 
 from billing import selectors as billing_selectors
 from marketplace import selectors as market_selectors
-from marketplace.models import Allocation, Cluster, Membership, Resource
+from marketplace.models import Allocation, Cluster, Resource
+from organizations.models import Membership
 from scheduler_bridge.models import ACTIVE_STATES, ENDED_STATES, Job, JobRun, JobState
 
 DAYS = 30

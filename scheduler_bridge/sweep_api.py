@@ -20,9 +20,9 @@ from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_r
 from computeshare.authentication import request_user
 from computeshare.csv_export import csv_writer
 from computeshare.errors import ValidationFailed
+from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from computeshare.parsers import JSONParser
-from marketplace import selectors as market_selectors
-from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
+from organizations import selectors as organization_selectors
 from scheduler_bridge import errors, selectors, services
 from scheduler_bridge.api import CSVRenderer, _allocation_named_in_body
 from scheduler_bridge.models import Sweep
@@ -109,7 +109,7 @@ class SweepListCreateApi(APIView):
     def post(self, request: Request) -> Response:
         def create() -> Response:
             allocation = _allocation_named_in_body(request)
-            actor = market_selectors.membership_in(
+            actor = organization_selectors.membership_in(
                 request_user(request), allocation.organization_id
             )
             assert actor is not None  # the allocation is visible only to its members
@@ -147,7 +147,7 @@ class SweepRetryFailedApi(APIView):
     )
     def post(self, request: Request, sweep_id: str) -> Response:
         sweep = selectors.sweep_get_for_user(request_user(request), sweep_id)
-        actor = market_selectors.membership_in(request_user(request), sweep.organization_id)
+        actor = organization_selectors.membership_in(request_user(request), sweep.organization_id)
         assert actor is not None
         services.sweep_retry_failed(actor=actor, sweep=sweep)
         response = _detail(request, sweep_id)

@@ -21,8 +21,8 @@ from django.views.decorators.cache import never_cache
 from computeshare.authentication import request_user
 from computeshare.errors import ApplicationError, ValidationFailed
 from computeshare.forms import form_add_service_error
-from marketplace import selectors as market_selectors
 from marketplace.models import Allocation
+from organizations import selectors as organization_selectors
 from scheduler_bridge import errors, selectors, services
 from scheduler_bridge.models import Sweep, SweepRow
 from scheduler_bridge.sweep_api import sweep_results_csv, table_from_upload
@@ -147,7 +147,7 @@ class SweepStatusView(LoginRequiredMixin, View):
 class SweepRetryFailedView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, sweep_id: str) -> HttpResponse:
         sweep = selectors.sweep_get_for_user(request_user(request), sweep_id)
-        actor = market_selectors.membership_in(request_user(request), sweep.organization_id)
+        actor = organization_selectors.membership_in(request_user(request), sweep.organization_id)
         assert actor is not None
         try:
             sweep_job = services.sweep_retry_failed(actor=actor, sweep=sweep)

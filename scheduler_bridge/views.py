@@ -44,7 +44,9 @@ from computeshare.errors import (
 from computeshare.forms import form_add_service_error
 from computeshare.numbers import whole_number
 from marketplace import selectors as market_selectors
-from marketplace.models import Allocation, Membership, Resource
+from marketplace.models import Allocation, Resource
+from organizations import selectors as organization_selectors
+from organizations.models import Membership
 from scheduler_bridge import errors, selectors, services, sizing
 from scheduler_bridge.forms import JobFilterForm, JobSizesForm, JobSubmitForm, MonthForm
 from scheduler_bridge.job_files import (
@@ -102,7 +104,7 @@ def active_allocation(request: HttpRequest, allocation_id: Any) -> tuple[Allocat
     allocation = market_selectors.allocation_get_for_user(request_user(request), allocation_id)
     if allocation.status != Allocation.Status.ACTIVE:
         raise NotFound("No such active allocation.")
-    actor = market_selectors.membership_in(request_user(request), allocation.organization_id)
+    actor = organization_selectors.membership_in(request_user(request), allocation.organization_id)
     assert actor is not None  # an allocation is visible only to its members
     return allocation, actor
 
@@ -357,7 +359,7 @@ class JobNewView(LoginRequiredMixin, View):
         organization = None
         organization_id = request.GET.get("organization", "")
         if organization_id:
-            organization = market_selectors.membership_get_for_user(
+            organization = organization_selectors.membership_get_for_user(
                 request_user(request), organization_id
             ).organization
             allocations = allocations.filter(organization=organization)
@@ -380,7 +382,7 @@ def job_page_of_list(request: HttpRequest) -> tuple[JobFilterForm, Page[Any], bo
     ended (the rows are then fetched again), and the status to answer with."""
     form = JobFilterForm(
         request.GET,
-        organizations=market_selectors.organization_list_for_user(request_user(request)),
+        organizations=organization_selectors.organization_list_for_user(request_user(request)),
     )
     jobs: Any = Job.objects.none()
     status = 400
@@ -638,7 +640,7 @@ class JobOutputDownloadView(LoginRequiredMixin, View):
 class JobCancelView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, job_id: str) -> HttpResponse:
         job = selectors.job_get_for_user(request_user(request), job_id)
-        actor = market_selectors.membership_in(request_user(request), job.organization_id)
+        actor = organization_selectors.membership_in(request_user(request), job.organization_id)
         assert actor is not None  # a job is visible only to its organization's members
         try:
             job = services.job_cancel(actor=actor, job=job)
@@ -688,7 +690,7 @@ class EfficiencyReportView(LoginRequiredMixin, View):
     its jobs reserved without using, with the jobs that wasted most (the API's figures)."""
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = market_selectors.membership_get_for_user(
+        membership = organization_selectors.membership_get_for_user(
             request_user(request), organization_id
         )
         form = MonthForm(request.GET)

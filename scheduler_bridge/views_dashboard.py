@@ -11,7 +11,7 @@ from django.shortcuts import render
 from django.views import View
 
 from computeshare.authentication import request_user
-from marketplace import selectors as market_selectors
+from organizations import selectors as organization_selectors
 from scheduler_bridge.selectors_dashboard import dashboard_get
 
 
@@ -19,18 +19,20 @@ class DashboardView(LoginRequiredMixin, View):
     template_name = "marketplace/dashboard.html"
 
     def get(self, request: HttpRequest, organization_id: Any = None) -> HttpResponse:
-        organizations = list(market_selectors.organization_list_for_user(request_user(request)))
+        organizations = list(
+            organization_selectors.organization_list_for_user(request_user(request))
+        )
         dashboard = None
         # The page's organization switch asks with `?organization=`.
         organization_id = organization_id or request.GET.get("organization") or None
         if organization_id is not None:
             # Someone else's organization is a 404, as everywhere.
-            membership = market_selectors.membership_get_for_user(
+            membership = organization_selectors.membership_get_for_user(
                 request_user(request), organization_id
             )
             dashboard = dashboard_get(membership)
         elif organizations:
-            membership = market_selectors.membership_get_for_user(
+            membership = organization_selectors.membership_get_for_user(
                 request_user(request), organizations[0].uuid
             )
             dashboard = dashboard_get(membership)

@@ -16,7 +16,7 @@ import redis
 from rest_framework.test import APIClient
 
 from computeshare.models import User
-from marketplace.models import Membership
+from organizations.models import Membership
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory, token_for
 from tests.testcluster import CONNECTION_FILE, TestCluster, testcluster_read
 from tests.workers import WorkerProcess, database_url, worker_environment, worker_start

@@ -9,15 +9,8 @@ from django.utils import timezone
 
 from computeshare import services as computeshare_services
 from computeshare.models import ApiToken, User
-from marketplace.models import (
-    Allocation,
-    Cluster,
-    Membership,
-    Offer,
-    Organization,
-    Partition,
-    TenantAccount,
-)
+from marketplace.models import Allocation, Cluster, Offer, Partition, TenantAccount
+from organizations.models import Membership, Organization
 
 PASSWORD = "correct horse battery staple"
 

@@ -1,7 +1,7 @@
 """The rules of DESIGN.md that a reader of one file cannot see.
 
 - Imports go one way between the apps: scheduler_bridge -> marketplace -> billing ->
-  notifications -> webhooks -> computeshare.
+  organizations -> notifications -> webhooks -> computeshare.
 - The SSH and Slurm library `hpc` sits below every app: it imports no app and no Django, and
   any app may use it. Inside it, each layer imports only the layers below it: the shared types
   and helpers (`types`, `arrays`, `errors`, `batches`) at its bottom, then `ssh` and `pool`,
@@ -21,6 +21,7 @@ LAYERS = [
     "computeshare",
     "webhooks",
     "notifications",
+    "organizations",
     "billing",
     "marketplace",
     "scheduler_bridge",

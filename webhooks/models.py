@@ -25,7 +25,7 @@ class WebhookEndpoint(BaseModel):
     signs what is sent to it (encrypted at rest, shown to the admin only when made)."""
 
     organization = models.ForeignKey(
-        "marketplace.Organization", on_delete=models.CASCADE, related_name="webhook_endpoints"
+        "organizations.Organization", on_delete=models.CASCADE, related_name="webhook_endpoints"
     )
     url = models.URLField(max_length=2000)
     events = models.JSONField(default=list)
@@ -50,7 +50,7 @@ class WebhookEvent(models.Model):
     uuid = models.UUIDField(unique=True, editable=False)
     created_at = models.DateTimeField(db_index=True)
     organization = models.ForeignKey(
-        "marketplace.Organization", on_delete=models.CASCADE, related_name="webhook_events"
+        "organizations.Organization", on_delete=models.CASCADE, related_name="webhook_events"
     )
     type = models.CharField(max_length=32, choices=EventType.choices)
     object_key = models.CharField(max_length=100)

@@ -46,7 +46,7 @@ class Scene:
 
 def _person(organization: Any, label: str) -> Person:
     from computeshare import services as accounts
-    from marketplace.models import Membership
+    from organizations.models import Membership
     from tests.factories import MembershipFactory, UserFactory
 
     password = secrets.token_urlsafe(12)

@@ -120,8 +120,9 @@ def accounts_open(keys: Sequence[AccountKey], shard: int = 0) -> None:
 
 
 def wallet_open(organization: Any) -> None:
-    """Opens an organization's accounts; called when the organization is created, so that its
-    first money movement does not create rows while it holds locks."""
+    """Opens an organization's accounts ahead of their first movement (which opens them itself
+    in `_lock`): for seeds, benchmarks and tests that want the rows in place. Organizations are
+    created below billing, without it; every read answers zero for accounts not opened yet."""
     accounts_open([(organization.pk, kind) for kind in Account.ORGANIZATION_KINDS])
 
 

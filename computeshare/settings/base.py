@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "computeshare",
     "webhooks",
     "notifications",
+    "organizations",
     "billing",
     "marketplace",
     "scheduler_bridge",
@@ -405,7 +406,7 @@ PAYOUT_HOLDING_PERIOD = timedelta(days=env.int("PAYOUT_HOLDING_DAYS", default=7)
 PAYOUT_MINIMUM = Decimal(env("PAYOUT_MINIMUM", default="1.00"))
 # Billing does not know memberships (imports go one way); this names who tells it the
 # addresses of an organization's admins.
-BILLING_ADMIN_EMAILS = "marketplace.selectors.organization_admin_emails"
+BILLING_ADMIN_EMAILS = "organizations.selectors.organization_admin_emails"
 # How long an invitation into an organization can be accepted.
 INVITATION_EXPIRY_DAYS = env.int("INVITATION_EXPIRY_DAYS", default=14)
 SITE_URL = env("SITE_URL", default="http://127.0.0.1:8000").rstrip("/")
@@ -413,7 +414,7 @@ SITE_URL = env("SITE_URL", default="http://127.0.0.1:8000").rstrip("/")
 # --- Notifications -----------------------------------------------------------------------------
 # Notifications do not know memberships (imports go one way); this names who tells them the
 # users of an organization (all active members, or only its admins).
-NOTIFICATIONS_RECIPIENTS = "marketplace.selectors.organization_notified_user_ids"
+NOTIFICATIONS_RECIPIENTS = "organizations.selectors.organization_notified_user_ids"
 # Mails whose task the broker lost are sent by this sweep.
 CELERY_BEAT_SCHEDULE["notification-emails-due"] = {
     "task": "notifications.tasks.notification_emails_due_task",
@@ -476,7 +477,7 @@ SPECTACULAR_SETTINGS = {
         "AllocationStatusEnum": "marketplace.models.Allocation.Status",
         "TopUpStatusEnum": "billing.models.TopUp.Status",
         "ApiTokenStatusEnum": "computeshare.models.ApiToken.Status",
-        "InvitationStatusEnum": "marketplace.models.Invitation.Status",
+        "InvitationStatusEnum": "organizations.models.Invitation.Status",
         "JobResultsStateEnum": "scheduler_bridge.models.Job.ResultsState",
         "StateEnum": "scheduler_bridge.models.JobState",
         "NotificationKindEnum": "notifications.models.Kind",

@@ -1,3 +1,3 @@
-"""The REST API of organizations, and of the money the marketplace keeps for them: billing
-does not know memberships (imports go one way), so the endpoints under /organizations/{id}/
-live here and call billing's services and selectors."""
+"""The REST API of the market, and of the money of organizations: an organization's wallet,
+budget, top-ups, ledger and payouts live here, above billing, and call billing's services and
+selectors (organizations' own endpoints: organizations.api)."""

@@ -20,10 +20,10 @@ from computeshare.api import (
     validated,
 )
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
+from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace import capacity, selectors, services
-from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace.filters import OfferFilter
-from marketplace.models import Cluster, Membership
+from marketplace.models import Cluster
 from marketplace.serializers_market import (
     TRACK_RECORD_HOW,
     AllocationFilterSerializer,
@@ -48,6 +48,8 @@ from marketplace.serializers_market import (
     TenantAccountSerializer,
     TrackRecordSerializer,
 )
+from organizations import selectors as organization_selectors
+from organizations.models import Membership
 
 ORDER_ERRORS = {**ERRORS, 402: ErrorSerializer}
 
@@ -66,7 +68,7 @@ def _admin_named_in_body(request: Request, what: str) -> Membership:
     `organization`; a member but not an admin: 403."""
     data = request.data if isinstance(request.data, dict) else {}
     named = validated(_OrganizationField, {"organization": data.get("organization")})
-    actor = selectors.membership_for_body(request.user, named["organization"])
+    actor = organization_selectors.membership_for_body(request.user, named["organization"])
     if not actor.is_admin:
         raise PermissionDenied(f"Only an admin of the organization can {what}.")
     return actor
@@ -75,7 +77,7 @@ def _admin_named_in_body(request: Request, what: str) -> Membership:
 def _owner_membership(request: Request, cluster: Cluster) -> Membership:
     """The caller's membership of the cluster's organization; 403 for anyone else (the cluster
     itself is public, so it is not hidden)."""
-    membership = selectors.membership_in(request.user, cluster.organization_id)
+    membership = organization_selectors.membership_in(request.user, cluster.organization_id)
     if membership is None:
         raise PermissionDenied("Only the cluster's owners can do this.")
     return membership
@@ -85,7 +87,7 @@ def _owner_membership(request: Request, cluster: Cluster) -> Membership:
 
 
 def _cluster_response(request: Request, cluster: Cluster, code: int = 200) -> Response:
-    context = {"owner_of": selectors.organization_ids_of(request.user)}
+    context = {"owner_of": organization_selectors.organization_ids_of(request.user)}
     return Response(ClusterSerializer(cluster, context=context).data, status=code)
 
 
@@ -93,7 +95,7 @@ def _cluster_detail_response(
     request: Request, cluster: Cluster, code: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
     """One cluster; to its owners with its latest verification."""
-    owner_of = selectors.organization_ids_of(request.user)
+    owner_of = organization_selectors.organization_ids_of(request.user)
     if cluster.organization_id in owner_of:
         cluster.latest_verification = selectors.cluster_verification_latest(cluster)  # type: ignore[attr-defined]
     context = {"owner_of": owner_of}
@@ -114,7 +116,7 @@ class ClusterListCreateApi(APIView):
         ),
     )
     def get(self, request: Request) -> Response:
-        context = {"owner_of": selectors.organization_ids_of(request.user)}
+        context = {"owner_of": organization_selectors.organization_ids_of(request.user)}
         return paginated_response(
             request, self, selectors.cluster_list(), ClusterSerializer, context=context
         )
@@ -539,7 +541,7 @@ class BidDetailApi(APIView):
     )
     def delete(self, request: Request, bid_id: str) -> Response:
         bid = selectors.bid_get_for_user(request.user, bid_id)
-        actor = selectors.membership_in(request.user, bid.organization_id)
+        actor = organization_selectors.membership_in(request.user, bid.organization_id)
         assert actor is not None  # the bid is visible only to its organization's members
         services.bid_withdraw(actor=actor, bid=bid)
         return Response(status=status.HTTP_204_NO_CONTENT)

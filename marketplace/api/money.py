@@ -31,8 +31,8 @@ from billing.serializers import (
 )
 from computeshare.api import ErrorSerializer, paginated, paginated_response
 from computeshare.errors import NotFound
-from marketplace import selectors
-from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
+from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
+from organizations import selectors as organization_selectors
 
 MONEY_ERRORS = {**ERRORS, 402: ErrorSerializer, 502: ErrorSerializer}
 RANGE_PARAMETERS = [
@@ -54,7 +54,7 @@ class BudgetApi(APIView):
         responses={200: BudgetSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
         return Response(
             BudgetSerializer(billing_selectors.budget_status(membership.organization)).data
         )
@@ -65,7 +65,7 @@ class BudgetApi(APIView):
         responses={200: BudgetSerializer, **ERRORS},
     )
     def put(self, request: Request, organization_id: str) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         payload = BudgetUpdateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         billing_services.budget_set(
@@ -85,7 +85,7 @@ class TopUpListCreateApi(APIView):
         parameters=PAGE_PARAMETERS,
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         return paginated_response(
             request, self, billing_selectors.top_up_list(membership.organization), TopUpSerializer
         )
@@ -102,7 +102,7 @@ class TopUpListCreateApi(APIView):
         ),
     )
     def post(self, request: Request, organization_id: str) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         payload = TopUpCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         # Not `computeshare.api.idempotent`: it keeps a transaction open around its work, and
@@ -127,7 +127,7 @@ class TopUpDetailApi(APIView):
         },
     )
     def get(self, request: Request, organization_id: str, top_up_id: uuid.UUID) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         top_up = billing_selectors.top_up_get(membership.organization, top_up_id)
         if top_up is None:
             raise NotFound("No such top-up.")
@@ -154,7 +154,7 @@ class LedgerApi(APIView):
         ],
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         filters = time_range(request)
         entries = billing_selectors.ledger_entry_list(
             membership.organization,
@@ -172,7 +172,7 @@ class EarningsApi(APIView):
         parameters=RANGE_PARAMETERS,
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         filters = time_range(request)
         earnings = billing_selectors.earnings_summary(
             membership.organization, since=filters.get("since"), until=filters.get("until")
@@ -209,7 +209,7 @@ class PayoutAccountApi(APIView):
         ),
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         return Response(PayoutAccountSerializer(payout_account_data(membership.organization)).data)
 
 
@@ -225,7 +225,7 @@ class PayoutOnboardingApi(APIView):
         ),
     )
     def post(self, request: Request, organization_id: str) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         page = request.build_absolute_uri(
             reverse("organization-payouts", args=[membership.organization.uuid])
         )
@@ -245,7 +245,7 @@ class PayoutListCreateApi(APIView):
         parameters=PAGE_PARAMETERS,
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         return paginated_response(
             request,
             self,
@@ -267,7 +267,7 @@ class PayoutListCreateApi(APIView):
         ),
     )
     def post(self, request: Request, organization_id: str) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         payload = PayoutCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         # Not `computeshare.api.idempotent`: no transaction may stay open across a Stripe
@@ -292,7 +292,7 @@ class PayoutDetailApi(APIView):
         },
     )
     def get(self, request: Request, organization_id: str, payout_id: uuid.UUID) -> Response:
-        membership = selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(request.user, organization_id)
         payout = billing_selectors.payout_get(membership.organization, payout_id)
         if payout is None:
             raise NotFound("No such payout.")

@@ -12,8 +12,8 @@ from rest_framework.views import APIView
 
 from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response, validated
 from computeshare.authentication import request_user
-from marketplace import selectors
-from marketplace.api.common import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
+from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
+from organizations import selectors as organization_selectors
 from webhooks import selectors as webhook_selectors
 from webhooks import services as webhook_services
 from webhooks.serializers import (
@@ -37,7 +37,9 @@ class WebhookEndpointListCreateApi(APIView):
         parameters=PAGE_PARAMETERS,
     )
     def get(self, request: Request, organization_id: uuid.UUID) -> Response:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         return paginated_response(
             request,
             self,
@@ -59,7 +61,9 @@ class WebhookEndpointListCreateApi(APIView):
         ),
     )
     def post(self, request: Request, organization_id: uuid.UUID) -> Response:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
 
         def create() -> Response:
             data = validated(EndpointCreateSerializer, request.data)
@@ -84,7 +88,9 @@ class WebhookEndpointDetailApi(APIView):
         responses={200: EndpointSerializer, **READ_ERRORS},
     )
     def get(self, request: Request, organization_id: uuid.UUID, endpoint_id: uuid.UUID) -> Response:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         return Response(EndpointSerializer(endpoint).data)
 
@@ -97,7 +103,9 @@ class WebhookEndpointDetailApi(APIView):
     def patch(
         self, request: Request, organization_id: uuid.UUID, endpoint_id: uuid.UUID
     ) -> Response:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         changes = validated(EndpointUpdateSerializer, request.data)
         endpoint = webhook_services.endpoint_update(endpoint=endpoint, **changes)
@@ -111,7 +119,9 @@ class WebhookEndpointDetailApi(APIView):
     def delete(
         self, request: Request, organization_id: uuid.UUID, endpoint_id: uuid.UUID
     ) -> Response:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         webhook_services.endpoint_delete(endpoint=endpoint)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -128,7 +138,9 @@ class WebhookEndpointRotateSecretApi(APIView):
     def post(
         self, request: Request, organization_id: uuid.UUID, endpoint_id: uuid.UUID
     ) -> Response:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         endpoint = webhook_services.endpoint_secret_rotate(endpoint=endpoint)
         return Response(EndpointWithSecretSerializer(endpoint).data)
@@ -143,7 +155,9 @@ class WebhookDeliveryListApi(APIView):
         description="The endpoint's delivery log, newest event first.",
     )
     def get(self, request: Request, organization_id: uuid.UUID, endpoint_id: uuid.UUID) -> Response:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         return paginated_response(
             request, self, webhook_selectors.delivery_list(endpoint), DeliverySerializer
@@ -165,7 +179,9 @@ class WebhookDeliveryRedeliverApi(APIView):
         endpoint_id: uuid.UUID,
         delivery_id: uuid.UUID,
     ) -> Response:
-        membership = selectors.membership_get_admin(request_user(request), organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         endpoint = webhook_selectors.endpoint_get(membership.organization, endpoint_id)
         delivery = webhook_selectors.delivery_get(endpoint, delivery_id)
         delivery = webhook_services.delivery_redeliver(delivery=delivery)

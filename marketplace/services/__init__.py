@@ -20,16 +20,6 @@ from marketplace.services.clusters import (
     cluster_suspend,
     ssh_settings_for,
 )
-from marketplace.services.memberships import (
-    invitation_accept,
-    invitation_cancel,
-    invitation_create,
-    invitation_decline,
-    invitation_expiry,
-    invitation_notify,
-    membership_remove,
-    membership_role_change,
-)
 from marketplace.services.offers import (
     bid_is_withdrawable,
     bid_place,
@@ -39,9 +29,6 @@ from marketplace.services.offers import (
     offer_create,
     offer_extend,
     offer_is_cancellable,
-)
-from marketplace.services.organizations import (
-    organization_create,
 )
 from marketplace.services.slurm_accounts import (
     slurm_account_clusters_to_reconcile,
@@ -84,20 +71,11 @@ __all__ = [
     "cluster_verification_start",
     "cluster_verify",
     "hardware_changes_record",
-    "invitation_accept",
-    "invitation_cancel",
-    "invitation_create",
-    "invitation_decline",
-    "invitation_expiry",
-    "invitation_notify",
-    "membership_remove",
-    "membership_role_change",
     "offer_buy",
     "offer_cancel",
     "offer_create",
     "offer_extend",
     "offer_is_cancellable",
-    "organization_create",
     "owner_side_run_end_record",
     "partition_idle_record",
     "slurm_account_clusters_to_reconcile",

@@ -25,13 +25,9 @@ from hpc.ssh import (
     host_key_from_line,
     private_key_from_text,
 )
-from marketplace.models import (
-    Cluster,
-    Membership,
-    Organization,
-    Partition,
-)
+from marketplace.models import Cluster, Partition
 from marketplace.services.capacity import hardware_changes_record
+from organizations.models import Membership, Organization
 
 # A DNS name or an IPv4/IPv6 address; nothing a shell or an SSH option could read otherwise.
 _HOST = re.compile(

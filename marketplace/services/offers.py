@@ -32,19 +32,10 @@ from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move
 from marketplace import errors, selectors
 from marketplace.capacity import Load, clashes, units_text
-from marketplace.models import (
-    Allocation,
-    Bid,
-    Cluster,
-    Membership,
-    Offer,
-    OfferDemand,
-    Organization,
-    Partition,
-    Resource,
-)
+from marketplace.models import Allocation, Bid, Cluster, Offer, OfferDemand, Partition, Resource
 from marketplace.services.slurm_accounts import slurm_account_plan
 from marketplace.services.tenants import tenant_lease_take
+from organizations.models import Membership, Organization
 
 
 def _require_admin(actor: Membership, what: str) -> None:

@@ -16,15 +16,9 @@ from django.utils import timezone
 from hpc.errors import BridgeError
 from hpc.slurm import accounts as slurm_accounts
 from hpc.ssh import SSHConnection
-from marketplace.models import (
-    Allocation,
-    Cluster,
-    Organization,
-    Resource,
-    SlurmAccount,
-    TenantLease,
-)
+from marketplace.models import Allocation, Cluster, Resource, SlurmAccount, TenantLease
 from marketplace.services.clusters import ssh_settings_for
+from organizations.models import Organization
 
 logger = logging.getLogger(__name__)
 

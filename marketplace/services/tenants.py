@@ -28,7 +28,8 @@ from hpc.errors import BridgeError
 from hpc.slurm.tenants import PoolAccount, tenant_scrub
 from hpc.ssh import SSHConnection
 from marketplace import errors, selectors
-from marketplace.models import Cluster, Membership, Organization, TenantAccount, TenantLease
+from marketplace.models import Cluster, TenantAccount, TenantLease
+from organizations.models import Membership, Organization
 
 logger = logging.getLogger(__name__)
 

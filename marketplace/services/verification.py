@@ -58,7 +58,7 @@ from hpc.slurm.tenants import (
 )
 from hpc.ssh import SSHConnection
 from marketplace import errors, selectors
-from marketplace.models import Cluster, ClusterVerification, Membership, TenantAccount
+from marketplace.models import Cluster, ClusterVerification, TenantAccount
 from marketplace.services.capacity import cluster_reachability_record
 from marketplace.services.clusters import (
     cluster_host_key_refused,
@@ -69,6 +69,7 @@ from marketplace.services.clusters import (
     ssh_settings_for,
 )
 from marketplace.services.tenants import tenant_accounts_record
+from organizations.models import Membership
 
 logger = logging.getLogger(__name__)
 

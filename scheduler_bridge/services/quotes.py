@@ -20,7 +20,8 @@ from billing.selectors import budget_status, wallet_get
 from computeshare.errors import ValidationFailed
 from hpc.errors import BridgeError
 from hpc.types import JobSpec, Tenant, platform_job_name
-from marketplace.models import Allocation, Membership, TenantLease
+from marketplace.models import Allocation, TenantLease
+from organizations.models import Membership
 from scheduler_bridge.job_requests import JobRequest
 from scheduler_bridge.models import money_of
 from scheduler_bridge.services.backends import backend_failed, backend_for

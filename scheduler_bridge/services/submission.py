@@ -33,15 +33,9 @@ from hpc.types import (
     Tenant,
     environment_name_problem,
 )
-from marketplace.models import (
-    Allocation,
-    Cluster,
-    Membership,
-    Resource,
-    SlurmAccount,
-    TenantLease,
-)
+from marketplace.models import Allocation, Cluster, Resource, SlurmAccount, TenantLease
 from marketplace.services import tenant_lease_take, tenant_slurm_join
+from organizations.models import Membership
 from scheduler_bridge import errors, notices, webhook_events
 from scheduler_bridge.job_files import InputUpload
 from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB, JobRequest, job_units

@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
 from computeshare.states import status_move
-from marketplace.models import Allocation, Membership
+from marketplace.models import Allocation
+from organizations.models import Membership
 from scheduler_bridge import errors
 from scheduler_bridge.job_files import input_name_problem, job_files_storage
 from scheduler_bridge.job_requests import JobRequest

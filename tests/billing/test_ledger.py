@@ -26,7 +26,7 @@ from billing.models import (
 from billing.selectors import Wallet
 from billing.tasks import budget_alert_notify_task
 from computeshare.errors import ValidationFailed
-from marketplace.models import Membership
+from organizations.models import Membership
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import connection
 
 from billing.selectors import ledger_verify
-from marketplace.models import Membership
+from organizations.models import Membership
 from scheduler_bridge.models import Job
 from tests.factories import PASSWORD, MembershipFactory, allocation_bought, funded_organization
 from tests.workers import GunicornServer, database_url, worker_environment

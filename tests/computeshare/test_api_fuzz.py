@@ -10,7 +10,7 @@ from schemathesis.config._checks import PositiveDataAcceptanceConfig
 from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from computeshare.wsgi import application
-from marketplace.models import Membership
+from organizations.models import Membership
 from tests.factories import MembershipFactory, UserFactory, token_for
 
 schema = schemathesis.openapi.from_wsgi("/api/v1/schema/?format=json", application)

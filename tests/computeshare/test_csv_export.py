@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from billing import services as billing_services
 from computeshare.csv_export import csv_writer
-from marketplace.models import Membership
+from organizations.models import Membership
 from tests.conftest import client_for
 from tests.factories import MembershipFactory, PartitionFactory, allocation_bought
 from tests.scheduler_bridge.test_jobs_api import _ran

@@ -39,7 +39,7 @@ from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
 from computeshare.models import User
-from marketplace.models import Membership, Organization
+from organizations.models import Membership, Organization
 from tests.factories import (
     PASSWORD,
     ClusterFactory,

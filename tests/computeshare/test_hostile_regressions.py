@@ -7,7 +7,7 @@ from rest_framework.test import APIClient
 
 from billing.models import TopUp
 from computeshare.models import User
-from marketplace.models import Membership, Organization
+from organizations.models import Membership, Organization
 from tests.factories import ClusterFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db

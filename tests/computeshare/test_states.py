@@ -8,7 +8,7 @@ import pytest
 from django.utils import timezone
 
 from computeshare.states import TransitionRefused, sources_of, status_move, status_move_all
-from marketplace.models import Invitation
+from organizations.models import Invitation
 from tests.factories import OrganizationFactory, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -6,7 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from marketplace.models import Membership, Offer
+from marketplace.models import Offer
+from organizations.models import Membership
 from tests.conftest import client_for
 from tests.factories import ClusterFactory, MembershipFactory, PartitionFactory
 from tests.marketplace.test_market_api import API, iso, snapshot, whole_hour

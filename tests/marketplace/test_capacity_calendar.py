@@ -13,7 +13,8 @@ from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
 from marketplace import capacity, errors, selectors, services
-from marketplace.models import Membership, Offer, OfferDemand, Partition
+from marketplace.models import Offer, OfferDemand, Partition
+from organizations.models import Membership
 from tests.concurrency import kinds, run_together
 from tests.factories import ClusterFactory, MembershipFactory, PartitionFactory
 

@@ -19,9 +19,10 @@ from billing import services as billing
 from billing.models import Entry, Hold, ReferenceKind, Transaction
 from billing.selectors import Wallet
 from marketplace import errors, selectors, services
-from marketplace.models import Allocation, Bid, Membership, Offer, Organization
+from marketplace.models import Allocation, Bid, Offer
 from marketplace.services import AuctionOutcome
 from marketplace.tasks import allocations_close_due_task, auctions_clear_due_task
+from organizations.models import Membership, Organization
 from tests.conftest import wait_for
 from tests.factories import MembershipFactory, PartitionFactory, funded_organization
 

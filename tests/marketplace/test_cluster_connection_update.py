@@ -3,7 +3,8 @@ key); the cluster must be verified again before it sells anything new."""
 
 import pytest
 
-from marketplace.models import Cluster, Membership
+from marketplace.models import Cluster
+from organizations.models import Membership
 from tests.conftest import client_for
 from tests.factories import (
     ClusterFactory,

@@ -16,8 +16,9 @@ from computeshare.fields import fernet
 from computeshare.models import User
 from hpc.ssh import SSHConnection, host_key_from_line
 from marketplace import services
-from marketplace.models import Cluster, ClusterVerification, Membership, Organization, Partition
+from marketplace.models import Cluster, ClusterVerification, Partition
 from marketplace.services.verification import UNREACHABLE_REASON
+from organizations.models import Membership, Organization
 from tests.conftest import client_for, wait_for
 from tests.factories import (
     MembershipFactory,

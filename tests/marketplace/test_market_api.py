@@ -22,16 +22,8 @@ from billing.models import Account, Entry, Hold, Transaction
 from computeshare.fields import fernet
 from computeshare.models import IdempotencyRecord, User
 from marketplace import services
-from marketplace.models import (
-    Allocation,
-    Bid,
-    Cluster,
-    ClusterVerification,
-    Membership,
-    Offer,
-    Organization,
-    Partition,
-)
+from marketplace.models import Allocation, Bid, Cluster, ClusterVerification, Offer, Partition
+from organizations.models import Membership, Organization
 from tests.conftest import client_for
 from tests.factories import (
     ClusterFactory,

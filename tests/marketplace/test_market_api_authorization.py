@@ -20,15 +20,8 @@ from rest_framework.test import APIClient
 from billing import services as billing
 from computeshare.models import User
 from marketplace import services
-from marketplace.models import (
-    Allocation,
-    Bid,
-    Cluster,
-    ClusterVerification,
-    Membership,
-    Offer,
-    Organization,
-)
+from marketplace.models import Allocation, Bid, Cluster, ClusterVerification, Offer
+from organizations.models import Membership, Organization
 from tests.conftest import client_for
 from tests.factories import (
     ClusterFactory,

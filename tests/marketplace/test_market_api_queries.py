@@ -14,7 +14,8 @@ from django.utils import timezone
 from billing.models import Hold, ReferenceKind
 from computeshare.models import User
 from marketplace import services
-from marketplace.models import Allocation, Bid, Cluster, Membership, Offer, Partition
+from marketplace.models import Allocation, Bid, Cluster, Offer, Partition
+from organizations.models import Membership
 from tests.conftest import client_for
 from tests.factories import (
     ClusterFactory,

@@ -16,8 +16,9 @@ from billing.errors import InsufficientFunds
 from billing.models import Account, Entry, Hold, Transaction
 from billing.services.ledger import accounts_open
 from marketplace import errors, services
-from marketplace.models import Allocation, Bid, Membership, Offer, Organization
+from marketplace.models import Allocation, Bid, Offer
 from marketplace.services import AuctionOutcome
+from organizations.models import Membership, Organization
 from tests.concurrency import kinds, run_together
 from tests.factories import MembershipFactory, OfferFactory, funded_organization
 

@@ -8,7 +8,8 @@ import pytest
 
 from computeshare.states import TransitionRefused, status_move, status_move_all
 from marketplace import errors, services
-from marketplace.models import Bid, Membership, Offer, TenantAccount, TenantLease
+from marketplace.models import Bid, Offer, TenantAccount, TenantLease
+from organizations.models import Membership
 from tests.factories import (
     ClusterFactory,
     MembershipFactory,

@@ -17,7 +17,8 @@ from billing.models import Entry, Hold, Transaction
 from billing.selectors import Wallet
 from computeshare.errors import PermissionDenied, ValidationFailed
 from marketplace import errors, services
-from marketplace.models import Allocation, Bid, Cluster, Membership, Offer, Organization, Partition
+from marketplace.models import Allocation, Bid, Cluster, Offer, Partition
+from organizations.models import Membership, Organization
 from tests.factories import (
     ClusterFactory,
     MembershipFactory,

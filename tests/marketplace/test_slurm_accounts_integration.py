@@ -29,17 +29,9 @@ from hpc.slurm.accounts import account_name_for
 from hpc.slurm.parsers import parse_parsable2
 from hpc.ssh import SSHConnection
 from marketplace import services
-from marketplace.models import (
-    Allocation,
-    Cluster,
-    Membership,
-    Offer,
-    Organization,
-    SlurmAccount,
-    TenantAccount,
-    TenantLease,
-)
+from marketplace.models import Allocation, Cluster, Offer, SlurmAccount, TenantAccount, TenantLease
 from marketplace.tasks import slurm_accounts_reconcile_task
+from organizations.models import Membership, Organization
 from tests.conftest import wait_for
 from tests.factories import (
     MembershipFactory,

@@ -16,16 +16,8 @@ from rest_framework.test import APIClient
 
 from billing import selectors as billing_selectors
 from computeshare.models import User
-from marketplace.models import (
-    Allocation,
-    Cluster,
-    Membership,
-    Offer,
-    Organization,
-    Partition,
-    TenantAccount,
-    TenantLease,
-)
+from marketplace.models import Allocation, Cluster, Offer, Partition, TenantAccount, TenantLease
+from organizations.models import Membership, Organization
 from tests.conftest import client_for
 from tests.factories import (
     ClusterFactory,

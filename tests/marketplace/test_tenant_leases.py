@@ -13,14 +13,8 @@ from billing import selectors as billing_selectors
 from billing.models import Hold
 from hpc.slurm.tenants import PoolAccount
 from marketplace import errors, services
-from marketplace.models import (
-    Allocation,
-    Bid,
-    Membership,
-    Offer,
-    TenantAccount,
-    TenantLease,
-)
+from marketplace.models import Allocation, Bid, Offer, TenantAccount, TenantLease
+from organizations.models import Membership
 from scheduler_bridge import selectors as job_selectors
 from scheduler_bridge import services as job_services
 from scheduler_bridge.models import Job, JobState

@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 
 from marketplace import errors, services
-from marketplace.models import Cluster, Membership, TenantAccount
+from marketplace.models import Cluster, TenantAccount
+from organizations.models import Membership
 from tests.factories import MembershipFactory
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db]

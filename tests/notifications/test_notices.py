@@ -12,9 +12,11 @@ from billing import services as billing
 from billing.models import ReferenceKind
 from marketplace import notices as market_notices
 from marketplace import services as market
-from marketplace.models import Membership, Offer
+from marketplace.models import Offer
 from notifications.models import NoticeBatch, Notification, NotificationPreference
 from notifications.tasks import notice_batch_record_task, notice_batches_due_task
+from organizations import services as organization_services
+from organizations.models import Membership
 from scheduler_bridge.models import Job, JobState
 from scheduler_bridge.services.submission import job_state_record
 from tests.billing.test_webhook import deliver, payment_event
@@ -341,13 +343,15 @@ def test_an_invitation_tells_the_invitee_only_if_the_name_is_a_user_and_only_onc
     tom = admin(organization, "tom")
     invitee = UserFactory(username="ines")
 
-    first = market.invitation_create(actor=tom, username="ines", role="member")
-    again = market.invitation_create(actor=tom, username="ines", role="member")
-    unknown = market.invitation_create(actor=tom, username="nobody-by-this-name", role="member")
+    first = organization_services.invitation_create(actor=tom, username="ines", role="member")
+    again = organization_services.invitation_create(actor=tom, username="ines", role="member")
+    unknown = organization_services.invitation_create(
+        actor=tom, username="nobody-by-this-name", role="member"
+    )
     # The task each invitation enqueues (after the commit; here called as the worker would,
     # twice for the first, as a retried task would).
     for invitation in (first, again, unknown):
-        market.invitation_notify(invitation_id=invitation.pk)
+        organization_services.invitation_notify(invitation_id=invitation.pk)
 
     assert first.pk == again.pk
     assert told("invitation") == [("ines", f"invitation:{first.uuid}")]
@@ -363,8 +367,10 @@ def test_an_invitee_who_turned_off_mail_of_invitations_is_told_only_in_the_site(
     NotificationPreference.objects.create(user=ivan, kind="invitation", by_email=False)
 
     for name in ("ines", "ivan"):
-        invitation = market.invitation_create(actor=tom, username=name, role="member")
-        market.invitation_notify(invitation_id=invitation.pk)
+        invitation = organization_services.invitation_create(
+            actor=tom, username=name, role="member"
+        )
+        organization_services.invitation_notify(invitation_id=invitation.pk)
 
     assert [mail.to for mail in mailoutbox] == [[ines.email]]
     assert told("invitation") == sorted(

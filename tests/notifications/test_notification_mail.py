@@ -6,9 +6,9 @@ from decimal import Decimal
 import pytest
 
 from billing.models import TopUp
-from marketplace.models import Membership
 from notifications.models import Notification, NotificationPreference
 from notifications.tasks import notification_emails_due_task, notification_emails_send_task
+from organizations.models import Membership
 from tests.billing.test_webhook import deliver, payment_event
 from tests.conftest import wait_for
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory

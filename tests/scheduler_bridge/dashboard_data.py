@@ -20,7 +20,8 @@ from django.utils import timezone
 from billing import services as billing
 from hpc.types import RunRecord
 from marketplace import services as market
-from marketplace.models import Allocation, Cluster, Membership, Organization
+from marketplace.models import Allocation, Cluster
+from organizations.models import Membership, Organization
 from scheduler_bridge import services
 from scheduler_bridge.models import Job, JobState, JobTask
 from tests.factories import (

@@ -10,7 +10,8 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from marketplace.models import Allocation, Membership, TenantLease
+from marketplace.models import Allocation, TenantLease
+from organizations.models import Membership
 from scheduler_bridge.models import Job, JobEvent, JobRun, JobState, JobTask
 from tests.conftest import client_for
 from tests.factories import PartitionFactory, allocation_bought

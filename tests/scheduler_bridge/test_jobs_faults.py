@@ -28,8 +28,9 @@ from billing.models import Transaction
 from billing.selectors import ledger_verify
 from computeshare.celery import app
 from hpc.pool import default_pool
-from marketplace.models import Allocation, Cluster, Membership
+from marketplace.models import Allocation, Cluster
 from marketplace.services import ssh_settings_for
+from organizations.models import Membership
 from scheduler_bridge import services
 from scheduler_bridge.models import ENDED_STATES, ClusterPoll, Job, JobRun, JobState
 from scheduler_bridge.tasks import cluster_poll_task

@@ -25,7 +25,8 @@ from hpc.pool import default_pool
 from hpc.slurm import accounts as slurm_accounts
 from hpc.ssh import SSHConnection
 from marketplace import errors, services
-from marketplace.models import Allocation, Membership, TenantAccount, TenantLease
+from marketplace.models import Allocation, TenantAccount, TenantLease
+from organizations.models import Membership
 from scheduler_bridge import selectors as job_selectors
 from scheduler_bridge import services as job_services
 from scheduler_bridge.models import ENDED_STATES, Job

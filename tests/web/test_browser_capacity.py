@@ -13,7 +13,8 @@ from playwright.sync_api import Page, expect
 
 from hpc.slurm.inventory import PartitionIdle
 from marketplace import capacity, services
-from marketplace.models import Membership, Offer
+from marketplace.models import Offer
+from organizations.models import Membership
 from tests.factories import ClusterFactory, MembershipFactory, OfferFactory, PartitionFactory
 from tests.web.test_browser_market import log_in
 

@@ -26,8 +26,8 @@ import pytest
 from django.utils import timezone
 from playwright.sync_api import Browser, Page
 
-from marketplace import services as market
-from marketplace.models import Membership
+from organizations import services as organization_services
+from organizations.models import Membership
 from scheduler_bridge.models import Job, JobState, JobTask
 from tests.factories import (
     PASSWORD,
@@ -203,7 +203,9 @@ def market_with_people() -> dict[str, Any]:
 
     outsider = funded_organization("0", name="Harbor Lab")
     harbor_admin = MembershipFactory(organization=outsider, role=Membership.Role.ADMIN)
-    market.invitation_create(actor=harbor_admin, username=member.user.username, role="member")
+    organization_services.invitation_create(
+        actor=harbor_admin, username=member.user.username, role="member"
+    )
     return {
         "owner": owner.user.username,
         "team admin": team_admin.user.username,

@@ -6,7 +6,7 @@ import re
 import pytest
 from playwright.sync_api import Page, expect
 
-from marketplace.models import Membership
+from organizations.models import Membership
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -20,7 +20,8 @@ from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import Browser, Page, expect
 
-from marketplace.models import Allocation, Cluster, Membership
+from marketplace.models import Allocation, Cluster
+from organizations.models import Membership
 from scheduler_bridge.models import Job, JobState, JobTask
 from tests.factories import (
     ClusterFactory,

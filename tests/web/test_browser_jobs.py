@@ -13,7 +13,7 @@ import pytest
 from django.urls import reverse
 from playwright.sync_api import Page, expect
 
-from marketplace.models import Membership
+from organizations.models import Membership
 from scheduler_bridge.models import Job, JobEvent, JobState
 from tests.factories import (
     MembershipFactory,

@@ -15,7 +15,8 @@ from playwright.sync_api import Page, expect
 
 from billing import selectors as billing_selectors
 from marketplace import services
-from marketplace.models import Allocation, Bid, Cluster, ClusterVerification, Membership, Offer
+from marketplace.models import Allocation, Bid, Cluster, ClusterVerification, Offer
+from organizations.models import Membership
 from tests.factories import (
     PASSWORD,
     ClusterFactory,

@@ -14,7 +14,7 @@ from playwright.sync_api import Page, expect
 
 from billing import selectors
 from billing.models import Account, Entry, StripeEvent, TopUp, Transaction
-from marketplace.models import Membership
+from organizations.models import Membership
 from tests.conftest import wait_for
 from tests.factories import PASSWORD, MembershipFactory, OrganizationFactory
 from tests.localstripe import LocalStripe

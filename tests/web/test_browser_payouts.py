@@ -14,7 +14,7 @@ from playwright.sync_api import ConsoleMessage, Page, expect
 
 from billing import selectors
 from billing.models import ConnectedAccount, Payout
-from marketplace.models import Membership
+from organizations.models import Membership
 from tests.billing.stripe_flows import earn
 from tests.factories import MembershipFactory, OrganizationFactory
 from tests.localstripe import LocalStripe

@@ -17,7 +17,7 @@ from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from hpc.types import RunRecord
-from marketplace.models import Membership
+from organizations.models import Membership
 from scheduler_bridge import services
 from scheduler_bridge.models import Job, JobState, JobTask
 from tests.factories import (

@@ -27,7 +27,7 @@ from playwright.sync_api import Page, expect
 
 from billing.models import Transaction
 from billing.selectors import ledger_verify
-from marketplace.models import Membership
+from organizations.models import Membership
 from scheduler_bridge import services
 from scheduler_bridge.job_files import job_files_storage, stored_name
 from scheduler_bridge.models import Job, JobFile, JobRun, JobTask, Sweep, SweepRow

@@ -7,8 +7,8 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from marketplace import services
-from marketplace.models import Invitation, Membership
+from organizations import services as organization_services
+from organizations.models import Invitation, Membership
 from tests.factories import MembershipFactory, UserFactory
 
 pytestmark = pytest.mark.django_db
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db
 
 def invitation_for(team, username: str, role: str = "member") -> Invitation:
     admin = Membership.objects.get(organization=team.organization, user=team.admin)
-    return services.invitation_create(actor=admin, username=username, role=role)
+    return organization_services.invitation_create(actor=admin, username=username, role=role)
 
 
 def organization_page(team) -> str:

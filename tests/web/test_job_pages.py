@@ -13,7 +13,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from marketplace.models import Allocation, Membership, Resource
+from marketplace.models import Allocation, Resource
+from organizations.models import Membership
 from scheduler_bridge import services
 from scheduler_bridge.forms import SAMPLE_SCRIPT
 from scheduler_bridge.models import Job, JobEvent, JobRun, JobState, JobTask

@@ -22,21 +22,21 @@ from billing import services as billing
 from billing.models import Hold, Transaction
 from computeshare.errors import NotFound
 from computeshare.models import User
-from marketplace import selectors, services
+from marketplace import services
 from marketplace.charts import price_chart
 from marketplace.models import (
     Allocation,
     Bid,
     Cluster,
     ClusterVerification,
-    Membership,
     Offer,
-    Organization,
     Partition,
     TenantAccount,
     TenantLease,
 )
 from marketplace.services.verification import UNREACHABLE_REASON
+from organizations import selectors as organization_selectors
+from organizations.models import Membership, Organization
 from tests.conftest import OrganizationWithPeople, client_for
 from tests.factories import (
     ClusterFactory,
@@ -1538,7 +1538,7 @@ def test_cancelling_from_the_organization_offers_page_comes_back_to_it(client, o
 
 def test_an_organization_id_that_is_not_a_uuid_is_not_found(team):
     with pytest.raises(NotFound):
-        selectors.membership_get_for_user(team.admin, "not-a-uuid")
+        organization_selectors.membership_get_for_user(team.admin, "not-a-uuid")
 
 
 def test_a_verification_whose_worker_vanished_stops_the_polling(client, owner):

@@ -18,7 +18,7 @@ from django.utils import timezone
 from billing import selectors, services
 from billing.models import Budget, BudgetAlert, Hold, ReferenceKind, Transaction
 from billing.selectors import month_start
-from marketplace.models import Membership
+from organizations.models import Membership
 from tests.factories import MembershipFactory, OrganizationFactory, allocation_bought
 
 pytestmark = pytest.mark.django_db

@@ -9,7 +9,7 @@ from django.urls import reverse
 from billing import services
 from billing.models import ReferenceKind
 from computeshare.models import User
-from marketplace.models import Invitation, Membership, Organization
+from organizations.models import Invitation, Membership, Organization
 from tests.factories import PASSWORD, UserFactory
 
 pytestmark = pytest.mark.django_db

@@ -20,7 +20,8 @@ from billing import services as billing
 from billing.models import TopUp
 from marketplace import services as market
 from marketplace import webhook_events as market_events
-from marketplace.models import Membership, Offer
+from marketplace.models import Offer
+from organizations.models import Membership
 from tests.billing.test_webhook import deliver, payment_event
 from tests.conftest import client_for, tenants_jobs_cancel, wait_for
 from tests.factories import (

@@ -16,7 +16,9 @@ from django.utils import timezone
 from billing import services as billing
 from computeshare.models import User
 from marketplace import selectors, services
-from marketplace.models import Cluster, Membership, Offer, Organization
+from marketplace.models import Cluster, Offer
+from organizations import services as organization_services
+from organizations.models import Membership, Organization
 
 DEMO_PASSWORD = "computeshare-demo"  # noqa: S105 - printed for the demo on purpose
 OWNER = "Aurora HPC Lab"
@@ -61,7 +63,7 @@ class Command(BaseCommand):
                 user.save()
             organization = Organization.objects.filter(name=organization_name).first()
             if organization is None:
-                services.organization_create(creator=user, name=organization_name)
+                organization_services.organization_create(creator=user, name=organization_name)
                 continue
             if not Membership.objects.filter(organization=organization, user=user).exists():
                 admin = Membership.objects.filter(
@@ -69,10 +71,10 @@ class Command(BaseCommand):
                 ).first()
                 if admin is not None:
                     # The demo's people say yes at once: invited, then accepted.
-                    invitation = services.invitation_create(
+                    invitation = organization_services.invitation_create(
                         actor=admin, username=username, role=role
                     )
-                    services.invitation_accept(user=user, invitation=invitation)
+                    organization_services.invitation_accept(user=user, invitation=invitation)
         if not Cluster.objects.filter(organization__name=OWNER).exists():
             self._seed_market()
 

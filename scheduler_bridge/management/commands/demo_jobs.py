@@ -14,7 +14,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from marketplace.models import Allocation, Cluster, Membership
+from marketplace.models import Allocation, Cluster
+from organizations.models import Membership
 from scheduler_bridge import services
 from scheduler_bridge.models import ENDED_STATES, Job
 

@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from marketplace import services
-from marketplace.errors import LastAdmin
-from marketplace.models import Invitation, Membership
-from marketplace.services import memberships
+from organizations import services as organization_services
+from organizations.errors import LastAdmin
+from organizations.models import Invitation, Membership
+from organizations.services import memberships
 from tests.concurrency import kinds, run_together
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
@@ -43,7 +43,7 @@ def test_two_admins_leaving_at_once_leave_one_admin():
     def leave(membership: Membership):
         def call() -> str:
             actor = fresh(membership)
-            services.membership_remove(actor=actor, membership=actor)
+            organization_services.membership_remove(actor=actor, membership=actor)
             return "left"
 
         return call
@@ -63,12 +63,14 @@ def test_two_admins_demoting_each_other_at_once_leave_one_admin():
     member = MembershipFactory(organization=organization, role="member")
 
     def demote(actor: Membership, target: Membership):
-        return lambda: services.membership_role_change(
+        return lambda: organization_services.membership_role_change(
             actor=fresh(actor), membership=fresh(target), role="member"
         )
 
     def remove(actor: Membership, target: Membership):
-        return lambda: services.membership_remove(actor=fresh(actor), membership=fresh(target))
+        return lambda: organization_services.membership_remove(
+            actor=fresh(actor), membership=fresh(target)
+        )
 
     outcomes = run_together([demote(first, second), remove(second, first)])
 
@@ -86,7 +88,9 @@ def test_two_admins_inviting_one_name_at_once_make_one_invitation():
 
     def invite(actor: Membership):
         return lambda: (
-            services.invitation_create(actor=fresh(actor), username="grace", role="member").uuid
+            organization_services.invitation_create(
+                actor=fresh(actor), username="grace", role="member"
+            ).uuid
         )
 
     outcomes = run_together([invite(first), invite(second)] * 3)

@@ -12,12 +12,12 @@ from rest_framework.views import APIView
 from computeshare import selectors, services
 from computeshare.api import ErrorSerializer, paginated, paginated_response, validated
 from computeshare.models import User
+from computeshare.openapi import LIST_ERRORS, PAGE_PARAMETERS
 from computeshare.serializers import (
     ApiTokenCreatedSerializer,
     ApiTokenCreateSerializer,
     ApiTokenSerializer,
 )
-from marketplace.api.common import LIST_ERRORS, PAGE_PARAMETERS
 
 
 class ApiTokenListCreateApi(APIView):

@@ -13,9 +13,9 @@ from rest_framework.views import APIView
 from computeshare.api import ErrorSerializer, paginated, paginated_response, validated
 from computeshare.errors import PermissionDenied
 from computeshare.models import User
-from marketplace import selectors, services
-from marketplace.api.common import ERRORS, LIST_ERRORS, PAGE_PARAMETERS
-from marketplace.serializers import (
+from computeshare.openapi import ERRORS, LIST_ERRORS, PAGE_PARAMETERS
+from organizations import selectors, services
+from organizations.serializers import (
     InvitationSerializer,
     MemberRoleSerializer,
     MemberSerializer,

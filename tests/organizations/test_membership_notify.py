@@ -3,7 +3,7 @@ commit; a name nobody can accept it under, or a refused invitation, mails nobody
 
 import pytest
 
-from marketplace.models import Membership
+from organizations.models import Membership
 from tests.conftest import client_for, wait_for
 from tests.factories import MembershipFactory, OrganizationFactory, UserFactory
 
@@ -81,7 +81,7 @@ def test_an_invitation_rolled_back_mails_nobody(celery_worker):
     """The task is enqueued after the commit: a transaction that rolls back sends nothing."""
     from django.db import transaction
 
-    from marketplace import services
+    from organizations import services as organization_services
 
     organization = OrganizationFactory()
     admin = MembershipFactory(organization=organization, role=Membership.Role.ADMIN)
@@ -92,7 +92,7 @@ def test_an_invitation_rolled_back_mails_nobody(celery_worker):
         pass
 
     with pytest.raises(Abort), transaction.atomic():
-        services.invitation_create(actor=admin, username="almost", role="member")
+        organization_services.invitation_create(actor=admin, username="almost", role="member")
         raise Abort
 
     settle(celery_worker)

@@ -6,7 +6,7 @@ import uuid
 import pytest
 
 from computeshare.models import ApiToken, IdempotencyRecord, User
-from marketplace.models import Invitation, Membership, Organization
+from organizations.models import Invitation, Membership, Organization
 from tests.conftest import client_for
 from tests.factories import PASSWORD, UserFactory
 

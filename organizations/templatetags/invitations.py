@@ -4,7 +4,7 @@ from typing import Any
 
 from django import template
 
-from marketplace import selectors
+from organizations import selectors
 
 register = template.Library()
 

@@ -9,7 +9,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from marketplace.models import Invitation, Membership
+from organizations.models import Invitation, Membership
 from tests.conftest import client_for
 from tests.factories import MembershipFactory, UserFactory
 
@@ -451,8 +451,8 @@ def test_operators_read_invitations_in_the_admin(client, team):
     staff = UserFactory(is_staff=True, is_superuser=True)
     client.force_login(staff)
 
-    listed = client.get("/admin/marketplace/invitation/")
-    add = client.get("/admin/marketplace/invitation/add/")
+    listed = client.get("/admin/organizations/invitation/")
+    add = client.get("/admin/organizations/invitation/add/")
 
     assert listed.status_code == 200
     assert "grace" in listed.content.decode()

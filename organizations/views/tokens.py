@@ -15,11 +15,11 @@ from computeshare import selectors, services
 from computeshare.errors import ApplicationError
 from computeshare.forms import form_add_service_error
 from computeshare.models import User
-from marketplace.forms import ApiTokenForm
+from organizations.forms import ApiTokenForm
 
 
 class ApiTokenListView(LoginRequiredMixin, View):
-    template_name = "marketplace/api_tokens.html"
+    template_name = "organizations/api_tokens.html"
 
     def _render(
         self, request: HttpRequest, form: ApiTokenForm, status: int = 200, **context: Any

@@ -6,7 +6,7 @@ import pytest
 from django.db import connection
 from rest_framework.test import APIClient
 
-from marketplace.models import Organization
+from organizations.models import Organization
 from tests.factories import UserFactory, token_for
 
 

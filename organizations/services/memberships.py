@@ -18,10 +18,10 @@ from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from computeshare.models import User
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move, status_move_all
-from marketplace import notices
-from marketplace.errors import InvitationExpired, InvitationNotPending, LastAdmin
-from marketplace.models import Invitation, Membership, Organization
 from notifications import selectors as notification_selectors
+from organizations import notices
+from organizations.errors import InvitationExpired, InvitationNotPending, LastAdmin
+from organizations.models import Invitation, Membership, Organization
 
 USERNAME_MAX_LENGTH = int(Invitation._meta.get_field("username").max_length or 150)
 
@@ -48,7 +48,6 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
     other name gets an invitation nobody can accept, listed and expiring like the others.
     Inviting a name that has a pending invitation answers that invitation unchanged (to change
     its role, cancel it and invite again)."""
-    # Imported here: the tasks module imports the services.
     if not actor.is_admin:
         raise PermissionDenied("Only an admin of this organization can invite members.")
     role = _clean_role(role)
@@ -97,7 +96,7 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
             raise
         return existing
     enqueue_after_commit(
-        "marketplace.tasks.invitation_notify_task",
+        "organizations.tasks.invitation_notify_task",
         invitation.pk,
         recovered_by="the invitation waits on the invitee's Invitations page unmailed",
     )
@@ -120,12 +119,12 @@ def invitation_notify(*, invitation_id: int) -> bool:
     notices.invitation_created(invitation)
     if not invitation.invitee.email:
         return False
-    if not notification_selectors.users_wanting_email([invitation.invitee_id], "invitation"):
+    if not notification_selectors.users_wanting_email([invitation.invitee.pk], "invitation"):
         return False  # the invitee turned off mail of invitations
     context = {"invitation": invitation, "site_url": settings.SITE_URL}
     send_mail(
         subject=f"You are invited to join {invitation.organization.name} on ComputeShare",
-        message=render_to_string("marketplace/email/invitation.txt", context),
+        message=render_to_string("organizations/email/invitation.txt", context),
         from_email=settings.DEFAULT_FROM_EMAIL,
         recipient_list=[invitation.invitee.email],
     )

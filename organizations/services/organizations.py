@@ -1,14 +1,12 @@
-"""Writes of the marketplace: organizations (memberships: memberships.py; API tokens:
-computeshare.services)."""
+"""Writes of organizations (memberships: memberships.py; API tokens: computeshare.services)."""
 
 from django.db import IntegrityError, transaction
 
-from billing import services as billing_services
 from computeshare.errors import ValidationFailed
 from computeshare.models import User
-from marketplace.models import Membership, Organization
+from organizations.models import Membership, Organization
 
-ORGANIZATION_NAME_MAX_LENGTH = Organization._meta.get_field("name").max_length
+ORGANIZATION_NAME_MAX_LENGTH = int(Organization._meta.get_field("name").max_length or 120)
 
 
 def _clean_name(name: str) -> str:
@@ -25,7 +23,9 @@ def _clean_name(name: str) -> str:
 @transaction.atomic
 def organization_create(*, creator: User, name: str) -> Membership:
     """Creates an organization with its creator as its first admin. Names are unique whatever
-    their case, so that buyers and owners can tell organizations apart."""
+    their case, so that buyers and owners can tell organizations apart. Its wallet is not
+    opened here (billing is above organizations): the ledger opens an organization's accounts
+    on their first movement, and its reads answer zero until then."""
     name = _clean_name(name)
     if Organization.objects.filter(name__iexact=name).exists():
         raise ValidationFailed(fields={"name": ["An organization with this name exists."]})
@@ -36,7 +36,6 @@ def organization_create(*, creator: User, name: str) -> Membership:
         raise ValidationFailed(
             fields={"name": ["An organization with this name exists."]}
         ) from error
-    billing_services.wallet_open(organization)
     return Membership.objects.create(
         organization=organization, user=creator, role=Membership.Role.ADMIN, added_by=creator
     )

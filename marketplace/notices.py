@@ -2,7 +2,8 @@
 in the caller's transaction through the notifications app's entry points (an auction's after
 its commit, one per organization)."""
 
-from collections.abc import Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -53,8 +54,10 @@ def auction_cleared(
     by_organization: dict[int, list[BidRow]] = {}
     for row in rows:
         by_organization.setdefault(row.organization_id, []).append(row)
+    # Bids' prices repeat (cents between the reserve and the top): each is written out once.
+    money = functools.lru_cache(maxsize=None)(money_text)
     for organization_id, bids in by_organization.items():
-        kind, title, body = _auction_outcome(offer.cluster.name, where, bids, fills, price)
+        kind, title, body = _auction_outcome(offer.cluster.name, where, bids, fills, price, money)
         events.append(
             NotificationEvent(
                 kind=kind,
@@ -75,6 +78,7 @@ def _auction_outcome(
     bids: Sequence[BidRow],
     fills: Mapping[int, int],
     price: Decimal | None,
+    money_text: Callable[[Decimal | None], str] = money_text,
 ) -> tuple[str, str, str]:
     """(kind, title, body) of one organization's notice over its bids."""
     won = sum(fills.get(bid.pk, 0) for bid in bids)

@@ -13,7 +13,7 @@ duplicated task sends none twice."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from decimal import Decimal
 from typing import Any, cast
 
@@ -99,7 +99,14 @@ def notifications_record_after_commit(events: Sequence[NotificationEvent]) -> No
     if not events:
         return
     _kinds_check(events)
-    batch = NoticeBatch.objects.create(events=[asdict(event) for event in events])
+    # Field by field rather than dataclasses.asdict, which deep-copies every value.
+    names = [item.name for item in fields(NotificationEvent)]
+    batch = NoticeBatch.objects.create(
+        events=[
+            {**{name: getattr(event, name) for name in names}, "user_ids": list(event.user_ids)}
+            for event in events
+        ]
+    )
     enqueue_after_commit(
         "notifications.tasks.notice_batch_record_task",
         batch.pk,

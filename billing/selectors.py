@@ -4,6 +4,7 @@ marketplace checks memberships; billing does not know them) and never writes."""
 import datetime
 import uuid
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from decimal import ROUND_DOWN, ROUND_HALF_UP, Decimal
 from typing import Any
@@ -38,9 +39,24 @@ class Wallet:
 
 
 def wallet_get(organization: Any) -> Wallet:
-    balances = dict(
-        Account.objects.filter(organization=organization).values_list("kind", "balance")
+    return _wallet_of(
+        dict(Account.objects.filter(organization=organization).values_list("kind", "balance"))
     )
+
+
+def wallet_list(organization_ids: Iterable[int]) -> dict[int, Wallet]:
+    """The wallets of several organizations, by organization id, in one query (an offer page
+    shows one per organization the user can buy for)."""
+    balances: dict[int, dict[str, Decimal]] = {pk: {} for pk in organization_ids}
+    rows = Account.objects.filter(organization_id__in=balances).values_list(
+        "organization_id", "kind", "balance"
+    )
+    for organization_id, kind, balance in rows:
+        balances[organization_id][kind] = balance
+    return {pk: _wallet_of(kinds) for pk, kinds in balances.items()}
+
+
+def _wallet_of(balances: dict[str, Decimal]) -> Wallet:
     return Wallet(
         available=balances.get(Account.Kind.AVAILABLE, ZERO),
         held=balances.get(Account.Kind.HELD, ZERO),

@@ -3,6 +3,7 @@
 import dataclasses
 import datetime
 import uuid
+from collections.abc import Iterable
 from decimal import Decimal
 from typing import Any
 
@@ -135,6 +136,20 @@ def cluster_verification_latest(cluster: Cluster) -> ClusterVerification | None:
     return cluster.verifications.order_by("-created_at", "-id").first()
 
 
+def cluster_verifications_latest(clusters: Iterable[Cluster]) -> dict[int, ClusterVerification]:
+    """The latest verification of each of the clusters that has one, by cluster id, in one
+    query however many clusters (an owner's clusters page shows each)."""
+    latest = (
+        ClusterVerification.objects.filter(cluster=OuterRef("cluster"))
+        .order_by("-created_at", "-id")
+        .values("pk")[:1]
+    )
+    found = ClusterVerification.objects.filter(
+        cluster__in=[cluster.pk for cluster in clusters], pk=Subquery(latest)
+    )
+    return {verification.cluster_id: verification for verification in found}
+
+
 # --- Tenant accounts: their cluster's owners see them -------------------------------------------
 
 
@@ -143,17 +158,27 @@ def tenant_account_list(cluster: Cluster) -> QuerySet[TenantAccount]:
     organization whose lease holds it (active, being scrubbed, or whose scrub failed and
     quarantined it), None when no team holds it, and that lease's `lease_status`. For the
     cluster's owners only: the caller checks that."""
+    return _tenant_accounts_with_leases(TenantAccount.objects.filter(cluster=cluster))
+
+
+def tenant_accounts_by_cluster(clusters: Iterable[Cluster]) -> dict[int, list[TenantAccount]]:
+    """`tenant_account_list` of each cluster, by cluster id, in one query however many
+    clusters (an owner's clusters page shows each pool). For the clusters' owners only."""
+    ids = [cluster.pk for cluster in clusters]
+    pools: dict[int, list[TenantAccount]] = {pk: [] for pk in ids}
+    for account in _tenant_accounts_with_leases(TenantAccount.objects.filter(cluster__in=ids)):
+        pools[account.cluster_id].append(account)
+    return pools
+
+
+def _tenant_accounts_with_leases(accounts: QuerySet[TenantAccount]) -> QuerySet[TenantAccount]:
     holding = TenantLease.objects.filter(
         account=OuterRef("pk"), status__in=TenantLease.HOLDING_STATES
     )
-    return (
-        TenantAccount.objects.filter(cluster=cluster)
-        .annotate(
-            leased_to=Subquery(holding.values("organization__name")[:1]),
-            lease_status=Subquery(holding.values("status")[:1]),
-        )
-        .order_by("username", "id")
-    )
+    return accounts.annotate(
+        leased_to=Subquery(holding.values("organization__name")[:1]),
+        lease_status=Subquery(holding.values("status")[:1]),
+    ).order_by("username", "id")
 
 
 def tenant_account_get(cluster: Cluster, username: str) -> TenantAccount:

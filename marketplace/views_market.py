@@ -240,13 +240,7 @@ def offer_page(
         "can_cancel": is_owner_admin and services.offer_is_cancellable(offer=offer),
         "buyers": buyers,
         # For the live preview of the hold an order places (static/js/market.js).
-        "wallets": {
-            str(org.uuid): {
-                "name": org.name,
-                "available": str(billing_selectors.wallet_get(org).available),
-            }
-            for org in buyers
-        },
+        "wallets": offer_wallets(buyers),
         "bid_form": bid_form,
         "buy_form": buy_form,
         # A refused order is still said when the refusal was that orders are over.
@@ -257,6 +251,18 @@ def offer_page(
         "currency": settings.PLATFORM_CURRENCY,
     }
     return render(request, "marketplace/market/offer_detail.html", context, status=status)
+
+
+def offer_wallets(buyers: list[Organization]) -> dict[str, dict[str, str]]:
+    """Each buying organization's available balance, read together (one query)."""
+    wallets = billing_selectors.wallet_list(organization.pk for organization in buyers)
+    return {
+        str(organization.uuid): {
+            "name": organization.name,
+            "available": str(wallets[organization.pk].available),
+        }
+        for organization in buyers
+    }
 
 
 def visitor_offer_page(request: HttpRequest, offer: Offer) -> HttpResponse:
@@ -483,24 +489,31 @@ class OrganizationAllocationsView(LoginRequiredMixin, View):
 # --- An owner's clusters -----------------------------------------------------------------------
 
 
-def cluster_card_context(cluster: Cluster) -> dict[str, Any]:
-    """What one cluster's card shows besides the cluster: its latest verification, with its
+def cluster_card_contexts(clusters: list[Cluster]) -> list[dict[str, Any]]:
+    """What each cluster's card shows besides the cluster: its latest verification, with its
     steps, and its pool of tenant accounts, the quarantined ones also apart (the card names
-    them on top of the table, for the owners to see)."""
-    accounts = list(selectors.tenant_account_list(cluster))
-    return {
-        "cluster": cluster,
-        "verification": selectors.cluster_verification_latest(cluster),
-        "tenant_accounts": accounts,
-        "quarantined": [
-            account for account in accounts if account.status == account.Status.QUARANTINED
-        ],
-        # A scrub the owners asked for runs in a worker: the card follows it until it ends.
-        "is_scrubbing": any(
-            account.lease_status == "ending"  # type: ignore[attr-defined]
-            for account in accounts
-        ),
-    }
+    them on top of the table, for the owners to see). Read for all the clusters at once: the
+    same few queries for one card or a page of them."""
+    verifications = selectors.cluster_verifications_latest(clusters)
+    pools = selectors.tenant_accounts_by_cluster(clusters)
+    return [
+        {
+            "cluster": cluster,
+            "verification": verifications.get(cluster.pk),
+            "tenant_accounts": pools[cluster.pk],
+            "quarantined": [
+                account
+                for account in pools[cluster.pk]
+                if account.status == account.Status.QUARANTINED
+            ],
+            # A scrub the owners asked for runs in a worker: the card follows it until it ends.
+            "is_scrubbing": any(
+                account.lease_status == "ending"  # type: ignore[attr-defined]
+                for account in pools[cluster.pk]
+            ),
+        }
+        for cluster in clusters
+    ]
 
 
 def cluster_card(
@@ -515,7 +528,7 @@ def cluster_card(
     runs. `notice` is (level, sentence) for what the owner just did to a tenant account;
     `verify_notice` why a verification was not started."""
     context = {
-        **cluster_card_context(cluster),
+        **cluster_card_contexts([cluster])[0],
         "membership": membership,
         "notice": notice,
         "verify_notice": verify_notice,
@@ -533,11 +546,11 @@ class OrganizationClustersView(LoginRequiredMixin, View):
         form: ClusterRegisterForm | None = None,
         status: int = 200,
     ) -> HttpResponse:
-        clusters = selectors.cluster_list_for_organization(membership.organization)
+        clusters = list(selectors.cluster_list_for_organization(membership.organization))
         context = {
             "membership": membership,
             "organization": membership.organization,
-            "clusters": [cluster_card_context(cluster) for cluster in clusters],
+            "clusters": cluster_card_contexts(clusters),
             "form": form or ClusterRegisterForm(),
         }
         return render(request, self.template_name, context, status=status)

@@ -9,7 +9,18 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Count, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import (
+    BooleanField,
+    Case,
+    Count,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Value,
+    When,
+)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -33,6 +44,7 @@ from marketplace.models import (
     TenantLease,
 )
 from organizations.models import Membership, Organization
+from organizations.selectors import organization_ids_of
 
 # --- Clusters ------------------------------------------------------------------------------------
 
@@ -110,6 +122,34 @@ def cluster_get(cluster_uuid: Any) -> Cluster:
         return cluster_list().get(uuid=cluster_uuid)
     except (Cluster.DoesNotExist, ValueError, ValidationError) as error:
         raise NotFound("No such cluster.") from error
+
+
+def cluster_list_for_user(user: User) -> QuerySet[Cluster]:
+    """`cluster_list`, each cluster with `viewer_is_owner`: whether the user is a member of its
+    organization. Its owners alone see its connection and pool settings and its
+    verifications; this is where that is decided, the serializers render it."""
+    owner_of = organization_ids_of(user)
+    return cluster_list().annotate(
+        viewer_is_owner=Case(
+            When(organization_id__in=owner_of, then=Value(True)),
+            default=Value(False),
+            output_field=BooleanField(),
+        )
+    )
+
+
+def cluster_get_for_user(user: User, cluster_uuid: Any) -> Cluster:
+    """One cluster as `cluster_list_for_user` has it, and for its owners its
+    `latest_verification` (None for anyone else, who are not shown it)."""
+    try:
+        cluster = cluster_list_for_user(user).get(uuid=cluster_uuid)
+    except (Cluster.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such cluster.") from error
+    is_owner: bool = cluster.viewer_is_owner  # type: ignore[attr-defined]
+    cluster.latest_verification = (  # type: ignore[attr-defined]
+        cluster_verification_latest(cluster) if is_owner else None
+    )
+    return cluster
 
 
 def cluster_find(cluster_uuid: Any) -> Cluster | None:

@@ -4,6 +4,8 @@ Checks run in the house order: visible (404), allowed (403), state (409), input 
 the service. Clusters and offers are public to anyone signed in; bids and allocations only to
 the members of the organization that holds them."""
 
+from typing import Any
+
 from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -86,22 +88,17 @@ def _owner_membership(request: Request, cluster: Cluster) -> Membership:
 # --- Clusters ------------------------------------------------------------------------------------
 
 
-def _cluster_response(request: Request, cluster: Cluster, code: int = 200) -> Response:
-    context = {"owner_of": organization_selectors.organization_ids_of(request.user)}
-    return Response(ClusterSerializer(cluster, context=context).data, status=code)
+def _cluster_response(request: Request, cluster_uuid: Any, code: int = 200) -> Response:
+    cluster = selectors.cluster_get_for_user(request.user, cluster_uuid)
+    return Response(ClusterSerializer(cluster).data, status=code)
 
 
 def _cluster_detail_response(
-    request: Request, cluster: Cluster, code: int = 200, headers: dict[str, str] | None = None
+    request: Request, cluster_uuid: Any, code: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
     """One cluster; to its owners with its latest verification."""
-    owner_of = organization_selectors.organization_ids_of(request.user)
-    if cluster.organization_id in owner_of:
-        cluster.latest_verification = selectors.cluster_verification_latest(cluster)  # type: ignore[attr-defined]
-    context = {"owner_of": owner_of}
-    return Response(
-        ClusterDetailSerializer(cluster, context=context).data, status=code, headers=headers
-    )
+    cluster = selectors.cluster_get_for_user(request.user, cluster_uuid)
+    return Response(ClusterDetailSerializer(cluster).data, status=code, headers=headers)
 
 
 class ClusterListCreateApi(APIView):
@@ -116,9 +113,8 @@ class ClusterListCreateApi(APIView):
         ),
     )
     def get(self, request: Request) -> Response:
-        context = {"owner_of": organization_selectors.organization_ids_of(request.user)}
         return paginated_response(
-            request, self, selectors.cluster_list(), ClusterSerializer, context=context
+            request, self, selectors.cluster_list_for_user(request.user), ClusterSerializer
         )
 
     @extend_schema(
@@ -138,7 +134,7 @@ class ClusterListCreateApi(APIView):
             data = validated(ClusterCreateSerializer, request.data)
             data.pop("organization")
             cluster = services.cluster_create(actor=actor, **data)
-            return _cluster_response(request, selectors.cluster_get(cluster.uuid), 201)
+            return _cluster_response(request, cluster.uuid, 201)
 
         return idempotent(request, create)
 
@@ -154,7 +150,7 @@ class ClusterDetailApi(APIView):
         ),
     )
     def get(self, request: Request, cluster_id: str) -> Response:
-        return _cluster_detail_response(request, selectors.cluster_get(cluster_id))
+        return _cluster_detail_response(request, cluster_id)
 
     @extend_schema(
         operation_id="clusters_partial_update",
@@ -178,7 +174,7 @@ class ClusterDetailApi(APIView):
                 fields={name: ["Cannot be changed."] for name in sorted(unknown)}
             )
         services.cluster_connection_update(actor=actor, cluster=cluster, **changes)
-        return _cluster_detail_response(request, selectors.cluster_get(cluster_id))
+        return _cluster_detail_response(request, cluster_id)
 
 
 class ClusterVerifyApi(APIView):
@@ -216,7 +212,7 @@ class ClusterVerifyApi(APIView):
         location = reverse("api-cluster", args=[cluster.uuid])
         return _cluster_detail_response(
             request,
-            selectors.cluster_get(cluster_id),
+            cluster_id,
             status.HTTP_202_ACCEPTED,
             headers={"Location": location},
         )

@@ -9,9 +9,11 @@
 - No import circle between the modules of any one package.
 - Selectors (reads) never import services (writes): services may read through selectors.
 - Only one module talks to Stripe.
+- mypy --strict checks every app, the library and the command-line client.
 """
 
 import ast
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -203,6 +205,13 @@ def test_selectors_never_import_services():
 def test_the_circle_finder_finds_a_circle():
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c"]]
+
+
+def test_mypy_checks_every_app_the_library_and_the_client():
+    config = tomllib.loads((REPOSITORY / "pyproject.toml").read_text())["tool"]["mypy"]
+    checked = {Path(path).parts[0] for path in config["files"]}
+    assert {*LAYERS, LIBRARY, "cli"} <= checked
+    assert config["strict"] is True
 
 
 def test_only_the_gateway_talks_to_stripe():

@@ -28,6 +28,7 @@ from billing.models import (
     TopUp,
     Transaction,
 )
+from organizations.models import Organization
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ class Wallet:
     currency: str
 
 
-def wallet_get(organization: Any) -> Wallet:
+def wallet_get(organization: Organization) -> Wallet:
     return _wallet_of(
         dict(Account.objects.filter(organization=organization).values_list("kind", "balance"))
     )
@@ -79,7 +80,7 @@ def month_start(moment: datetime.datetime | None = None) -> datetime.datetime:
     return local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
 
 
-def spent_since(organization: Any, since: datetime.datetime) -> Decimal:
+def spent_since(organization: Organization, since: datetime.datetime) -> Decimal:
     """Charged from the organization's holds since `since`."""
     total = Entry.objects.filter(
         account__organization=organization,
@@ -90,7 +91,7 @@ def spent_since(organization: Any, since: datetime.datetime) -> Decimal:
     return -(total or ZERO)
 
 
-def budget_get(organization: Any) -> Budget:
+def budget_get(organization: Organization) -> Budget:
     """The organization's budget; an unsaved one with no limit and the default thresholds
     when it never set one (a GET never writes)."""
     budget = Budget.objects.filter(organization=organization).first()
@@ -129,7 +130,7 @@ class BudgetStatus:
         return int(used.to_integral_value(rounding=ROUND_HALF_UP))
 
 
-def budget_status(organization: Any, wallet: Wallet | None = None) -> BudgetStatus:
+def budget_status(organization: Organization, wallet: Wallet | None = None) -> BudgetStatus:
     """The budget and this month's use of it; pass the `wallet` when it was read already."""
     budget = budget_get(organization)
     return BudgetStatus(
@@ -141,20 +142,20 @@ def budget_status(organization: Any, wallet: Wallet | None = None) -> BudgetStat
     )
 
 
-def budget_alert_list_open(organization: Any) -> QuerySet[BudgetAlert]:
+def budget_alert_list_open(organization: Organization) -> QuerySet[BudgetAlert]:
     return BudgetAlert.objects.filter(organization=organization, dismissed_at__isnull=True)
 
 
-def top_up_list(organization: Any) -> QuerySet[TopUp]:
+def top_up_list(organization: Organization) -> QuerySet[TopUp]:
     return TopUp.objects.filter(organization=organization).order_by("-created_at", "-id")
 
 
-def top_up_get(organization: Any, top_up_uuid: uuid.UUID) -> TopUp | None:
+def top_up_get(organization: Organization, top_up_uuid: uuid.UUID) -> TopUp | None:
     return TopUp.objects.filter(organization=organization, uuid=top_up_uuid).first()
 
 
 def ledger_entry_list(
-    organization: Any,
+    organization: Organization,
     *,
     since: datetime.datetime | None = None,
     until: datetime.datetime | None = None,
@@ -185,7 +186,7 @@ class EarningsRow:
 
 
 def earnings_list(
-    organization: Any,
+    organization: Organization,
     *,
     since: datetime.datetime | None = None,
     until: datetime.datetime | None = None,
@@ -250,7 +251,7 @@ class Earnings:
 
 
 def earnings_summary(
-    organization: Any,
+    organization: Organization,
     *,
     since: datetime.datetime | None = None,
     until: datetime.datetime | None = None,
@@ -267,7 +268,7 @@ def earnings_summary(
 # --- Payouts -----------------------------------------------------------------------------------
 
 
-def debt_owed(organization: Any) -> Decimal:
+def debt_owed(organization: Organization) -> Decimal:
     """What the organization owes the platform (positive), from its `debt` account."""
     balance = (
         Account.objects.filter(organization=organization, kind=Account.Kind.DEBT)
@@ -277,7 +278,7 @@ def debt_owed(organization: Any) -> Decimal:
     return -balance if balance else ZERO
 
 
-def earnings_split(organization: Any, balance: Decimal) -> tuple[Decimal, Decimal]:
+def earnings_split(organization: Organization, balance: Decimal) -> tuple[Decimal, Decimal]:
     """(held, payable) of an earnings balance: what was earned within the holding period
     (`PAYOUT_HOLDING_PERIOD`, time for a dispute to arrive) is held, the rest is payable,
     in whole cents as money leaves through Stripe."""
@@ -306,7 +307,7 @@ class PayoutBalance:
     currency: str
 
 
-def payout_balance(organization: Any) -> PayoutBalance:
+def payout_balance(organization: Organization) -> PayoutBalance:
     """The organization's earnings split into what is still held (earned within the holding
     period) and what is payable now, and what it owes the platform (no payout until repaid)."""
     earnings = (
@@ -326,15 +327,15 @@ def payout_balance(organization: Any) -> PayoutBalance:
     )
 
 
-def connected_account_get(organization: Any) -> ConnectedAccount | None:
+def connected_account_get(organization: Organization) -> ConnectedAccount | None:
     return ConnectedAccount.objects.filter(organization=organization).first()
 
 
-def payout_list(organization: Any) -> QuerySet[Payout]:
+def payout_list(organization: Organization) -> QuerySet[Payout]:
     return Payout.objects.filter(organization=organization).order_by("-created_at", "-id")
 
 
-def payout_get(organization: Any, payout_uuid: uuid.UUID) -> Payout | None:
+def payout_get(organization: Organization, payout_uuid: uuid.UUID) -> Payout | None:
     return Payout.objects.filter(organization=organization, uuid=payout_uuid).first()
 
 
@@ -417,7 +418,7 @@ def statement_lines(entries: list[Entry]) -> list[StatementLine]:
 
 @dataclass
 class Statement:
-    organization: Any
+    organization: Organization
     period_start: datetime.datetime
     period_end: datetime.datetime
     currency: str
@@ -435,7 +436,7 @@ def month_bounds(year: int, month: int) -> tuple[datetime.datetime, datetime.dat
     return start, timezone.make_aware(following)
 
 
-def statement_build(organization: Any, year: int, month: int) -> Statement:
+def statement_build(organization: Organization, year: int, month: int) -> Statement:
     """The month's statement: per account the opening balance, the totals per kind of entry,
     the closing balance, and every entry. `opening + sum(entries) == closing` exactly."""
     start, end = month_bounds(year, month)
@@ -478,7 +479,7 @@ def statement_build(organization: Any, year: int, month: int) -> Statement:
     )
 
 
-def statement_months(organization: Any) -> list[datetime.date]:
+def statement_months(organization: Organization) -> list[datetime.date]:
     """The months in which the organization has entries, newest first."""
     months = (
         Entry.objects.filter(account__organization=organization)
@@ -543,7 +544,9 @@ def budget_alerts_unmailed(*, older_than: datetime.timedelta) -> list[int]:
 # --- Dashboards: money per day -----------------------------------------------------------------
 
 
-def spending_by_day(organization: Any, *, since: datetime.datetime) -> dict[datetime.date, Decimal]:
+def spending_by_day(
+    organization: Organization, *, since: datetime.datetime
+) -> dict[datetime.date, Decimal]:
     """What was charged from the organization's holds (its jobs' costs) per UTC day since
     `since`, in one query; days without a charge are absent."""
     rows = (
@@ -568,7 +571,9 @@ class SourceEarnings:
     by_day: dict[datetime.date, Decimal]
 
 
-def earnings_by_day(organization: Any, *, since: datetime.datetime) -> list[SourceEarnings]:
+def earnings_by_day(
+    organization: Organization, *, since: datetime.datetime
+) -> list[SourceEarnings]:
     """The organization's net earnings as an owner per source (cluster) and UTC day since
     `since`, in one query, sorted by the source's name."""
     rows = (

@@ -7,16 +7,15 @@ limit refuses; a charge only turns committed money into spent money, so it never
 
 import datetime
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any, cast
+from typing import Any
 
 from django.conf import settings
 from django.core.mail import send_mail
 from django.db import transaction
 from django.template.loader import render_to_string
 from django.utils import timezone
-from django.utils.module_loading import import_string
 
 from billing import notices, webhook_events
 from billing.errors import BudgetExceeded
@@ -25,6 +24,8 @@ from billing.selectors import month_start, spent_since
 from computeshare.errors import ValidationFailed
 from computeshare.queue import enqueue_after_commit
 from notifications import selectors as notification_selectors
+from organizations import selectors as organization_selectors
+from organizations.models import Organization
 
 MAX_THRESHOLDS = 10
 
@@ -48,7 +49,7 @@ def _clean_thresholds(thresholds: Any) -> list[int]:
 
 @transaction.atomic
 def budget_set(
-    *, organization: Any, monthly_limit: Decimal | None, alert_thresholds: Any
+    *, organization: Organization, monthly_limit: Decimal | None, alert_thresholds: Any
 ) -> Budget:
     """Sets the monthly limit (None: no limit) and the alert thresholds. A limit below what is
     already committed and spent is allowed: it refuses new commitments, it takes nothing back."""
@@ -69,7 +70,9 @@ def budget_set(
     return budget
 
 
-def budget_commit(*, organization: Any, held: Decimal, additional: Decimal) -> list[BudgetAlert]:
+def budget_commit(
+    *, organization: Organization, held: Decimal, additional: Decimal
+) -> list[BudgetAlert]:
     """Admits committing `additional` more money, or refuses with `BudgetExceeded` when it
     would take this month's committed plus spent money past the limit. Once admitted, records
     each threshold the commitment reaches that was not recorded this month, and has the
@@ -127,12 +130,6 @@ def _alerts_record(budget: Budget, period: datetime.date, used: Decimal) -> list
     return alerts
 
 
-def _admin_emails(organization: Any) -> Sequence[str]:
-    # Billing does not know memberships (imports go one way); settings name who does.
-    lookup = cast(Callable[[Any], Sequence[str]], import_string(settings.BILLING_ADMIN_EMAILS))
-    return lookup(organization)
-
-
 def budget_alert_notify(*, alert_ids: Sequence[int]) -> int:
     """Mails the organization's admins about alerts not yet mailed. Returns how many mails
     went. An alert is marked before its mail goes, in the same transaction as the row lock, so
@@ -149,7 +146,8 @@ def budget_alert_notify(*, alert_ids: Sequence[int]) -> int:
             if alert is None:
                 continue
             recipients = notification_selectors.addresses_wanting_email(
-                _admin_emails(alert.organization), "budget_threshold"
+                organization_selectors.organization_admin_emails(alert.organization),
+                "budget_threshold",
             )
             alert.notified_at = timezone.now()
             alert.save(update_fields=["notified_at", "updated_at"])
@@ -174,7 +172,7 @@ def budget_alert_notify(*, alert_ids: Sequence[int]) -> int:
 
 
 @transaction.atomic
-def budget_alert_dismiss(*, organization: Any, alert_uuid: uuid.UUID) -> int:
+def budget_alert_dismiss(*, organization: Organization, alert_uuid: uuid.UUID) -> int:
     return BudgetAlert.objects.filter(
         organization=organization, uuid=alert_uuid, dismissed_at__isnull=True
     ).update(dismissed_at=timezone.now())

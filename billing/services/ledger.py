@@ -40,6 +40,7 @@ from computeshare.errors import ValidationFailed
 from computeshare.models import User
 from computeshare.numbers import MICRO_PLACES, MICRO_UNIT
 from hpc.batches import batched
+from organizations.models import Organization
 
 # What the ledger's columns hold: 20 digits, 6 of them after the point.
 LARGEST = Decimal(10) ** 14
@@ -119,7 +120,7 @@ def accounts_open(keys: Sequence[AccountKey], shard: int = 0) -> None:
     )
 
 
-def wallet_open(organization: Any) -> None:
+def wallet_open(organization: Organization) -> None:
     """Opens an organization's accounts ahead of their first movement (which opens them itself
     in `_lock`): for seeds, benchmarks and tests that want the rows in place. Organizations are
     created below billing, without it; every read answers zero for accounts not opened yet."""
@@ -154,7 +155,7 @@ def _replayed(idempotency_reference: str | None) -> Transaction | None:
 def _post(
     *,
     kind: str,
-    organization: Any,
+    organization: Organization,
     lines: Sequence[Line],
     reference_kind: str,
     reference: UUID | None = None,
@@ -224,7 +225,7 @@ def _post(
     return posted
 
 
-def _wallet_keys(organization: Any) -> list[AccountKey]:
+def _wallet_keys(organization: Organization) -> list[AccountKey]:
     return [(organization.pk, Account.Kind.AVAILABLE), (organization.pk, Account.Kind.HELD)]
 
 
@@ -233,7 +234,7 @@ def _wallet_keys(organization: Any) -> list[AccountKey]:
 
 def _available_from_platform(
     *,
-    organization: Any,
+    organization: Organization,
     amount: Decimal,
     platform_kind: str,
     kind: str,
@@ -273,7 +274,7 @@ def _available_from_platform(
 @transaction.atomic
 def wallet_credit(
     *,
-    organization: Any,
+    organization: Organization,
     amount: Any,
     idempotency_reference: str,
     reference: UUID | None = None,
@@ -302,7 +303,7 @@ def wallet_credit(
 @transaction.atomic
 def wallet_debit(
     *,
-    organization: Any,
+    organization: Organization,
     amount: Any,
     kind: str,
     idempotency_reference: str,
@@ -339,7 +340,7 @@ def wallet_debit(
     )
 
 
-def debt_refuse(organization: Any) -> None:
+def debt_refuse(organization: Organization) -> None:
     """`OutstandingDebt` while the organization owes the platform anything."""
     owed = debt_owed(organization)
     if owed > 0:
@@ -351,7 +352,7 @@ def debt_refuse(organization: Any) -> None:
 
 def earnings_pay_out(
     *,
-    organization: Any,
+    organization: Organization,
     amount: Decimal | None,
     reference_for: Callable[[Decimal], UUID],
     memo: str,
@@ -393,7 +394,7 @@ def earnings_pay_out(
 
 @transaction.atomic
 def earnings_pay_out_reverse(
-    *, organization: Any, amount: Decimal, reference: UUID, memo: str
+    *, organization: Organization, amount: Decimal, reference: UUID, memo: str
 ) -> Transaction:
     """Puts a payout Stripe refused back into the organization's earnings, once per payout;
     payable at once (it is not new earnings)."""
@@ -419,7 +420,7 @@ def earnings_pay_out_reverse(
 @transaction.atomic
 def wallet_adjust(
     *,
-    organization: Any,
+    organization: Organization,
     amount: Any,
     memo: str,
     actor: User | None,
@@ -452,7 +453,7 @@ def wallet_adjust(
 @transaction.atomic
 def hold_place(
     *,
-    organization: Any,
+    organization: Organization,
     amount: Any,
     reference_kind: str,
     reference: UUID | None = None,
@@ -474,7 +475,7 @@ def hold_place(
 
 def hold_place_within(
     *,
-    organization: Any,
+    organization: Organization,
     amount: Any,
     reference_kind: str,
     reference: UUID | None = None,
@@ -515,7 +516,7 @@ def hold_place_within(
     return hold
 
 
-def _commit(organization: Any, available: Account, held: Account, amount: Decimal) -> None:
+def _commit(organization: Organization, available: Account, held: Account, amount: Decimal) -> None:
     """Refuses a new commitment of `amount` (debt first, then funds, then the budget), or
     admits it and records the budget alerts it causes. The caller holds both accounts' locks,
     and with them any debt being recorded (`wallet_debit` locks `available` too)."""
@@ -630,7 +631,7 @@ def hold_capture(
     *,
     hold: Hold,
     amount: Any,
-    payee: Any,
+    payee: Organization,
     idempotency_reference: str,
     reference_kind: str = ReferenceKind.JOB,
     reference: UUID | None = None,

@@ -32,6 +32,7 @@ from billing.services.ledger import (
 )
 from computeshare.errors import IdempotencyKeyReused, ValidationFailed
 from computeshare.models import User
+from organizations.models import Organization
 
 logger = logging.getLogger(__name__)
 
@@ -39,7 +40,7 @@ logger = logging.getLogger(__name__)
 # --- The connected account ---------------------------------------------------------------------
 
 
-def _connected_account_row(*, organization: Any, actor: User) -> ConnectedAccount:
+def _connected_account_row(*, organization: Organization, actor: User) -> ConnectedAccount:
     existing = ConnectedAccount.objects.filter(organization=organization).first()
     if existing is not None:
         return existing
@@ -51,7 +52,7 @@ def _connected_account_row(*, organization: Any, actor: User) -> ConnectedAccoun
 
 
 def connected_account_onboard(
-    *, organization: Any, actor: User, return_url: str, refresh_url: str
+    *, organization: Organization, actor: User, return_url: str, refresh_url: str
 ) -> stripe_gateway.AccountLinkRecord:
     """The organization's Express account (made on first use, once, however often this is
     called) and a fresh single-use onboarding link to send the admin to. It calls Stripe:
@@ -143,7 +144,7 @@ def _clean_amount(value: Any) -> Decimal | None:
 
 
 def _payout_replay(
-    *, organization: Any, actor: User, amount: Decimal | None, idempotency_key: str
+    *, organization: Organization, actor: User, amount: Decimal | None, idempotency_key: str
 ) -> Payout | None:
     existing = Payout.objects.filter(created_by=actor, idempotency_key=idempotency_key).first()
     if existing is None:
@@ -156,7 +157,7 @@ def _payout_replay(
 
 
 def _payout_reserve(
-    *, organization: Any, actor: User, amount: Decimal | None, idempotency_key: str | None
+    *, organization: Organization, actor: User, amount: Decimal | None, idempotency_key: str | None
 ) -> Payout:
     """The payout's row and its ledger transaction, in one transaction."""
     with transaction.atomic():
@@ -193,7 +194,11 @@ def _payout_reserve(
 
 
 def payout_create(
-    *, organization: Any, actor: User, amount: Any = None, idempotency_key: str | None = None
+    *,
+    organization: Organization,
+    actor: User,
+    amount: Any = None,
+    idempotency_key: str | None = None,
 ) -> Payout:
     """Pays out `amount` of the organization's payable earnings (all of it when not given) to
     its connected account. Refused with `PayoutsNotEnabled` until the account is active,

@@ -24,6 +24,7 @@ from billing.services import chargebacks, payouts
 from billing.services.ledger import money, wallet_credit
 from computeshare.errors import IdempotencyKeyReused, ValidationFailed
 from computeshare.models import User
+from organizations.models import Organization
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,7 @@ def _clean_amount(value: Any) -> Decimal:
 
 
 def _top_up_row(
-    *, organization: Any, actor: User, amount: Decimal, idempotency_key: str | None
+    *, organization: Organization, actor: User, amount: Decimal, idempotency_key: str | None
 ) -> TopUp:
     if idempotency_key:
         existing = TopUp.objects.filter(created_by=actor, idempotency_key=idempotency_key).first()
@@ -68,7 +69,7 @@ def _top_up_row(
 
 
 def top_up_create(
-    *, organization: Any, actor: User, amount: Any, idempotency_key: str | None = None
+    *, organization: Organization, actor: User, amount: Any, idempotency_key: str | None = None
 ) -> TopUp:
     """Creates the top-up and its PaymentIntent; the caller gives `client_secret` to Stripe.js.
     With the same `idempotency_key` the same top-up comes back. When Stripe cannot be reached

@@ -404,9 +404,6 @@ CELERY_BEAT_SCHEDULE["top-ups-expire"] = {
 # dispute the top-up that paid for them. The smallest payout Stripe is asked for.
 PAYOUT_HOLDING_PERIOD = timedelta(days=env.int("PAYOUT_HOLDING_DAYS", default=7))
 PAYOUT_MINIMUM = Decimal(env("PAYOUT_MINIMUM", default="1.00"))
-# Billing does not know memberships (imports go one way); this names who tells it the
-# addresses of an organization's admins.
-BILLING_ADMIN_EMAILS = "organizations.selectors.organization_admin_emails"
 # How long an invitation into an organization can be accepted.
 INVITATION_EXPIRY_DAYS = env.int("INVITATION_EXPIRY_DAYS", default=14)
 SITE_URL = env("SITE_URL", default="http://127.0.0.1:8000").rstrip("/")

@@ -9,6 +9,7 @@ from django.shortcuts import render
 from django.views import View
 
 from billing import selectors as billing_selectors
+from computeshare.authentication import request_user
 from computeshare.errors import Conflict, ValidationFailed
 from computeshare.forms import form_add_service_error
 from organizations import selectors as organization_selectors
@@ -25,7 +26,9 @@ class OrganizationDetailView(LoginRequiredMixin, View):
     def _render(
         self, request: HttpRequest, organization_id: str, form: MemberAddForm, status: int = 200
     ) -> HttpResponse:
-        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(
+            request_user(request), organization_id
+        )
         organization = membership.organization
         members = list(organization_selectors.membership_list(organization))
         context = {
@@ -54,7 +57,7 @@ class OrganizationDetailView(LoginRequiredMixin, View):
         if form.is_valid():
             try:
                 actor = organization_selectors.membership_get_for_user(
-                    request.user, organization_id
+                    request_user(request), organization_id
                 )
                 invitation = organization_services.invitation_create(
                     actor=actor,

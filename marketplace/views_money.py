@@ -19,6 +19,7 @@ from django.views import View
 
 from billing import selectors as billing_selectors
 from billing import services as billing_services
+from computeshare.authentication import request_user
 from computeshare.csv_export import csv_writer
 from computeshare.errors import ApplicationError, ValidationFailed
 from computeshare.forms import form_add_service_error
@@ -76,11 +77,15 @@ class MoneyView(LoginRequiredMixin, View):
         return render(request, self.template_name, context, status=status)
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(
+            request_user(request), organization_id
+        )
         return self._render(request, membership)
 
     def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         organization = membership.organization
         if "dismiss_alert" in request.POST:
             try:
@@ -116,7 +121,9 @@ class StatementView(LoginRequiredMixin, View):
     def get(
         self, request: HttpRequest, organization_id: str, year: int, month: int
     ) -> HttpResponse:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         if not (1 <= month <= 12 and 2000 <= year <= timezone.now().year + 1):
             raise Http404("No such month.")
         statement = billing_selectors.statement_build(membership.organization, year, month)
@@ -210,18 +217,22 @@ class PayoutsView(LoginRequiredMixin, View):
         return render(request, self.template_name, context, status=status)
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         return self._render(request, membership)
 
     def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         organization = membership.organization
         page = request.build_absolute_uri(reverse("organization-payouts", args=[organization.uuid]))
         try:
             if "connect" in request.POST:
                 link = billing_services.connected_account_onboard(
                     organization=organization,
-                    actor=request.user,
+                    actor=request_user(request),
                     return_url=f"{page}?onboarding=returned",
                     refresh_url=f"{page}?onboarding=expired",
                 )
@@ -234,7 +245,7 @@ class PayoutsView(LoginRequiredMixin, View):
                 ) from None
             payout = billing_services.payout_create(
                 organization=organization,
-                actor=request.user,
+                actor=request_user(request),
                 amount=request.POST.get("amount") or None,
                 idempotency_key=f"payouts-page-{payout_key}",
             )

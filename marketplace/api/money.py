@@ -30,6 +30,7 @@ from billing.serializers import (
     TopUpSerializer,
 )
 from computeshare.api import ErrorSerializer, paginated, paginated_response
+from computeshare.authentication import request_user
 from computeshare.errors import NotFound
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from organizations import selectors as organization_selectors
@@ -54,7 +55,9 @@ class BudgetApi(APIView):
         responses={200: BudgetSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(
+            request_user(request), organization_id
+        )
         return Response(
             BudgetSerializer(billing_selectors.budget_status(membership.organization)).data
         )
@@ -65,7 +68,9 @@ class BudgetApi(APIView):
         responses={200: BudgetSerializer, **ERRORS},
     )
     def put(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         payload = BudgetUpdateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         billing_services.budget_set(
@@ -85,7 +90,9 @@ class TopUpListCreateApi(APIView):
         parameters=PAGE_PARAMETERS,
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         return paginated_response(
             request, self, billing_selectors.top_up_list(membership.organization), TopUpSerializer
         )
@@ -102,14 +109,16 @@ class TopUpListCreateApi(APIView):
         ),
     )
     def post(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         payload = TopUpCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         # Not `computeshare.api.idempotent`: it keeps a transaction open around its work, and
         # no transaction may stay open across a Stripe call. The top-up row carries the key.
         top_up = billing_services.top_up_create(
             organization=membership.organization,
-            actor=request.user,
+            actor=request_user(request),
             amount=payload.validated_data["amount"],
             idempotency_key=request.headers.get("Idempotency-Key") or None,
         )
@@ -127,7 +136,9 @@ class TopUpDetailApi(APIView):
         },
     )
     def get(self, request: Request, organization_id: str, top_up_id: uuid.UUID) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         top_up = billing_selectors.top_up_get(membership.organization, top_up_id)
         if top_up is None:
             raise NotFound("No such top-up.")
@@ -154,7 +165,9 @@ class LedgerApi(APIView):
         ],
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         filters = time_range(request)
         entries = billing_selectors.ledger_entry_list(
             membership.organization,
@@ -172,7 +185,9 @@ class EarningsApi(APIView):
         parameters=RANGE_PARAMETERS,
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         filters = time_range(request)
         earnings = billing_selectors.earnings_summary(
             membership.organization, since=filters.get("since"), until=filters.get("until")
@@ -209,7 +224,9 @@ class PayoutAccountApi(APIView):
         ),
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         return Response(PayoutAccountSerializer(payout_account_data(membership.organization)).data)
 
 
@@ -225,13 +242,15 @@ class PayoutOnboardingApi(APIView):
         ),
     )
     def post(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         page = request.build_absolute_uri(
             reverse("organization-payouts", args=[membership.organization.uuid])
         )
         link = billing_services.connected_account_onboard(
             organization=membership.organization,
-            actor=request.user,
+            actor=request_user(request),
             return_url=f"{page}?onboarding=returned",
             refresh_url=f"{page}?onboarding=expired",
         )
@@ -245,7 +264,9 @@ class PayoutListCreateApi(APIView):
         parameters=PAGE_PARAMETERS,
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         return paginated_response(
             request,
             self,
@@ -267,14 +288,16 @@ class PayoutListCreateApi(APIView):
         ),
     )
     def post(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         payload = PayoutCreateSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
         # Not `computeshare.api.idempotent`: no transaction may stay open across a Stripe
         # call. The payout row carries the key.
         payout = billing_services.payout_create(
             organization=membership.organization,
-            actor=request.user,
+            actor=request_user(request),
             amount=payload.validated_data.get("amount"),
             idempotency_key=request.headers.get("Idempotency-Key") or None,
         )
@@ -292,7 +315,9 @@ class PayoutDetailApi(APIView):
         },
     )
     def get(self, request: Request, organization_id: str, payout_id: uuid.UUID) -> Response:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         payout = billing_selectors.payout_get(membership.organization, payout_id)
         if payout is None:
             raise NotFound("No such payout.")

@@ -11,6 +11,7 @@ from rest_framework.views import APIView
 
 from billing import selectors as billing_selectors
 from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response
+from computeshare.authentication import request_user
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace.serializers import OrganizationDetailSerializer
 from organizations import selectors as organization_selectors
@@ -43,7 +44,7 @@ class OrganizationListCreateApi(APIView):
         return paginated_response(
             request,
             self,
-            organization_selectors.organization_list_for_user(request.user),
+            organization_selectors.organization_list_for_user(request_user(request)),
             OrganizationRoleSerializer,
         )
 
@@ -58,7 +59,7 @@ class OrganizationListCreateApi(APIView):
             payload = OrganizationCreateSerializer(data=request.data)
             payload.is_valid(raise_exception=True)
             membership = organization_services.organization_create(
-                creator=request.user, name=payload.validated_data["name"]
+                creator=request_user(request), name=payload.validated_data["name"]
             )
             return Response(
                 OrganizationDetailSerializer(organization_detail(membership)).data,
@@ -74,5 +75,7 @@ class OrganizationDetailApi(APIView):
         responses={200: OrganizationDetailSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
     )
     def get(self, request: Request, organization_id: str) -> Response:
-        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(
+            request_user(request), organization_id
+        )
         return Response(OrganizationDetailSerializer(organization_detail(membership)).data)

@@ -11,7 +11,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from computeshare.errors import AddressNotAllowed, PermissionDenied, ValidationFailed
+from computeshare.errors import AddressNotAllowed, FieldErrors, PermissionDenied, ValidationFailed
 from computeshare.outbound import AddressDenied, OutboundPolicy
 from hpc.errors import HostKeyMismatch as BridgeHostKeyMismatch
 from hpc.errors import (
@@ -65,23 +65,24 @@ def _connection_fields(
     sftp_server: str = DEFAULT_SFTP_SERVER,
 ) -> dict[str, Any]:
     """Checks the connection settings without connecting; returns the cleaned fields."""
-    problems: dict[str, list[str]] = {}
+    fields = FieldErrors()
     host = (ssh_host or "").strip()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]  # an IPv6 address as a URL writes it
     if not _HOST.match(host):
-        problems["ssh_host"] = ["A host name or an IP address."]
+        fields.add("ssh_host", "A host name or an IP address.")
     if not isinstance(ssh_port, int) or not 1 <= ssh_port <= 65535:
-        problems["ssh_port"] = ["A port number from 1 to 65535."]
+        fields.add("ssh_port", "A port number from 1 to 65535.")
     user = (ssh_user or "").strip()
     if not _UNIX_USER.match(user):
-        problems["ssh_user"] = ["A Unix user name (lower-case letters, digits, - _ .)."]
+        fields.add("ssh_user", "A Unix user name (lower-case letters, digits, - _ .).")
     try:
         private_key_from_text(ssh_private_key or "")
     except InvalidKey:
-        problems["ssh_private_key"] = [
-            "An unencrypted Ed25519, ECDSA or RSA private key in OpenSSH or PEM format."
-        ]
+        fields.add(
+            "ssh_private_key",
+            "An unencrypted Ed25519, ECDSA or RSA private key in OpenSSH or PEM format.",
+        )
     host_key_line = " ".join((ssh_host_key or "").split())
     key_fingerprint = ""
     try:
@@ -89,21 +90,22 @@ def _connection_fields(
         key_fingerprint = fingerprint(host_key)
         host_key_line = f"{host_key.get_name()} {host_key.get_base64()}"
     except InvalidKey as error:
-        problems["ssh_host_key"] = [f"A public key line, `type base64`: {error}"]
+        fields.add("ssh_host_key", f"A public key line, `type base64`: {error}")
     group = (tenant_group or "").strip()
     if not _UNIX_USER.match(group):
-        problems["tenant_group"] = [
+        fields.add(
+            "tenant_group",
             "The Unix group of the tenant accounts scripts/cluster-setup made "
-            "(lower-case letters, digits, - _ .)."
-        ]
+            "(lower-case letters, digits, - _ .).",
+        )
     program = (sftp_server or "").strip()
     if not _PROGRAM_PATH.match(program):
-        problems["sftp_server"] = [
+        fields.add(
+            "sftp_server",
             "The absolute path of the SFTP server program, as on the `Subsystem sftp` line of "
-            "the cluster's sshd_config."
-        ]
-    if problems:
-        raise ValidationFailed(fields=problems)
+            "the cluster's sshd_config.",
+        )
+    fields.raise_if_any()
     _host_check(host, ssh_port)
     return {
         "tenant_group": group,

@@ -30,7 +30,7 @@ from computeshare.api import (
 )
 from computeshare.authentication import request_user
 from computeshare.csv_export import csv_writer
-from computeshare.errors import NotFound, ValidationFailed
+from computeshare.errors import FieldErrors, NotFound, ValidationFailed
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from computeshare.parsers import JSONParser
 from marketplace import selectors as market_selectors
@@ -110,15 +110,14 @@ def _job_body(request: Request) -> dict[str, Any]:
     if not isinstance(data, QueryDict):  # a JSON body; a form's is a QueryDict
         return data if isinstance(data, dict) else {}
     body: dict[str, Any] = {key: data.get(key) for key in data if key != INPUT_FIELD}
-    problems: dict[str, list[str]] = {}
+    problems = FieldErrors()
     for key in _JSON_FIELDS:
         if isinstance(body.get(key), str):
             try:
                 body[key] = json.loads(body[key])
             except ValueError:
-                problems[key] = ["In a form, a JSON object of names to strings."]
-    if problems:
-        raise ValidationFailed(fields=problems)
+                problems.add(key, "In a form, a JSON object of names to strings.")
+    problems.raise_if_any()
     return body
 
 

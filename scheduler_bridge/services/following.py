@@ -28,7 +28,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from billing import services as billing
-from billing.models import Hold, ReferenceKind
+from billing.models import Hold, ReferenceKind, Transaction
 from computeshare.states import status_move, status_move_all
 from hpc.arrays import InvalidArray, parse_index_ranges
 from hpc.batches import batched
@@ -248,7 +248,29 @@ def _active_job_chunks(cluster: Cluster) -> Iterable[list[Job]]:
 
 
 def _follow(cluster: Cluster, report: PollReport) -> None:
+    """One poll of the cluster's jobs, in named steps: the queue read once; each chunk of
+    active jobs matched with it (`_follow_chunk`); the tasks that left it, or ran again,
+    settled from accounting; the jobs whose tasks moved refreshed; then the limits held."""
     now = timezone.now()
+    backend, entries = _queue_read(cluster, now, report)
+    if backend is None:
+        return
+    queue = _Queue.of(entries, report)
+    followed = _Followed()
+    for chunk in _active_job_chunks(cluster):
+        report.active_jobs += len(chunk)
+        _follow_chunk(chunk, queue, followed, now, report)
+    _tasks_settle(backend, followed, now, report)
+    _jobs_state_refresh(followed.touched_jobs)
+    _cancels_send(backend, followed, now, report)
+
+
+def _queue_read(
+    cluster: Cluster, now: datetime, report: PollReport
+) -> tuple[Backend | None, list[QueueEntry]]:
+    """The queue's entries for the cluster's tenants (one squeue, which also finds the jobs
+    they submitted themselves) and the backend to follow jobs with; no backend when the
+    cluster has no active job."""
     windows = lease_windows(cluster)
     users = sorted({window.user for window in windows})
     backend: Backend | None = None
@@ -258,102 +280,86 @@ def _follow(cluster: Cluster, report: PollReport) -> None:
         report.backend_calls.append("queue")
         entries = backend.queue(users)
         _tenant_jobs_find(cluster, backend, entries, windows, now, report)
-
     if not Job.objects.filter(cluster=cluster, state__in=ACTIVE_STATES).exists():
-        return
+        return None, entries
     if backend is None:
         backend = backend_for(cluster)
         if cluster.backend == Cluster.Backend.LOCAL:
             report.backend_calls.append("queue")
             entries = backend.queue([])
-    exact: dict[tuple[str, int | None], QueueEntry] = {}
-    pending_ranges: dict[str, list[tuple[set[int], QueueEntry]]] = defaultdict(list)
-    for line in entries:
-        if line.state == UNDETERMINED:
-            report.notices.append(
-                f"{line.job_id} is in a state the poll does not know: {line.scheduler_state}"
-            )
-        if line.pending_tasks:
+    return backend, entries
+
+
+@dataclass
+class _Queue:
+    """The queue's entries by task: the split-out ones by (job id, array index), and the
+    pending arrays' ranges of indices not split out yet."""
+
+    exact: dict[tuple[str, int | None], QueueEntry] = field(default_factory=dict)
+    pending_ranges: dict[str, list[tuple[set[int], QueueEntry]]] = field(
+        default_factory=lambda: defaultdict(list)
+    )
+
+    @classmethod
+    def of(cls, entries: list[QueueEntry], report: PollReport) -> _Queue:
+        queue = cls()
+        for line in entries:
+            if line.state == UNDETERMINED:
+                report.notices.append(
+                    f"{line.job_id} is in a state the poll does not know: {line.scheduler_state}"
+                )
+            if not line.pending_tasks:
+                queue.exact[(line.array_job_id, line.array_task_id)] = line
+                continue
             try:
                 indices = set(parse_index_ranges(line.pending_tasks))
             except InvalidArray:
                 continue
-            pending_ranges[line.array_job_id].append((indices, line))
-        else:
-            exact[(line.array_job_id, line.array_task_id)] = line
+            queue.pending_ranges[line.array_job_id].append((indices, line))
+        return queue
 
-    followed = _Followed()
-    for chunk in _active_job_chunks(cluster):
-        report.active_jobs += len(chunk)
-        _follow_chunk(chunk, exact, pending_ranges, followed, now, report)
-    jobs = followed.jobs
-    gone, rerun = followed.gone, followed.rerun
-    touched_jobs, seen_jobs = followed.touched_jobs, followed.seen_jobs
-
-    if gone or rerun:
-        report.backend_calls.append("runs")
-        job_ids = sorted({jobs[task.job_id].scheduler_job_id for task in [*gone, *rerun]})
-        runs_by_task: dict[tuple[str, int | None], list[RunRecord]] = defaultdict(list)
-        for run in backend.runs(job_ids):
-            runs_by_task[(run.array_job_id, run.array_task_id)].append(run)
-            if run.state == UNDETERMINED and run.scheduler_state and not run.is_ended:
-                report.notices.append(f"run {run.job_id}: {run.scheduler_state}")
-        found_jobs: set[int] = set()
-        for task in [*gone, *rerun]:
-            job = jobs[task.job_id]
-            runs = sorted(
-                runs_by_task.get((job.scheduler_job_id, task.array_task_id), []),
-                key=lambda run: run.submit_time,
-            )
-            if not runs:
-                continue
-            found_jobs.add(job.pk)
-            final = _final_run(runs[-1], now) if task in gone else None
-            try:
-                settled = job_task_settle(task_id=task.pk, runs=runs, final=final)
-            except Exception:
-                # One task that cannot be settled (a bug, a refused charge) must not stop the
-                # cluster's other jobs from being followed; it is tried again next cycle.
-                logger.exception("settling task %s of job %s failed", task.pk, job.uuid)
-                report.error = f"settling task {task.pk} failed"
-                continue
-            report.runs_settled += settled.runs_charged
-            report.tasks_ended += int(settled.ended)
-            touched_jobs.add(job.pk)
-        if found_jobs:
-            Job.objects.filter(pk__in=found_jobs).update(last_seen_at=now)
-        _undetermined_mark(
-            [jobs[pk] for pk in {task.job_id for task in gone} - found_jobs - seen_jobs], now
-        )
-
-    _jobs_state_refresh(touched_jobs)
-
-    if followed.to_cancel:
-        _limits_enforce(
-            backend,
-            {pk: jobs[pk] for pk in followed.to_cancel},
-            followed.to_cancel,
-            now,
-            report,
-        )
-    for tenant, job_ids in followed.repeat.items():
-        report.backend_calls.append("cancel")
-        backend.cancel(tenant, job_ids)
+    def entry_of(self, job: Job, task: JobTask) -> QueueEntry | None:
+        """The task's entry, or None when the task has left the queue."""
+        entry = self.exact.get((job.scheduler_job_id, task.array_task_id))
+        if entry is not None or task.array_task_id is None:
+            return entry
+        ranges = self.pending_ranges.get(job.scheduler_job_id, [])
+        return next((line for indices, line in ranges if task.array_task_id in indices), None)
 
 
 def _follow_chunk(
-    chunk: list[Job],
-    exact: dict[tuple[str, int | None], QueueEntry],
-    pending_ranges: dict[str, list[tuple[set[int], QueueEntry]]],
-    followed: _Followed,
-    now: datetime,
-    report: PollReport,
+    chunk: list[Job], queue: _Queue, followed: _Followed, now: datetime, report: PollReport
 ) -> None:
-    """Compares one chunk of active jobs' tasks with the queue: the tasks whose state changed
+    """Matches one chunk of active jobs' tasks with the queue: the tasks whose state changed
     are written grouped by what changed (a first poll of 5,000 pending jobs is a few UPDATEs,
     not 5,000), and what needs accounting or a cancel is kept in `followed`."""
     jobs = {job.pk: job for job in chunk}
-    tasks = list(
+    tasks = _tasks_to_follow(jobs)
+    # A job with no task left to follow had its last task settled by a worker that died before
+    # it refreshed the job: refresh it now, or it would stay active forever.
+    followed.touched_jobs |= set(jobs) - {task.job_id for task in tasks}
+    seen_jobs: set[int] = set()
+    changed: dict[tuple[tuple[str, object], ...], list[int]] = defaultdict(list)
+    for task in tasks:
+        job = jobs[task.job_id]
+        entry = queue.entry_of(job, task)
+        if entry is None:
+            followed.gone.append(task)
+            followed.jobs[job.pk] = job
+            continue
+        seen_jobs.add(job.pk)
+        if changes := _task_match(job, task, entry, followed, now, report):
+            changed[tuple(sorted(changes.items()))].append(task.pk)
+    for key, task_ids in changed.items():
+        _tasks_change(task_ids, dict(key), now, report)
+    _jobs_seen(seen_jobs, now)
+    followed.seen_jobs |= seen_jobs
+    _cancels_due(chunk, followed, now)
+
+
+def _tasks_to_follow(jobs: dict[int, Job]) -> list[JobTask]:
+    """The unsettled tasks of `jobs`, with what the poll compares and writes."""
+    return list(
         JobTask.objects.filter(job_id__in=jobs, is_released=False).only(
             "pk",
             "job_id",
@@ -367,65 +373,40 @@ def _follow_chunk(
             "reserved_units",
         )
     )
-    seen_jobs: set[int] = set()
-    changed: dict[tuple[tuple[str, object], ...], list[int]] = defaultdict(list)
-    # A job with no task left to follow had its last task settled by a worker that died before
-    # it refreshed the job: refresh it now, or it would stay active forever.
-    followed.touched_jobs |= set(jobs) - {task.job_id for task in tasks}
-    for task in tasks:
-        job = jobs[task.job_id]
-        entry: QueueEntry | None = exact.get((job.scheduler_job_id, task.array_task_id))
-        if entry is None and task.array_task_id is not None:
-            entry = next(
-                (
-                    candidate
-                    for indices, candidate in pending_ranges.get(job.scheduler_job_id, [])
-                    if task.array_task_id in indices
-                ),
-                None,
-            )
-        if entry is None:
-            followed.gone.append(task)
-            followed.jobs[job.pk] = job
-            continue
-        seen_jobs.add(job.pk)
-        reason = entry.reason if entry.state == JobState.PENDING else ""
-        changes: dict[str, object] = {}
-        if task.state != entry.state or task.state_reason != reason:
-            changes = {"state_reason": reason[:500]}
-            if task.state != entry.state:
-                changes["state"] = entry.state
-            if entry.state in (JobState.RUNNING, JobState.COMPLETING) and not task.started_at:
-                changes["started_at"] = now
-            followed.touched_jobs.add(job.pk)
-            report.state_changes += 1
-        if _is_new_run(task, entry):
-            # Requeued (back to pending after it ran, or running again since): the runs before
-            # are settled now, so that what the task has used counts against its reservation.
-            followed.rerun.append(task)
-            followed.jobs[job.pk] = job
-        if entry.start_time is not None and entry.start_time != task.run_started_at:
-            changes["run_started_at"] = entry.start_time
-        if changes:
-            changed[tuple(sorted(changes.items()))].append(task.pk)
-        if _over_its_limits(job, task, entry, now) and not job.cancel_requested_at:
-            followed.to_cancel[job.pk].append(task.scheduler_job_id or job.scheduler_job_id)
-            followed.jobs[job.pk] = job
-    for key, task_ids in changed.items():
-        _tasks_change(task_ids, dict(key), now, report)
-    if seen_jobs:
-        # Only a grace period measured in minutes reads it: a row is rewritten at most once a
-        # minute, not every cycle for every job in the queue.
-        Job.objects.filter(pk__in=seen_jobs, last_seen_at__lt=now - LAST_SEEN_PRECISION).update(
-            last_seen_at=now
-        )
-    followed.seen_jobs |= seen_jobs
-    for job in chunk:
-        if job.allocation.window_end <= now and not job.cancel_requested_at:
-            followed.to_cancel[job.pk].append(job.scheduler_job_id)
-            followed.jobs[job.pk] = job
-        if job.cancel_requested_at and job.cancel_requested_at < now - CANCEL_REPEAT_AFTER:
-            followed.repeat[job_tenant(job)].append(job.scheduler_job_id)
+
+
+def _task_match(
+    job: Job,
+    task: JobTask,
+    entry: QueueEntry,
+    followed: _Followed,
+    now: datetime,
+    report: PollReport,
+) -> dict[str, object]:
+    """What the queue's entry changes of a task (state, reason, start times), keeping in
+    `followed` what it needs beyond: its earlier runs settled when it runs again, a cancel
+    when it went past its allocation's limits."""
+    reason = entry.reason if entry.state == JobState.PENDING else ""
+    changes: dict[str, object] = {}
+    if task.state != entry.state or task.state_reason != reason:
+        changes["state_reason"] = reason[:500]
+        if task.state != entry.state:
+            changes["state"] = entry.state
+        if entry.state in (JobState.RUNNING, JobState.COMPLETING) and not task.started_at:
+            changes["started_at"] = now
+        followed.touched_jobs.add(job.pk)
+        report.state_changes += 1
+    if _is_new_run(task, entry):
+        # Requeued (back to pending after it ran, or running again since): the runs before
+        # are settled now, so that what the task has used counts against its reservation.
+        followed.rerun.append(task)
+        followed.jobs[job.pk] = job
+    if entry.start_time is not None and entry.start_time != task.run_started_at:
+        changes["run_started_at"] = entry.start_time
+    if _over_its_limits(job, task, entry, now) and not job.cancel_requested_at:
+        followed.to_cancel[job.pk].append(task.scheduler_job_id or job.scheduler_job_id)
+        followed.jobs[job.pk] = job
+    return changes
 
 
 def _tasks_change(
@@ -442,6 +423,98 @@ def _tasks_change(
     if moved < len(task_ids):
         # An end the queue showed, then another state: accounting settles the task.
         report.notices.append(f"{len(task_ids) - moved} tasks not moved to {state}")
+
+
+def _jobs_seen(job_ids: set[int], now: datetime) -> None:
+    """Records that the queue shows these jobs. Only a grace period measured in minutes reads
+    it: a row is rewritten at most once a minute, not every cycle for every job in the queue."""
+    if job_ids:
+        Job.objects.filter(pk__in=job_ids, last_seen_at__lt=now - LAST_SEEN_PRECISION).update(
+            last_seen_at=now
+        )
+
+
+def _cancels_due(chunk: list[Job], followed: _Followed, now: datetime) -> None:
+    """The chunk's jobs to cancel because their allocation's window has closed, and those
+    whose cancel the cluster has not acted on after CANCEL_REPEAT_AFTER (asked again)."""
+    for job in chunk:
+        if job.allocation.window_end <= now and not job.cancel_requested_at:
+            followed.to_cancel[job.pk].append(job.scheduler_job_id)
+            followed.jobs[job.pk] = job
+        if job.cancel_requested_at and job.cancel_requested_at < now - CANCEL_REPEAT_AFTER:
+            followed.repeat[job_tenant(job)].append(job.scheduler_job_id)
+
+
+def _tasks_settle(backend: Backend, followed: _Followed, now: datetime, report: PollReport) -> None:
+    """Settles from accounting (one sacct, in chunks) the tasks that left the queue (their
+    last run, once ended, ends them) and those that ran again (their runs before are
+    charged). A job that left the queue and that accounting does not know either is marked
+    undetermined after a grace period."""
+    tasks = [*followed.gone, *followed.rerun]
+    if not tasks:
+        return
+    jobs = followed.jobs
+    gone = {task.pk for task in followed.gone}
+    report.backend_calls.append("runs")
+    runs_by_task = _runs_by_task(
+        backend, sorted({jobs[task.job_id].scheduler_job_id for task in tasks}), report
+    )
+    found_jobs: set[int] = set()
+    for task in tasks:
+        job = jobs[task.job_id]
+        runs = runs_by_task.get((job.scheduler_job_id, task.array_task_id))
+        if not runs:
+            continue
+        found_jobs.add(job.pk)
+        final = _final_run(runs[-1], now) if task.pk in gone else None
+        if _task_settle_counted(job, task, runs, final, report):
+            followed.touched_jobs.add(job.pk)
+    if found_jobs:
+        Job.objects.filter(pk__in=found_jobs).update(last_seen_at=now)
+    missing = {task.job_id for task in followed.gone} - found_jobs - followed.seen_jobs
+    _undetermined_mark([jobs[pk] for pk in missing], now)
+
+
+def _runs_by_task(
+    backend: Backend, job_ids: list[str], report: PollReport
+) -> dict[tuple[str, int | None], list[RunRecord]]:
+    """Accounting's runs of the jobs, by (job id, array index), oldest first."""
+    runs_by_task: dict[tuple[str, int | None], list[RunRecord]] = defaultdict(list)
+    for run in backend.runs(job_ids):
+        runs_by_task[(run.array_job_id, run.array_task_id)].append(run)
+        if run.state == UNDETERMINED and run.scheduler_state and not run.is_ended:
+            report.notices.append(f"run {run.job_id}: {run.scheduler_state}")
+    for runs in runs_by_task.values():
+        runs.sort(key=lambda run: run.submit_time)
+    return runs_by_task
+
+
+def _task_settle_counted(
+    job: Job, task: JobTask, runs: list[RunRecord], final: RunRecord | None, report: PollReport
+) -> bool:
+    """`job_task_settle`, counted in the report; False when it failed. One task that cannot
+    be settled (a bug, a refused charge) must not stop the cluster's other jobs from being
+    followed: it is tried again next cycle."""
+    try:
+        settled = job_task_settle(task_id=task.pk, runs=runs, final=final)
+    except Exception:
+        logger.exception("settling task %s of job %s failed", task.pk, job.uuid)
+        report.error = f"settling task {task.pk} failed"
+        return False
+    report.runs_settled += settled.runs_charged
+    report.tasks_ended += int(settled.ended)
+    return True
+
+
+def _cancels_send(backend: Backend, followed: _Followed, now: datetime, report: PollReport) -> None:
+    """Cancels what went past its allocation's limits, and asks again for the cancels the
+    cluster has not acted on."""
+    if followed.to_cancel:
+        jobs = {pk: followed.jobs[pk] for pk in followed.to_cancel}
+        _limits_enforce(backend, jobs, followed.to_cancel, now, report)
+    for tenant, job_ids in followed.repeat.items():
+        report.backend_calls.append("cancel")
+        backend.cancel(tenant, job_ids)
 
 
 def _jobs_state_refresh(job_ids: set[int]) -> None:
@@ -740,13 +813,28 @@ def job_task_settle(
 def _settle(
     task_id: int, runs: Sequence[RunRecord], final: RunRecord | None, source: str
 ) -> Settlement:
+    """`job_task_settle`'s steps, under the allocation's and the task's locks: the runs
+    charged, the task ended at its final run, then what they used and released added to the
+    allocation and the job."""
     job = Job.objects.select_related("cluster__organization").get(tasks__pk=task_id)
     allocation = Allocation.objects.select_for_update().get(pk=job.allocation_id)
     task = JobTask.objects.select_for_update().get(pk=task_id)
-    cluster = job.cluster
+    charged, totals = _runs_charge(job, allocation, task, runs, source)
+    release = _task_end(task, final)
+    if charged or release is not None:
+        task.save()
+        _usage_add(job, allocation, totals, release or Decimal(0))
+    return Settlement(runs_charged=charged, ended=release is not None)
+
+
+def _runs_charge(
+    job: Job, allocation: Allocation, task: JobTask, runs: Sequence[RunRecord], source: str
+) -> tuple[int, _Usage]:
+    """Charges each ended run of `runs` that no one charged before (by cluster, raw job id
+    and submit time), adding its use to the task; returns how many and their total use."""
     done = set(
         JobRun.objects.filter(
-            cluster=cluster, raw_job_id__in={run.raw_job_id for run in runs}
+            cluster=job.cluster, raw_job_id__in={run.raw_job_id for run in runs}
         ).values_list("raw_job_id", "submit_time")
     )
     charged = 0
@@ -754,108 +842,136 @@ def _settle(
     for run in runs:
         if not run.is_ended or (run.raw_job_id, run.submit_time) in done:
             continue
-        metered = _metered_units(allocation.resource, run)
-        is_owner_caused = run.state in OWNER_CAUSED_STATES
-        units = Decimal(0) if is_owner_caused else min(metered, task.reserved_units - task.units)
-        hold = Hold.objects.get(pk=allocation.hold_id)
-        cost = min(money_of(units, allocation.unit_price), hold.amount)
-        charge = None
-        if cost > 0:
-            charge = billing.hold_capture(
-                hold=hold,
-                amount=cost,
-                payee=cluster.organization,
-                idempotency_reference=_run_charge_reference(cluster, run),
-                reference_kind=ReferenceKind.JOB,
-                reference=job.uuid,
-                memo=f"Job {job.name} ({run.job_id} on {cluster.name})",
-                source=cluster.uuid,
-                source_name=cluster.name,
-            )
-        cores = run.allocated_gpus if allocation.resource == Resource.GPU else run.allocated_cpus
-        if is_owner_caused:
-            market.owner_side_run_end_record(
-                cluster=cluster,
-                raw_job_id=run.raw_job_id,
-                submit_time=run.submit_time,
-                scheduler_state=run.scheduler_state,
-                ended_at=run.end_time or timezone.now(),
-            )
-        JobRun.objects.create(
-            task=task,
+        usage = _run_charge(job, allocation, task, run, source)
+        done.add((run.raw_job_id, run.submit_time))
+        charged += 1
+        usage.add_to(task)
+        totals.add(usage)
+    return charged, totals
+
+
+def _run_charge(
+    job: Job, allocation: Allocation, task: JobTask, run: RunRecord, source: str
+) -> _Usage:
+    """Records one ended run and charges it from the allocation's hold: cores (or GPUs) x
+    elapsed, capped at what the task has left of its reservation and at the hold; nothing
+    for a run the owner's side ended (recorded for the owner's track record)."""
+    cluster = job.cluster
+    metered = _metered_units(allocation.resource, run)
+    is_owner_caused = run.state in OWNER_CAUSED_STATES
+    units = Decimal(0) if is_owner_caused else min(metered, task.reserved_units - task.units)
+    cost, charge = _run_capture(job, allocation, run, units)
+    if is_owner_caused:
+        market.owner_side_run_end_record(
             cluster=cluster,
             raw_job_id=run.raw_job_id,
             submit_time=run.submit_time,
-            state=run.state,
-            scheduler_state=run.scheduler_state[:64],
-            exit_code=run.exit_code,
-            started_at=run.start_time,
-            ended_at=run.end_time,
-            elapsed_seconds=run.elapsed_seconds,
-            allocated_cpus=run.allocated_cpus,
-            allocated_gpus=run.allocated_gpus,
-            cpu_seconds=Decimal(str(round(run.cpu_seconds, 3))),
-            max_rss_bytes=run.max_rss_bytes,
-            metered_units=metered,
-            units=units,
-            cost=cost,
-            is_owner_caused=is_owner_caused,
-            charge=charge,
-            source=source,
+            scheduler_state=run.scheduler_state,
+            ended_at=run.end_time or timezone.now(),
         )
-        done.add((run.raw_job_id, run.submit_time))
-        charged += 1
-        usage = _Usage(
-            units=units,
-            cost=cost,
-            elapsed_seconds=run.elapsed_seconds,
-            cpu_seconds=Decimal(str(round(run.cpu_seconds, 3))),
-            core_seconds=cores * run.elapsed_seconds,
-            max_rss_bytes=run.max_rss_bytes,
-        )
-        usage.add_to(task)
-        totals.add(usage)
-    release = Decimal(0)
-    ended = False
-    if final is not None and final.state in ENDED_STATES and not task.is_released:
-        release = task.reserved_units - task.units
-        task.is_released = True
-        status_move(task, final.state, field="state")
-        task.state_reason = final.reason[:500] if final.state != JobState.COMPLETED else ""
-        task.exit_code = final.exit_code
-        # A job cancelled while pending has Slurm's start time equal to its end, and never ran.
-        if final.elapsed_seconds > 0 and final.start_time is not None:
-            task.started_at = final.start_time
-        task.ended_at = final.end_time or timezone.now()
-        ended = True
-    if charged or ended:
-        task.save()
-        # Decimal arithmetic on the locked row rather than F(): SQLite (the demo) keeps decimals
-        # as floats, where a reservation released to zero came out as -2.8e-17 and failed the
-        # allocation's check constraint.
-        allocation.used += totals.units
-        allocation.reserved -= totals.units + release
-        allocation.save(update_fields=["used", "reserved", "updated_at"])
-        # The job's row after the allocation's and the task's: the one lock order of jobs.
-        job = Job.objects.select_for_update().get(pk=job.pk)
-        job.units += totals.units
-        job.cost += totals.cost
-        job.elapsed_seconds += totals.elapsed_seconds
-        job.cpu_seconds += totals.cpu_seconds
-        job.allocated_core_seconds += totals.core_seconds
-        job.max_rss_bytes = _larger(job.max_rss_bytes, totals.max_rss_bytes)
-        job.save(
-            update_fields=[
-                "units",
-                "cost",
-                "elapsed_seconds",
-                "cpu_seconds",
-                "allocated_core_seconds",
-                "max_rss_bytes",
-                "updated_at",
-            ]
-        )
-    return Settlement(runs_charged=charged, ended=ended)
+    cpu_seconds = Decimal(str(round(run.cpu_seconds, 3)))
+    JobRun.objects.create(
+        task=task,
+        cluster=cluster,
+        raw_job_id=run.raw_job_id,
+        submit_time=run.submit_time,
+        state=run.state,
+        scheduler_state=run.scheduler_state[:64],
+        exit_code=run.exit_code,
+        started_at=run.start_time,
+        ended_at=run.end_time,
+        elapsed_seconds=run.elapsed_seconds,
+        allocated_cpus=run.allocated_cpus,
+        allocated_gpus=run.allocated_gpus,
+        cpu_seconds=cpu_seconds,
+        max_rss_bytes=run.max_rss_bytes,
+        metered_units=metered,
+        units=units,
+        cost=cost,
+        is_owner_caused=is_owner_caused,
+        charge=charge,
+        source=source,
+    )
+    cores = run.allocated_gpus if allocation.resource == Resource.GPU else run.allocated_cpus
+    return _Usage(
+        units=units,
+        cost=cost,
+        elapsed_seconds=run.elapsed_seconds,
+        cpu_seconds=cpu_seconds,
+        core_seconds=cores * run.elapsed_seconds,
+        max_rss_bytes=run.max_rss_bytes,
+    )
+
+
+def _run_capture(
+    job: Job, allocation: Allocation, run: RunRecord, units: Decimal
+) -> tuple[Decimal, Transaction | None]:
+    """What `units` of the run cost, at most what the allocation's hold has left, captured
+    from the hold for the cluster's owner (once per run: its reference is the run's key)."""
+    cluster = job.cluster
+    hold = Hold.objects.get(pk=allocation.hold_id)
+    cost = min(money_of(units, allocation.unit_price), hold.amount)
+    if cost <= 0:
+        return cost, None
+    charge = billing.hold_capture(
+        hold=hold,
+        amount=cost,
+        payee=cluster.organization,
+        idempotency_reference=_run_charge_reference(cluster, run),
+        reference_kind=ReferenceKind.JOB,
+        reference=job.uuid,
+        memo=f"Job {job.name} ({run.job_id} on {cluster.name})",
+        source=cluster.uuid,
+        source_name=cluster.name,
+    )
+    return cost, charge
+
+
+def _task_end(task: JobTask, final: RunRecord | None) -> Decimal | None:
+    """Ends the task (in memory) at its final run, once ended and not before: what of its
+    reservation goes back to the allocation, or None when it did not end now."""
+    if final is None or final.state not in ENDED_STATES or task.is_released:
+        return None
+    task.is_released = True
+    status_move(task, final.state, field="state")
+    task.state_reason = final.reason[:500] if final.state != JobState.COMPLETED else ""
+    task.exit_code = final.exit_code
+    # A job cancelled while pending has Slurm's start time equal to its end, and never ran.
+    if final.elapsed_seconds > 0 and final.start_time is not None:
+        task.started_at = final.start_time
+    task.ended_at = final.end_time or timezone.now()
+    release: Decimal = task.reserved_units - task.units
+    return release
+
+
+def _usage_add(job: Job, allocation: Allocation, totals: _Usage, release: Decimal) -> None:
+    """Adds what runs used to the allocation (used, and no longer reserved, with what the
+    ended task gives back) and to the job's sums."""
+    # Decimal arithmetic on the locked row rather than F(): SQLite (the demo) keeps decimals
+    # as floats, where a reservation released to zero came out as -2.8e-17 and failed the
+    # allocation's check constraint.
+    allocation.used += totals.units
+    allocation.reserved -= totals.units + release
+    allocation.save(update_fields=["used", "reserved", "updated_at"])
+    # The job's row after the allocation's and the task's: the one lock order of jobs.
+    job = Job.objects.select_for_update().get(pk=job.pk)
+    job.units += totals.units
+    job.cost += totals.cost
+    job.elapsed_seconds += totals.elapsed_seconds
+    job.cpu_seconds += totals.cpu_seconds
+    job.allocated_core_seconds += totals.core_seconds
+    job.max_rss_bytes = _larger(job.max_rss_bytes, totals.max_rss_bytes)
+    job.save(
+        update_fields=[
+            "units",
+            "cost",
+            "elapsed_seconds",
+            "cpu_seconds",
+            "allocated_core_seconds",
+            "max_rss_bytes",
+            "updated_at",
+        ]
+    )
 
 
 def job_state_from_tasks(states: Sequence[str]) -> str:

@@ -21,7 +21,7 @@ from django.db.models import CharField, F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
-from computeshare.errors import ValidationFailed
+from computeshare.errors import FieldErrors, ValidationFailed
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move, status_move_all
 from hpc.arrays import InvalidArray, parse_array
@@ -61,10 +61,24 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 def job_request_check(allocation: Allocation, request: JobRequest) -> list[int | None]:
     """Checks a request against its allocation's partition; returns the task indices (`[None]`
-    for a plain job). Raises `SbatchDirectiveNotAllowed` or `ValidationFailed` with every
-    field's messages at once."""
-    problems: dict[str, list[str]] = {}
-    script = request.script
+    for a plain job). Raises `SbatchDirectiveNotAllowed`, or `ValidationFailed` with every
+    field's messages at once: first the request's own, then (when those pass) against the
+    partition and the allocation's window, its array and its variables."""
+    _directives_refuse(request.script)
+    problems = FieldErrors()
+    _script_and_name_check(request, problems)
+    _sizes_check(request, problems)
+    problems.raise_if_any()
+    _partition_check(allocation, request, problems)
+    indices = _array_check(request, problems)
+    _environment_check(request, problems)
+    problems.raise_if_any()
+    return indices
+
+
+def _directives_refuse(script: str) -> None:
+    """Every resource is the platform's to set: a script with directive lines is refused
+    whole (`sbatch_directive_not_allowed`, with the lines' numbers), before any field."""
     directive_lines = [
         number
         for number, line in enumerate(script.splitlines(), start=1)
@@ -72,20 +86,22 @@ def job_request_check(allocation: Allocation, request: JobRequest) -> list[int |
     ]
     if directive_lines:
         raise errors.SbatchDirectiveNotAllowed(extra={"lines": directive_lines})
+
+
+def _script_and_name_check(request: JobRequest, problems: FieldErrors) -> None:
+    script = request.script
     if not script.startswith("#!"):
-        problems.setdefault("script", []).append(
-            "A script starts with an interpreter line such as #!/bin/bash."
-        )
+        problems.add("script", "A script starts with an interpreter line such as #!/bin/bash.")
     if len(script.encode()) > MAX_SCRIPT_BYTES:
-        problems.setdefault("script", []).append(f"At most {MAX_SCRIPT_BYTES} bytes.")
+        problems.add("script", f"At most {MAX_SCRIPT_BYTES} bytes.")
     if "\x00" in script:
-        problems.setdefault("script", []).append("A script cannot contain NUL bytes.")
+        problems.add("script", "A script cannot contain NUL bytes.")
     name = request.name.strip()
     if not name or _CONTROL.search(request.name) or len(request.name) > 200:
-        problems.setdefault("name", []).append(
-            "From 1 to 200 characters, without control characters."
-        )
-    partition = allocation.partition
+        problems.add("name", "From 1 to 200 characters, without control characters.")
+
+
+def _sizes_check(request: JobRequest, problems: FieldErrors) -> None:
     sizes = {
         "time_limit_minutes": request.time_limit_minutes,
         "cpus_per_task": request.cpus_per_task,
@@ -94,77 +110,89 @@ def job_request_check(allocation: Allocation, request: JobRequest) -> list[int |
     }
     for size_name, size in sizes.items():
         if size < 1:
-            problems.setdefault(size_name, []).append("Must be at least 1.")
+            problems.add(size_name, "Must be at least 1.")
     if request.gpus < 0:
-        problems.setdefault("gpus", []).append("Must not be negative.")
+        problems.add("gpus", "Must not be negative.")
     if request.mem_per_cpu is not None and not 1 <= request.mem_per_cpu <= MAX_MEM_PER_CPU_MIB:
-        problems.setdefault("mem_per_cpu", []).append(
-            f"From 1 to {MAX_MEM_PER_CPU_MIB} MiB per CPU."
-        )
+        problems.add("mem_per_cpu", f"From 1 to {MAX_MEM_PER_CPU_MIB} MiB per CPU.")
     if request.template and job_template_get(request.template) is None:
-        problems.setdefault("template", []).append(
-            f"No template `{request.template}`; see GET /api/v1/job-templates/."
+        problems.add(
+            "template", f"No template `{request.template}`; see GET /api/v1/job-templates/."
         )
-    if problems:
-        raise ValidationFailed(fields=problems)
 
+
+def _partition_check(allocation: Allocation, request: JobRequest, problems: FieldErrors) -> None:
+    """The request against what the partition has and the time left in the window."""
+    partition = allocation.partition
     if partition.max_time_minutes and request.time_limit_minutes > partition.max_time_minutes:
-        problems.setdefault("time_limit_minutes", []).append(
-            f"The partition allows at most {partition.max_time_minutes} minutes."
+        problems.add(
+            "time_limit_minutes",
+            f"The partition allows at most {partition.max_time_minutes} minutes.",
         )
     minutes_left = (allocation.window_end - timezone.now()).total_seconds() / 60
     if request.time_limit_minutes > minutes_left:
-        problems.setdefault("time_limit_minutes", []).append(
-            f"The allocation's window ends in {int(minutes_left)} minutes; the job must fit in it."
+        problems.add(
+            "time_limit_minutes",
+            f"The allocation's window ends in {int(minutes_left)} minutes; the job must fit in it.",
         )
     cores = request.ntasks * request.cpus_per_task
     if cores > partition.cpus:
-        problems.setdefault("cpus_per_task", []).append(
-            f"ntasks x cpus_per_task is {cores}; the partition has {partition.cpus} CPUs."
+        problems.add(
+            "cpus_per_task",
+            f"ntasks x cpus_per_task is {cores}; the partition has {partition.cpus} CPUs.",
         )
     if request.nodes > partition.nodes:
-        problems.setdefault("nodes", []).append(f"The partition has {partition.nodes} nodes.")
+        problems.add("nodes", f"The partition has {partition.nodes} nodes.")
     if request.nodes > request.ntasks:
-        problems.setdefault("nodes", []).append("Cannot exceed ntasks: every node runs a task.")
+        problems.add("nodes", "Cannot exceed ntasks: every node runs a task.")
+    _memory_and_gpus_check(allocation, request, problems)
+
+
+def _memory_and_gpus_check(
+    allocation: Allocation, request: JobRequest, problems: FieldErrors
+) -> None:
+    partition = allocation.partition
     memory = partition.memory_per_node_mb
-    if (
-        request.mem_per_cpu is not None
-        and memory
-        and request.mem_per_cpu * request.cpus_per_task > memory
-    ):
-        problems.setdefault("mem_per_cpu", []).append(
-            f"mem_per_cpu x cpus_per_task is {request.mem_per_cpu * request.cpus_per_task} MiB; "
-            f"the partition's smallest node has {memory} MiB."
+    per_task = (request.mem_per_cpu or 0) * request.cpus_per_task
+    if request.mem_per_cpu is not None and memory and per_task > memory:
+        problems.add(
+            "mem_per_cpu",
+            f"mem_per_cpu x cpus_per_task is {per_task} MiB; "
+            f"the partition's smallest node has {memory} MiB.",
         )
     if request.gpus > partition.gpus:
-        problems.setdefault("gpus", []).append(f"The partition has {partition.gpus} GPUs.")
+        problems.add("gpus", f"The partition has {partition.gpus} GPUs.")
     if allocation.resource == Resource.GPU and request.gpus < 1:
-        problems.setdefault("gpus", []).append("A GPU allocation's jobs ask for at least 1 GPU.")
+        problems.add("gpus", "A GPU allocation's jobs ask for at least 1 GPU.")
 
-    indices: list[int | None] = [None]
-    if request.array is not None:
-        try:
-            indices = list(parse_array(request.array).indices)
-        except InvalidArray as error:
-            problems.setdefault("array", []).append(str(error))
 
+def _array_check(request: JobRequest, problems: FieldErrors) -> list[int | None]:
+    """The array's task indices, `[None]` for a plain job (or an array that is not valid)."""
+    if request.array is None:
+        return [None]
+    try:
+        return list(parse_array(request.array).indices)
+    except InvalidArray as error:
+        problems.add("array", str(error))
+        return [None]
+
+
+def _environment_check(request: JobRequest, problems: FieldErrors) -> None:
     for field_name, variables in (
         ("environment", request.environment),
         ("secret_environment", request.secret_environment),
     ):
         for problem in _environment_problems(variables):
-            problems.setdefault(field_name, []).append(problem)
+            problems.add(field_name, problem)
     if len(request.environment) + len(request.secret_environment) > MAX_ENVIRONMENT_VARIABLES:
-        problems.setdefault("environment", []).append(
-            f"At most {MAX_ENVIRONMENT_VARIABLES} variables, secret ones included."
+        problems.add(
+            "environment", f"At most {MAX_ENVIRONMENT_VARIABLES} variables, secret ones included."
         )
     for variable in sorted(set(request.environment) & set(request.secret_environment)):
-        problems.setdefault("secret_environment", []).append(
-            f"`{variable}` is also in the environment: set it in one of the two."
+        problems.add(
+            "secret_environment",
+            f"`{variable}` is also in the environment: set it in one of the two.",
         )
-    if problems:
-        raise ValidationFailed(fields=problems)
-    return indices
 
 
 def _environment_problems(variables: dict[str, str]) -> list[str]:

@@ -16,7 +16,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from computeshare.errors import ValidationFailed
+from computeshare.errors import FieldErrors, ValidationFailed
 from computeshare.states import status_move
 from marketplace.models import Allocation
 from organizations.models import Membership
@@ -59,19 +59,18 @@ class SweepRequest:
 def _sweep_request_check(allocation: Allocation, request: SweepRequest) -> None:
     """The team's script and sizes as a job's would be checked (`job_request_check`: no
     `#SBATCH` lines, an interpreter line, the partition's limits), and the result's naming."""
-    problems: dict[str, list[str]] = {}
+    problems = FieldErrors()
     if request.result_source not in Sweep.ResultSource.values:
-        problems["result_source"] = ["`file` or `stdout`."]
+        problems.add("result_source", "`file` or `stdout`.")
     elif request.result_source == Sweep.ResultSource.FILE:
         problem = input_name_problem(request.result_file)
         if problem is not None:
-            problems["result_file"] = [problem]
+            problems.add("result_file", problem)
     elif request.result_file:
-        problems["result_file"] = ["Only for a `file` result."]
+        problems.add("result_file", "Only for a `file` result.")
     if request.concurrency < 1:
-        problems["concurrency"] = ["Must be at least 1."]
-    if problems:
-        raise ValidationFailed(fields=problems)
+        problems.add("concurrency", "Must be at least 1.")
+    problems.raise_if_any()
     job_request_check(allocation, _job_request(request, script=request.script, array=None))
 
 

@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from computeshare.errors import NotFound
 from computeshare.models import User
+from hpc.batches import batched
 from notifications.models import Kind, NoticeBatch, Notification, NotificationPreference
 
 
@@ -116,8 +117,7 @@ def keys_recorded(keys: Iterable[str]) -> set[str]:
     """Which of these event keys have been told to someone already (a sweep skips them)."""
     wanted = sorted(set(keys))
     found: set[str] = set()
-    for start in range(0, len(wanted), 1000):
-        batch = wanted[start : start + 1000]
+    for batch in batched(wanted, 1000):
         found.update(Notification.objects.filter(key__in=batch).values_list("key", flat=True))
     return found
 

@@ -28,6 +28,7 @@ from django.utils import timezone
 from computeshare.errors import AddressNotAllowed, ValidationFailed
 from computeshare.outbound import AddressDenied, OutboundPolicy
 from computeshare.queue import enqueue_after_commit
+from hpc.batches import batched
 from webhooks import sending
 from webhooks.models import EventType, WebhookDelivery, WebhookEndpoint, WebhookEvent
 
@@ -150,10 +151,10 @@ def events_record(events: Sequence[Event]) -> int:
 
 
 def _hand_over(delivery_ids: Sequence[int]) -> None:
-    for start in range(0, len(delivery_ids), TASK_BATCH):
+    for batch in batched(delivery_ids, TASK_BATCH):
         enqueue_after_commit(
             "webhooks.tasks.webhook_deliveries_send_task",
-            list(delivery_ids[start : start + TASK_BATCH]),
+            list(batch),
             recovered_by="webhooks.tasks.webhook_deliveries_due_task sends it",
         )
 

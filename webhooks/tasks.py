@@ -2,6 +2,7 @@
 
 from celery import shared_task
 
+from hpc.batches import batched
 from webhooks import services
 
 
@@ -14,6 +15,6 @@ def webhook_deliveries_send_task(delivery_ids: list[int]) -> dict[str, int]:
 def webhook_deliveries_due_task() -> int:
     """Sends every due delivery in batches to the workers (retries, lost wake-ups)."""
     due = services.deliveries_due()
-    for start in range(0, len(due), services.TASK_BATCH):
-        webhook_deliveries_send_task.delay(due[start : start + services.TASK_BATCH])
+    for batch in batched(due, services.TASK_BATCH):
+        webhook_deliveries_send_task.delay(batch)
     return len(due)

@@ -12,7 +12,10 @@ from django.core.exceptions import ValidationError
 from django.db.models import (
     BooleanField,
     Case,
+    CharField,
     Count,
+    F,
+    JSONField,
     OuterRef,
     Prefetch,
     Q,
@@ -21,7 +24,7 @@ from django.db.models import (
     Value,
     When,
 )
-from django.db.models.functions import Coalesce
+from django.db.models.functions import Coalesce, JSONObject
 from django.utils import timezone
 
 from computeshare.errors import NotFound
@@ -42,6 +45,7 @@ from marketplace.models import (
     Resource,
     TenantAccount,
     TenantLease,
+    backend_runs_jobs_as_tenants,
 )
 from organizations.models import Membership, Organization
 from organizations.selectors import organization_ids_of
@@ -286,18 +290,47 @@ OFFER_LISTING_FIELDS = (
 )
 
 
-# With each offer, its cluster's tenant accounts: how many teams it serves at once and how many
-# more it can take now (and its backend: the demo's local one has none). Counted in the
-# listing's own query, by subqueries on their index.
-OFFER_TENANT_FIELDS = ("cluster__backend", "tenant_accounts_total", "tenant_accounts_free")
-
-
 def offer_rows(offers: QuerySet[Offer]) -> QuerySet[Offer, dict[str, Any]]:
-    """The offers (already filtered and ordered) as rows of `OFFER_LISTING_FIELDS` and
-    `OFFER_TENANT_FIELDS`."""
-    return offers.annotate(**tenant_account_counts("cluster"), remaining=Offer.REMAINING).values(
-        *OFFER_LISTING_FIELDS, *OFFER_TENANT_FIELDS, "remaining"
-    )
+    """The offers (already filtered and ordered) as rows of `OFFER_LISTING_FIELDS`, each with
+    what `OfferSerializer` renders as it is: `remaining`, `currency`, `hardware` (the
+    partition's nodes) and `tenant_accounts` (`{"total", "free"}` of the cluster's pool; None
+    on a cluster whose jobs do not run as tenant accounts, the demo's local backend, which
+    serves any number of teams). One query, however many rows."""
+    counts = tenant_account_counts("cluster")
+    tenant_backends = [
+        backend for backend in Cluster.Backend.values if backend_runs_jobs_as_tenants(backend)
+    ]
+    return offers.annotate(
+        remaining=Offer.REMAINING,
+        currency=Value(settings.PLATFORM_CURRENCY, output_field=CharField()),
+        tenant_accounts=Case(
+            When(
+                cluster__backend__in=tenant_backends,
+                then=JSONObject(
+                    total=counts["tenant_accounts_total"], free=counts["tenant_accounts_free"]
+                ),
+            ),
+            default=Value(None, output_field=JSONField()),
+            output_field=JSONField(),
+        ),
+        hardware=JSONObject(
+            nodes=F("partition__nodes"),
+            cpus_per_node=F("partition__cpus_per_node"),
+            memory_per_node_mb=F("partition__memory_per_node_mb"),
+            gpus_per_node=F("partition__gpus_per_node"),
+            gpu_types=F("partition__gpu_types"),
+            features=F("partition__features"),
+            nodes_differ=F("partition__nodes_differ"),
+        ),
+    ).values(*OFFER_LISTING_FIELDS, "remaining", "currency", "tenant_accounts", "hardware")
+
+
+def offer_row_get(offer_uuid: Any) -> dict[str, Any]:
+    """One offer as `offer_rows` reads each (public, as the offers are)."""
+    try:
+        return offer_rows(offer_list().filter(uuid=offer_uuid)).get()
+    except (Offer.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such offer.") from error
 
 
 def offer_get(offer_uuid: Any) -> Offer:

@@ -365,7 +365,7 @@ class OfferListCreateApi(APIView):
             data.pop("cluster")
             offer = services.offer_create(actor=actor, cluster=cluster, **data)
             return Response(
-                OfferSerializer(selectors.offer_get(offer.uuid)).data,
+                OfferSerializer(selectors.offer_row_get(offer.uuid)).data,
                 status=status.HTTP_201_CREATED,
             )
 
@@ -383,7 +383,7 @@ class OfferDetailApi(APIView):
         ),
     )
     def get(self, request: Request, offer_id: str) -> Response:
-        return Response(OfferSerializer(selectors.offer_get(offer_id)).data)
+        return Response(OfferSerializer(selectors.offer_row_get(offer_id)).data)
 
 
 class OfferCancelApi(APIView):
@@ -396,7 +396,7 @@ class OfferCancelApi(APIView):
     def post(self, request: Request, offer_id: str) -> Response:
         offer = selectors.offer_get(offer_id)
         services.offer_cancel(actor=_owner_membership(request, offer.cluster), offer=offer)
-        return Response(OfferSerializer(selectors.offer_get(offer_id)).data)
+        return Response(OfferSerializer(selectors.offer_row_get(offer_id)).data)
 
 
 class OfferBuyApi(APIView):
@@ -659,7 +659,7 @@ class OfferExtendApi(APIView):
             raise PermissionDenied("Only an admin of the owning organization can do this.")
         data = validated(OfferExtendSerializer, request.data)
         services.offer_extend(actor=actor, offer=offer, **data)
-        return Response(OfferSerializer(selectors.offer_get(offer_id)).data)
+        return Response(OfferSerializer(selectors.offer_row_get(offer_id)).data)
 
 
 class TrackRecordApi(APIView):

@@ -3,7 +3,7 @@
 import dataclasses
 import datetime
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -27,10 +27,11 @@ from django.db.models import (
 from django.db.models.functions import Coalesce, JSONObject
 from django.utils import timezone
 
-from computeshare.errors import NotFound
+from computeshare.errors import NotFound, ValidationFailed
 from computeshare.models import User
 from computeshare.numbers import MICRO_UNIT
 from marketplace import capacity
+from marketplace.filters import OfferFilter
 from marketplace.models import (
     Allocation,
     Bid,
@@ -325,6 +326,23 @@ def offer_rows(offers: QuerySet[Offer]) -> QuerySet[Offer, dict[str, Any]]:
     ).values(*OFFER_LISTING_FIELDS, "remaining", "currency", "tenant_accounts", "hardware")
 
 
+def offer_rows_filtered(
+    params: Mapping[str, Any],
+) -> tuple[QuerySet[Offer, dict[str, Any]], dict[str, Any]]:
+    """The offers as the API's query `params` filter and order them (`OfferFilter`), as
+    `offer_rows`, with the filters as they were understood; `ValidationFailed` naming each
+    parameter that is not valid."""
+    filters = OfferFilter(params, queryset=offer_list())
+    if not filters.is_valid():
+        raise ValidationFailed(
+            fields={
+                name: [str(message) for message in messages]
+                for name, messages in filters.errors.items()
+            }
+        )
+    return offer_rows(filters.qs), dict(filters.form.cleaned_data)
+
+
 def offer_row_get(offer_uuid: Any) -> dict[str, Any]:
     """One offer as `offer_rows` reads each (public, as the offers are)."""
     try:
@@ -479,6 +497,16 @@ def auctions_due(now: datetime.datetime | None = None) -> list[int]:
         .order_by("auction_closes_at", "pk")
         .values_list("pk", flat=True)
     )
+
+
+def offer_ids_by_uuid(offer_uuids: Iterable[str]) -> dict[int, uuid.UUID]:
+    """The offers of these ids that exist: their database ids and their public ids."""
+    return dict(Offer.objects.filter(uuid__in=list(offer_uuids)).values_list("pk", "uuid"))
+
+
+def offer_uuids(offer_ids: Iterable[int]) -> dict[int, uuid.UUID]:
+    """The public ids of these offers, by database id."""
+    return dict(Offer.objects.filter(pk__in=list(offer_ids)).values_list("pk", "uuid"))
 
 
 def allocations_due(now: datetime.datetime | None = None) -> list[int]:

@@ -24,7 +24,6 @@ from computeshare.api import (
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace import capacity, selectors, services
-from marketplace.filters import OfferFilter
 from marketplace.models import Cluster
 from marketplace.serializers_market import (
     TRACK_RECORD_HOW,
@@ -318,20 +317,13 @@ class OfferListCreateApi(APIView):
         ),
     )
     def get(self, request: Request) -> Response:
-        filters = OfferFilter(request.query_params, queryset=selectors.offer_list())
-        if not filters.is_valid():
-            raise ValidationFailed(
-                fields={
-                    name: [str(message) for message in messages]
-                    for name, messages in filters.errors.items()
-                }
-            )
+        rows, filters = selectors.offer_rows_filtered(request.query_params)
         return paginated_response(
             request,
             self,
-            selectors.offer_rows(filters.qs),
+            rows,
             OfferSerializer,
-            count_key=f"offers:{sorted(filters.form.cleaned_data.items())!r}",
+            count_key=f"offers:{sorted(filters.items())!r}",
         )
 
     @extend_schema(

@@ -6,7 +6,6 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from marketplace import selectors, services
-from marketplace.models import Offer
 
 
 class Command(BaseCommand):
@@ -21,14 +20,15 @@ class Command(BaseCommand):
                 offers = [str(uuid.UUID(offer)) for offer in offers]
             except ValueError as error:
                 raise CommandError(f"Offer ids are UUIDs: {error}") from error
-            due = list(Offer.objects.filter(uuid__in=offers).values_list("pk", flat=True))
+            due = list(selectors.offer_ids_by_uuid(offers))
             if len(due) != len(set(offers)):
                 self.stderr.write("Some of the offers named do not exist.")
         else:
             due = selectors.auctions_due()
+        public_ids = selectors.offer_uuids(due)
         for offer_id in due:
             outcome = services.auction_clear(offer_id=offer_id)
-            offer_uuid = Offer.objects.values_list("uuid", flat=True).get(pk=offer_id)
+            offer_uuid = public_ids[offer_id]
             if not outcome.cleared:
                 self.stdout.write(
                     f"{offer_uuid}: not cleared (still open for bids, or already done)"

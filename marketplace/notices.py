@@ -3,7 +3,7 @@ in the caller's transaction through the notifications app's entry points (an auc
 its commit, one per organization)."""
 
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 
@@ -27,7 +27,7 @@ ALLOCATION_NOTICES_LOOKBACK = timedelta(days=1)
 
 
 def auction_cleared(
-    offer: Offer, rows: Sequence[BidRow], fills: Mapping[int, int], price: Decimal | None
+    offer: Offer, rows: Sequence[BidRow], fills: Mapping[Hashable, int], price: Decimal | None
 ) -> None:
     """Each bidding organization's admins learn its outcome once, over all its bids (won some
     units: `auction_won`; won none: `bid_outbid`), and the owner's admins that the auction
@@ -76,7 +76,7 @@ def _auction_outcome(
     cluster: str,
     where: str,
     bids: Sequence[BidRow],
-    fills: Mapping[int, int],
+    fills: Mapping[Hashable, int],
     price: Decimal | None,
     money_text: Callable[[Decimal | None], str] = money_text,
 ) -> tuple[str, str, str]:

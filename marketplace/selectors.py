@@ -88,8 +88,9 @@ def tenant_account_counts(cluster: str = "pk") -> dict[str, Coalesce]:
 
 def tenant_account_totals(cluster: Cluster) -> dict[str, int]:
     """`{"tenant_accounts", "free"}` of one cluster, counted as the lists count them."""
+    # annotate(**mapping): the stubs cannot see the names it adds, which values() then reads.
     counts = (
-        Cluster.objects.filter(pk=cluster.pk)
+        Cluster.objects.filter(pk=cluster.pk)  # type: ignore[misc]
         .annotate(**tenant_account_counts())
         .values("tenant_accounts_total", "tenant_accounts_free")
         .get()
@@ -301,7 +302,9 @@ def offer_rows(offers: QuerySet[Offer]) -> QuerySet[Offer, dict[str, Any]]:
     tenant_backends = [
         backend for backend in Cluster.Backend.values if backend_runs_jobs_as_tenants(backend)
     ]
-    return offers.annotate(
+    # The stubs know annotate() only by its keywords' names, and take `remaining` for the
+    # model's property of that name: these rows are dicts, which have no such property.
+    rows: QuerySet[Offer, dict[str, Any]] = offers.annotate(  # type: ignore[no-redef]
         remaining=Offer.REMAINING,
         currency=Value(settings.PLATFORM_CURRENCY, output_field=CharField()),
         tenant_accounts=Case(
@@ -324,6 +327,7 @@ def offer_rows(offers: QuerySet[Offer]) -> QuerySet[Offer, dict[str, Any]]:
             nodes_differ=F("partition__nodes_differ"),
         ),
     ).values(*OFFER_LISTING_FIELDS, "remaining", "currency", "tenant_accounts", "hardware")
+    return rows
 
 
 def offer_rows_filtered(
@@ -839,12 +843,12 @@ def idle_pattern(
         total[1] += idle_gpus if is_gpu else idle_cpus
         total[2] += samples * (gpus if is_gpu else cpus)
     grid: list[list[IdleCell | None]] = [[None] * 24 for _ in range(7)]
-    for (weekday, hour), (samples, idle, had) in sums.items():
-        grid[weekday][hour] = IdleCell(
+    for (weekday, hour_of_day), (sampled, idle, had) in sums.items():
+        grid[weekday][hour_of_day] = IdleCell(
             weekday=weekday,
-            hour=hour,
-            samples=int(samples),
-            mean_idle=idle / samples,
+            hour=hour_of_day,
+            samples=int(sampled),
+            mean_idle=idle / sampled,
             share=idle / had if had else 0.0,
         )
     return grid

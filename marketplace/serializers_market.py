@@ -11,7 +11,12 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
-from computeshare.numbers import DecimalString, decimal_string_message, is_decimal_text
+from computeshare.numbers import (
+    MICRO_PLACES,
+    DecimalString,
+    decimal_string_message,
+    is_decimal_text,
+)
 from marketplace.models import (
     Allocation,
     Bid,
@@ -177,7 +182,7 @@ class ClusterSerializer(serializers.Serializer):
         "AccountingStorageTRES), as the last verification read it; GPU offers need it.",
     )
 
-    OWNER_FIELDS = (
+    OWNER_FIELDS: tuple[str, ...] = (
         "ssh_host",
         "ssh_port",
         "ssh_user",
@@ -413,10 +418,12 @@ class OfferCreateSerializer(serializers.Serializer):
     quantity = WholeUnits()
     window_start = serializers.DateTimeField()
     window_end = serializers.DateTimeField()
-    reserve_price = DecimalString(max_digits=20, decimal_places=6, noun="price", example="1.50")
+    reserve_price = DecimalString(
+        max_digits=20, decimal_places=MICRO_PLACES, noun="price", example="1.50"
+    )
     buy_now_price = DecimalString(
         max_digits=20,
-        decimal_places=6,
+        decimal_places=MICRO_PLACES,
         required=False,
         allow_null=True,
         noun="price",
@@ -455,7 +462,7 @@ class PurchaseSerializer(serializers.Serializer):
 class BidCreateSerializer(serializers.Serializer):
     organization = serializers.UUIDField()
     quantity = WholeUnits()
-    price = DecimalString(max_digits=20, decimal_places=6, noun="price", example="1.50")
+    price = DecimalString(max_digits=20, decimal_places=MICRO_PLACES, noun="price", example="1.50")
     min_quantity = WholeUnits(required=False, allow_null=True)
 
 
@@ -492,7 +499,9 @@ class AllocationSerializer(serializers.Serializer):
     cluster_name = serializers.CharField(source="cluster.name")
     partition = serializers.CharField(source="partition.name")
     resource = serializers.ChoiceField(choices=Resource.choices)
-    source = serializers.ChoiceField(choices=Allocation.Source.choices)
+    # A field named `source`: DRF collects declared fields by name, while the stubs take it for
+    # Field.source (the attribute path).
+    source = serializers.ChoiceField(choices=Allocation.Source.choices)  # type: ignore[assignment]
     quantity = Units()
     used = Units()
     reserved = Units()

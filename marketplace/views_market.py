@@ -25,6 +25,7 @@ from django.views import View
 from django.views.decorators.cache import never_cache
 
 from billing import selectors as billing_selectors
+from computeshare.authentication import request_user
 from computeshare.errors import (
     ApplicationError,
     Conflict,
@@ -224,10 +225,12 @@ def offer_page(
     if buy_form is None and offer.buy_now_price is not None:
         buy_form = BuyNowForm(organizations=buyers)
     bids = list(selectors.bid_list_for_user(user, offer=offer))
-    for bid in bids:
-        bid.can_withdraw = bid.organization_id in administered_ids and services.bid_is_withdrawable(
-            bid=bid, offer=offer, now=now
-        )
+    withdrawable_bids = {
+        bid.pk
+        for bid in bids
+        if bid.organization_id in administered_ids
+        and services.bid_is_withdrawable(bid=bid, offer=offer, now=now)
+    }
     is_owner_admin = owner is not None and owner.is_admin
     context = {
         "offer": offer,
@@ -246,6 +249,7 @@ def offer_page(
         # A refused order is still said when the refusal was that orders are over.
         "order_forms": [form for form in (bid_form, buy_form) if form is not None],
         "bids": bids,
+        "withdrawable_bids": withdrawable_bids,
         "track_record": selectors.track_record(offer.cluster),
         "price_history_url": price_history_url(offer),
         "currency": settings.PLATFORM_CURRENCY,
@@ -326,13 +330,15 @@ class OfferDetailView(View):
 class OfferBidView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, offer_id: str) -> HttpResponse:
         offer = selectors.offer_get(offer_id)
-        form = BidForm(request.POST, organizations=buying_organizations(request.user, offer))
+        form = BidForm(
+            request.POST, organizations=buying_organizations(request_user(request), offer)
+        )
         status = 400
         if form.is_valid():
             data = form.cleaned_data
             try:
                 actor = organization_selectors.membership_for_body(
-                    request.user, data["organization"]
+                    request_user(request), data["organization"]
                 )
                 bid = services.bid_place(
                     actor=actor,
@@ -360,12 +366,14 @@ class OfferBidView(LoginRequiredMixin, View):
 class OfferBuyView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, offer_id: str) -> HttpResponse:
         offer = selectors.offer_get(offer_id)
-        form = BuyNowForm(request.POST, organizations=buying_organizations(request.user, offer))
+        form = BuyNowForm(
+            request.POST, organizations=buying_organizations(request_user(request), offer)
+        )
         status = 400
         if form.is_valid():
             try:
                 actor = organization_selectors.membership_for_body(
-                    request.user, form.cleaned_data["organization"]
+                    request_user(request), form.cleaned_data["organization"]
                 )
                 allocation = services.offer_buy(
                     actor=actor, offer=offer, quantity=form.cleaned_data["quantity"]
@@ -388,8 +396,8 @@ class OfferBuyView(LoginRequiredMixin, View):
 
 class BidWithdrawView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, bid_id: str) -> HttpResponse:
-        bid = selectors.bid_get_for_user(request.user, bid_id)
-        actor = organization_selectors.membership_in(request.user, bid.organization_id)
+        bid = selectors.bid_get_for_user(request_user(request), bid_id)
+        actor = organization_selectors.membership_in(request_user(request), bid.organization_id)
         assert actor is not None  # a bid is visible only to its organization's members
         held = bid.hold.amount if bid.hold is not None else Decimal(0)
         try:
@@ -408,7 +416,9 @@ class BidWithdrawView(LoginRequiredMixin, View):
 class OfferCancelView(LoginRequiredMixin, View):
     def post(self, request: HttpRequest, offer_id: str) -> HttpResponse:
         offer = selectors.offer_get(offer_id)
-        actor = organization_selectors.membership_in(request.user, offer.cluster.organization_id)
+        actor = organization_selectors.membership_in(
+            request_user(request), offer.cluster.organization_id
+        )
         if actor is None:
             raise PermissionDenied("Only the cluster's owners can cancel its offers.")
         try:
@@ -466,10 +476,14 @@ class OrganizationAllocationsView(LoginRequiredMixin, View):
     template_name = "marketplace/market/allocations.html"
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(
+            request_user(request), organization_id
+        )
         organization = membership.organization
-        allocations = selectors.allocation_list_for_user(request.user, organization=organization)
-        bids = selectors.bid_list_for_user(request.user, organization=organization)
+        allocations = selectors.allocation_list_for_user(
+            request_user(request), organization=organization
+        )
+        bids = selectors.bid_list_for_user(request_user(request), organization=organization)
         allocation_page: Page[Any] = Paginator(allocations, PAGE_SIZE).get_page(
             request.GET.get("page")
         )
@@ -556,11 +570,15 @@ class OrganizationClustersView(LoginRequiredMixin, View):
         return render(request, self.template_name, context, status=status)
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(
+            request_user(request), organization_id
+        )
         return self._render(request, membership)
 
     def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         form = ClusterRegisterForm(request.POST)
         if form.is_valid():
             try:
@@ -581,7 +599,9 @@ def owner_membership(request: HttpRequest, cluster: Cluster) -> Membership:
     """The user's membership of the cluster's organization. The cluster itself is public, but
     its connection, its verifications and their errors are the owners' only: a 404 to anyone
     else."""
-    membership = organization_selectors.membership_in(request.user, cluster.organization_id)
+    membership = organization_selectors.membership_in(
+        request_user(request), cluster.organization_id
+    )
     if membership is None:
         raise NotFound("No such cluster.")
     return membership
@@ -687,11 +707,15 @@ class OrganizationOffersView(LoginRequiredMixin, View):
         return list(selectors.cluster_list_for_organization(organization, online_only=True))
 
     def get(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = organization_selectors.membership_get_for_user(request.user, organization_id)
+        membership = organization_selectors.membership_get_for_user(
+            request_user(request), organization_id
+        )
         return self._render(request, membership)
 
     def post(self, request: HttpRequest, organization_id: str) -> HttpResponse:
-        membership = organization_selectors.membership_get_admin(request.user, organization_id)
+        membership = organization_selectors.membership_get_admin(
+            request_user(request), organization_id
+        )
         form = OfferCreateForm(
             request.POST, clusters=self._online_clusters(membership.organization)
         )

@@ -1,7 +1,7 @@
 """The webhook events of the market (auctions cleared, bids outbid, allocation windows),
 recorded in the caller's transaction through the webhooks app's one entry point."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -20,7 +20,7 @@ ALLOCATION_EVENTS_LOOKBACK = timedelta(days=1)
 
 
 def auction_cleared(
-    offer: Offer, rows: Sequence[BidRow], fills: Mapping[int, int], price: Decimal | None
+    offer: Offer, rows: Sequence[BidRow], fills: Mapping[Hashable, int], price: Decimal | None
 ) -> None:
     """`auction.cleared` to the owner and to every bidder, and `bid.outbid` for each bid that
     got fewer units than it asked for (lost, or partly won). `rows` are the clearing's bid rows

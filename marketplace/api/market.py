@@ -21,6 +21,7 @@ from computeshare.api import (
     paginated_response,
     validated,
 )
+from computeshare.authentication import request_user
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace import capacity, selectors, services
@@ -69,7 +70,7 @@ def _admin_named_in_body(request: Request, what: str) -> Membership:
     `organization`; a member but not an admin: 403."""
     data = request.data if isinstance(request.data, dict) else {}
     named = validated(_OrganizationField, {"organization": data.get("organization")})
-    actor = organization_selectors.membership_for_body(request.user, named["organization"])
+    actor = organization_selectors.membership_for_body(request_user(request), named["organization"])
     if not actor.is_admin:
         raise PermissionDenied(f"Only an admin of the organization can {what}.")
     return actor
@@ -78,7 +79,9 @@ def _admin_named_in_body(request: Request, what: str) -> Membership:
 def _owner_membership(request: Request, cluster: Cluster) -> Membership:
     """The caller's membership of the cluster's organization; 403 for anyone else (the cluster
     itself is public, so it is not hidden)."""
-    membership = organization_selectors.membership_in(request.user, cluster.organization_id)
+    membership = organization_selectors.membership_in(
+        request_user(request), cluster.organization_id
+    )
     if membership is None:
         raise PermissionDenied("Only the cluster's owners can do this.")
     return membership
@@ -88,7 +91,7 @@ def _owner_membership(request: Request, cluster: Cluster) -> Membership:
 
 
 def _cluster_response(request: Request, cluster_uuid: Any, code: int = 200) -> Response:
-    cluster = selectors.cluster_get_for_user(request.user, cluster_uuid)
+    cluster = selectors.cluster_get_for_user(request_user(request), cluster_uuid)
     return Response(ClusterSerializer(cluster).data, status=code)
 
 
@@ -96,7 +99,7 @@ def _cluster_detail_response(
     request: Request, cluster_uuid: Any, code: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
     """One cluster; to its owners with its latest verification."""
-    cluster = selectors.cluster_get_for_user(request.user, cluster_uuid)
+    cluster = selectors.cluster_get_for_user(request_user(request), cluster_uuid)
     return Response(ClusterDetailSerializer(cluster).data, status=code, headers=headers)
 
 
@@ -113,7 +116,7 @@ class ClusterListCreateApi(APIView):
     )
     def get(self, request: Request) -> Response:
         return paginated_response(
-            request, self, selectors.cluster_list_for_user(request.user), ClusterSerializer
+            request, self, selectors.cluster_list_for_user(request_user(request)), ClusterSerializer
         )
 
     @extend_schema(
@@ -415,7 +418,7 @@ class OfferBuyApi(APIView):
             allocation = services.offer_buy(actor=actor, offer=offer, quantity=data["quantity"])
             return Response(
                 AllocationSerializer(
-                    selectors.allocation_get_for_user(request.user, allocation.uuid)
+                    selectors.allocation_get_for_user(request_user(request), allocation.uuid)
                 ).data,
                 status=status.HTTP_201_CREATED,
             )
@@ -451,7 +454,7 @@ class OfferBidCreateApi(APIView):
                 min_quantity=data.get("min_quantity"),
             )
             return Response(
-                BidSerializer(selectors.bid_get_for_user(request.user, bid.uuid)).data,
+                BidSerializer(selectors.bid_get_for_user(request_user(request), bid.uuid)).data,
                 status=status.HTTP_201_CREATED,
             )
 
@@ -506,7 +509,7 @@ class BidListApi(APIView):
     def get(self, request: Request) -> Response:
         filters = validated(BidFilterSerializer, request.query_params)
         bids = selectors.bid_list_for_user(
-            request.user,
+            request_user(request),
             offer_uuid=filters.get("offer"),
             organization_uuid=filters.get("organization"),
             status=filters.get("status"),
@@ -520,7 +523,9 @@ class BidDetailApi(APIView):
         responses={200: BidSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
     )
     def get(self, request: Request, bid_id: str) -> Response:
-        return Response(BidSerializer(selectors.bid_get_for_user(request.user, bid_id)).data)
+        return Response(
+            BidSerializer(selectors.bid_get_for_user(request_user(request), bid_id)).data
+        )
 
     @extend_schema(
         operation_id="bids_withdraw",
@@ -528,8 +533,8 @@ class BidDetailApi(APIView):
         description="Withdraws an open bid before the auction closes and releases its hold.",
     )
     def delete(self, request: Request, bid_id: str) -> Response:
-        bid = selectors.bid_get_for_user(request.user, bid_id)
-        actor = organization_selectors.membership_in(request.user, bid.organization_id)
+        bid = selectors.bid_get_for_user(request_user(request), bid_id)
+        actor = organization_selectors.membership_in(request_user(request), bid.organization_id)
         assert actor is not None  # the bid is visible only to its organization's members
         services.bid_withdraw(actor=actor, bid=bid)
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -552,7 +557,7 @@ class AllocationListApi(APIView):
     def get(self, request: Request) -> Response:
         filters = validated(AllocationFilterSerializer, request.query_params)
         allocations = selectors.allocation_list_for_user(
-            request.user,
+            request_user(request),
             organization_uuid=filters.get("organization"),
             cluster_uuid=filters.get("cluster"),
             status=filters.get("status"),
@@ -568,7 +573,7 @@ class AllocationDetailApi(APIView):
     def get(self, request: Request, allocation_id: str) -> Response:
         return Response(
             AllocationSerializer(
-                selectors.allocation_get_for_user(request.user, allocation_id)
+                selectors.allocation_get_for_user(request_user(request), allocation_id)
             ).data
         )
 

@@ -10,9 +10,11 @@
 - Selectors (reads) never import services (writes): services may read through selectors.
 - Only one module talks to Stripe.
 - mypy --strict checks every app, the library and the command-line client.
+- The micro-unit (six places of money and units) is written once, in computeshare/numbers.py.
 """
 
 import ast
+import re
 import tomllib
 from pathlib import Path
 
@@ -212,6 +214,21 @@ def test_mypy_checks_every_app_the_library_and_the_client():
     checked = {Path(path).parts[0] for path in config["files"]}
     assert {*LAYERS, LIBRARY, "cli"} <= checked
     assert config["strict"] is True
+
+
+def test_the_micro_unit_is_written_once():
+    """Money and units have six places (computeshare.numbers.MICRO_UNIT, MICRO_PLACES); a
+    column, field or rounding that writes them again by hand can drift from the ledger."""
+    written = re.compile(r"""Decimal\(["']0\.00000(1|05)["']\)|decimal_places=6\b|scaleb\(-6\)""")
+    offenders = [
+        f"{path.relative_to(REPOSITORY)}:{number}"
+        for package in [*LAYERS, LIBRARY]
+        for path in python_files(package)
+        if path.relative_to(REPOSITORY) != Path("computeshare/numbers.py")
+        for number, line in enumerate(path.read_text().splitlines(), start=1)
+        if written.search(line)
+    ]
+    assert offenders == []
 
 
 def test_only_the_gateway_talks_to_stripe():

@@ -1,6 +1,8 @@
 from django.urls import path
 
-from marketplace.api import market, money, organizations, webhooks
+from billing.api import money
+from marketplace.api import market, organizations
+from organizations.api import webhooks
 
 urlpatterns = [
     path(

@@ -1,12 +1,9 @@
 from django.urls import path
 
-from marketplace import (
-    views,
-    views_capacity,
-    views_market,
-    views_money,
-    views_webhooks,
-)
+from billing import views as views_money
+from marketplace.views import capacity, market
+from marketplace.views import organizations as views
+from organizations.views import webhooks
 
 urlpatterns = [
     path(
@@ -34,94 +31,92 @@ urlpatterns += [
     ),
 ]
 
-# The market's pages (marketplace/views_market.py).
+# The market's pages (marketplace/views/market.py).
 urlpatterns += [
-    path("offers/", views_market.OfferListView.as_view(), name="offer-list"),
-    path("offers/<uuid:offer_id>/", views_market.OfferDetailView.as_view(), name="offer-detail"),
-    path("offers/<uuid:offer_id>/bid/", views_market.OfferBidView.as_view(), name="offer-bid"),
-    path("offers/<uuid:offer_id>/buy/", views_market.OfferBuyView.as_view(), name="offer-buy"),
+    path("offers/", market.OfferListView.as_view(), name="offer-list"),
+    path("offers/<uuid:offer_id>/", market.OfferDetailView.as_view(), name="offer-detail"),
+    path("offers/<uuid:offer_id>/bid/", market.OfferBidView.as_view(), name="offer-bid"),
+    path("offers/<uuid:offer_id>/buy/", market.OfferBuyView.as_view(), name="offer-buy"),
     path(
         "offers/<uuid:offer_id>/cancel/",
-        views_market.OfferCancelView.as_view(),
+        market.OfferCancelView.as_view(),
         name="offer-cancel",
     ),
-    path(
-        "bids/<uuid:bid_id>/withdraw/", views_market.BidWithdrawView.as_view(), name="bid-withdraw"
-    ),
-    path("market/price-history/", views_market.PriceHistoryView.as_view(), name="price-history"),
+    path("bids/<uuid:bid_id>/withdraw/", market.BidWithdrawView.as_view(), name="bid-withdraw"),
+    path("market/price-history/", market.PriceHistoryView.as_view(), name="price-history"),
     path(
         "organizations/<uuid:organization_id>/allocations/",
-        views_market.OrganizationAllocationsView.as_view(),
+        market.OrganizationAllocationsView.as_view(),
         name="organization-allocations",
     ),
     path(
         "organizations/<uuid:organization_id>/clusters/",
-        views_market.OrganizationClustersView.as_view(),
+        market.OrganizationClustersView.as_view(),
         name="organization-clusters",
     ),
     path(
         "organizations/<uuid:organization_id>/offers/",
-        views_market.OrganizationOffersView.as_view(),
+        market.OrganizationOffersView.as_view(),
         name="organization-offers",
     ),
     path(
         "clusters/<uuid:cluster_id>/verify/",
-        views_market.ClusterVerifyView.as_view(),
+        market.ClusterVerifyView.as_view(),
         name="cluster-verify",
     ),
     path(
         "clusters/<uuid:cluster_id>/capacity/",
-        views_capacity.ClusterCapacityView.as_view(),
+        capacity.ClusterCapacityView.as_view(),
         name="cluster-capacity",
     ),
     path(
         "offers/<uuid:offer_id>/extend/",
-        views_capacity.OfferExtendView.as_view(),
+        capacity.OfferExtendView.as_view(),
         name="offer-extend",
     ),
     path(
         "clusters/<uuid:cluster_id>/capacity/suggested-offer/",
-        views_capacity.SuggestedOfferCreateView.as_view(),
+        capacity.SuggestedOfferCreateView.as_view(),
         name="cluster-suggested-offer",
     ),
     path(
         "clusters/<uuid:cluster_id>/verification/",
-        views_market.ClusterVerificationView.as_view(),
+        market.ClusterVerificationView.as_view(),
         name="cluster-verification",
     ),
     path(
         "clusters/<uuid:cluster_id>/tenant-accounts/<str:username>/scrub/",
-        views_market.TenantAccountScrubView.as_view(),
+        market.TenantAccountScrubView.as_view(),
         name="tenant-account-scrub",
     ),
 ]
 
-# An organization's webhooks (marketplace/views_webhooks.py).
+# An organization's webhooks (organizations/views/webhooks.py).
 organization_webhooks = "organizations/<uuid:organization_id>/webhooks/"
 urlpatterns += [
     path(
         organization_webhooks,
-        views_webhooks.WebhookListView.as_view(),
+        webhooks.WebhookListView.as_view(),
         name="organization-webhooks",
     ),
     path(
         f"{organization_webhooks}<uuid:endpoint_id>/",
-        views_webhooks.WebhookDetailView.as_view(),
+        webhooks.WebhookDetailView.as_view(),
         name="organization-webhook",
     ),
     path(
         f"{organization_webhooks}<uuid:endpoint_id>/rotate-secret/",
-        views_webhooks.WebhookRotateSecretView.as_view(),
+        webhooks.WebhookRotateSecretView.as_view(),
         name="organization-webhook-rotate-secret",
     ),
     path(
         f"{organization_webhooks}<uuid:endpoint_id>/remove/",
-        views_webhooks.WebhookRemoveView.as_view(),
+        webhooks.WebhookRemoveView.as_view(),
         name="organization-webhook-remove",
     ),
     path(
         f"{organization_webhooks}<uuid:endpoint_id>/deliveries/<uuid:delivery_id>/redeliver/",
-        views_webhooks.WebhookRedeliverView.as_view(),
+        webhooks.WebhookRedeliverView.as_view(),
         name="organization-webhook-redeliver",
     ),
 ]

@@ -2,7 +2,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 from django.views.generic import RedirectView
 
-from organizations.forms import LoginForm
+from organizations.forms.organizations import LoginForm
 from organizations.views import organizations, tokens
 
 urlpatterns = [

@@ -1,6 +1,7 @@
 from django.urls import path
 
-from scheduler_bridge import api, sweep_api
+from scheduler_bridge.api import jobs as api
+from scheduler_bridge.api import sweeps
 
 urlpatterns = [
     path("jobs/", api.JobListCreateApi.as_view(), name="api-jobs"),
@@ -19,21 +20,21 @@ urlpatterns = [
     ),
     path("jobs/<uuid:job_id>/cancel/", api.JobCancelApi.as_view(), name="api-job-cancel"),
     path("jobs/<uuid:job_id>/output/", api.JobOutputApi.as_view(), name="api-job-output"),
-    path("sweeps/", sweep_api.SweepListCreateApi.as_view(), name="api-sweeps"),
-    path("sweeps/<uuid:sweep_id>/", sweep_api.SweepDetailApi.as_view(), name="api-sweep"),
+    path("sweeps/", sweeps.SweepListCreateApi.as_view(), name="api-sweeps"),
+    path("sweeps/<uuid:sweep_id>/", sweeps.SweepDetailApi.as_view(), name="api-sweep"),
     path(
         "sweeps/<uuid:sweep_id>/retry-failed/",
-        sweep_api.SweepRetryFailedApi.as_view(),
+        sweeps.SweepRetryFailedApi.as_view(),
         name="api-sweep-retry-failed",
     ),
     path(
         "sweeps/<uuid:sweep_id>/results/",
-        sweep_api.SweepResultsApi.as_view(),
+        sweeps.SweepResultsApi.as_view(),
         name="api-sweep-results",
     ),
     path(
         "sweeps/<uuid:sweep_id>/results.csv",
-        sweep_api.SweepResultsCsvApi.as_view(),
+        sweeps.SweepResultsCsvApi.as_view(),
         name="api-sweep-results-csv",
     ),
     path("organizations/<uuid:organization_id>/usage/", api.UsageApi.as_view(), name="api-usage"),

@@ -5,7 +5,8 @@ what is on the clusters."""
 from celery import shared_task
 
 from hpc.errors import BridgeError
-from scheduler_bridge import selectors, services
+from scheduler_bridge import services
+from scheduler_bridge.selectors import jobs as selectors
 
 
 @shared_task(time_limit=600, soft_time_limit=570)

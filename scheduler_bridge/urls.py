@@ -1,16 +1,17 @@
-"""The job pages (the HTML views live in scheduler_bridge/views.py)."""
+"""The job pages (the HTML views live in scheduler_bridge/views/jobs.py)."""
 
 from django.urls import path
 
-from scheduler_bridge import sweep_views, views, views_dashboard
+from scheduler_bridge.views import dashboard, sweeps
+from scheduler_bridge.views import jobs as views
 
 urlpatterns = [
-    # The page after log-in (scheduler_bridge/views_dashboard.py): it shows jobs beside the
+    # The page after log-in (scheduler_bridge/views/dashboard.py): it shows jobs beside the
     # market's allocations and billing's money.
-    path("dashboard/", views_dashboard.DashboardView.as_view(), name="dashboard"),
+    path("dashboard/", dashboard.DashboardView.as_view(), name="dashboard"),
     path(
         "organizations/<uuid:organization_id>/dashboard/",
-        views_dashboard.DashboardView.as_view(),
+        dashboard.DashboardView.as_view(),
         name="organization-dashboard",
     ),
     path(
@@ -59,24 +60,24 @@ urlpatterns = [
     ),
     path(
         "allocations/<uuid:allocation_id>/sweeps/new/",
-        sweep_views.SweepSubmitView.as_view(),
+        sweeps.SweepSubmitView.as_view(),
         name="sweep-submit",
     ),
-    path("sweeps/", sweep_views.SweepListView.as_view(), name="sweep-list"),
-    path("sweeps/<uuid:sweep_id>/", sweep_views.SweepDetailView.as_view(), name="sweep-detail"),
+    path("sweeps/", sweeps.SweepListView.as_view(), name="sweep-list"),
+    path("sweeps/<uuid:sweep_id>/", sweeps.SweepDetailView.as_view(), name="sweep-detail"),
     path(
         "sweeps/<uuid:sweep_id>/status/",
-        sweep_views.SweepStatusView.as_view(),
+        sweeps.SweepStatusView.as_view(),
         name="sweep-status",
     ),
     path(
         "sweeps/<uuid:sweep_id>/retry-failed/",
-        sweep_views.SweepRetryFailedView.as_view(),
+        sweeps.SweepRetryFailedView.as_view(),
         name="sweep-retry-failed",
     ),
     path(
         "sweeps/<uuid:sweep_id>/results.csv",
-        sweep_views.SweepResultsCsvView.as_view(),
+        sweeps.SweepResultsCsvView.as_view(),
         name="sweep-results-csv",
     ),
 ]

@@ -26,7 +26,7 @@ from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace import capacity, selectors, services
 from marketplace.models import Cluster
-from marketplace.serializers_market import (
+from marketplace.serializers.market import (
     TRACK_RECORD_HOW,
     AllocationFilterSerializer,
     AllocationSerializer,

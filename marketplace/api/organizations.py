@@ -13,7 +13,7 @@ from billing import selectors as billing_selectors
 from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response
 from computeshare.authentication import request_user
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
-from marketplace.serializers import OrganizationDetailSerializer
+from marketplace.serializers.organizations import OrganizationDetailSerializer
 from organizations import selectors as organization_selectors
 from organizations import services as organization_services
 from organizations.models import Membership

@@ -8,7 +8,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from marketplace.charts import price_text
-from marketplace.serializers_market import units_text
+from marketplace.serializers.market import units_text
 
 register = template.Library()
 

@@ -15,7 +15,7 @@ from computeshare.errors import ApplicationError, Conflict, ValidationFailed
 from computeshare.forms import form_add_service_error
 from computeshare.models import User
 from organizations import selectors, services
-from organizations.forms import OrganizationForm, SignUpForm
+from organizations.forms.organizations import OrganizationForm, SignUpForm
 
 
 class HomeView(TemplateView):

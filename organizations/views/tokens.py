@@ -15,7 +15,7 @@ from computeshare import selectors, services
 from computeshare.errors import ApplicationError
 from computeshare.forms import form_add_service_error
 from computeshare.models import User
-from organizations.forms import ApiTokenForm
+from organizations.forms.organizations import ApiTokenForm
 
 
 class ApiTokenListView(LoginRequiredMixin, View):

@@ -22,7 +22,7 @@ from hpc.slurm.inventory import idle_read
 from marketplace import services as market
 from marketplace.models import Cluster
 from scheduler_bridge.models import ClusterPoll
-from scheduler_bridge.selectors import is_idle_sampling_on
+from scheduler_bridge.selectors.jobs import is_idle_sampling_on
 
 logger = logging.getLogger(__name__)
 

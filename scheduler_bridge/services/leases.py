@@ -8,7 +8,7 @@ from django.db import transaction
 
 from marketplace.models import TenantLease
 from marketplace.services import tenant_lease_end_start
-from scheduler_bridge.selectors import tenant_leases_idle
+from scheduler_bridge.selectors.jobs import tenant_leases_idle
 
 
 @transaction.atomic

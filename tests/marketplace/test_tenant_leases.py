@@ -15,9 +15,9 @@ from hpc.slurm.tenants import PoolAccount
 from marketplace import errors, services
 from marketplace.models import Allocation, Bid, Offer, TenantAccount, TenantLease
 from organizations.models import Membership
-from scheduler_bridge import selectors as job_selectors
 from scheduler_bridge import services as job_services
 from scheduler_bridge.models import Job, JobState
+from scheduler_bridge.selectors import jobs as job_selectors
 from tests.concurrency import kinds, run_together
 from tests.factories import (
     ClusterFactory,

@@ -13,10 +13,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.utils import timezone
 
-from scheduler_bridge import selectors as job_selectors
 from scheduler_bridge import services
 from scheduler_bridge.job_files import InputUpload, job_files_storage
 from scheduler_bridge.models import Job, JobFile, JobState
+from scheduler_bridge.selectors import jobs as job_selectors
 from scheduler_bridge.services import files
 from tests.factories import MembershipFactory
 from tests.scheduler_bridge.test_job_files_api import _results

@@ -27,9 +27,9 @@ from hpc.ssh import SSHConnection
 from marketplace import errors, services
 from marketplace.models import Allocation, TenantAccount, TenantLease
 from organizations.models import Membership
-from scheduler_bridge import selectors as job_selectors
 from scheduler_bridge import services as job_services
 from scheduler_bridge.models import ENDED_STATES, Job
+from scheduler_bridge.selectors import jobs as job_selectors
 from tests.factories import MembershipFactory, OfferFactory, allocation_bought, funded_organization
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]

@@ -16,7 +16,7 @@ from django.utils import timezone
 from marketplace.models import Allocation, Resource
 from organizations.models import Membership
 from scheduler_bridge import services
-from scheduler_bridge.forms import SAMPLE_SCRIPT
+from scheduler_bridge.forms.jobs import SAMPLE_SCRIPT
 from scheduler_bridge.models import Job, JobEvent, JobRun, JobState, JobTask
 from tests.factories import (
     MembershipFactory,

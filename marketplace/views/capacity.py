@@ -22,9 +22,9 @@ from computeshare.authentication import request_user
 from computeshare.errors import ApplicationError, NotFound
 from computeshare.numbers import MICRO_PLACES
 from marketplace import capacity, selectors, services
-from marketplace.forms_market import UTC
+from marketplace.forms.market import UTC
 from marketplace.models import Cluster, Partition, Resource
-from marketplace.views_market import SHOWN_ON_FORM, next_url, owner_membership, refusal_text
+from marketplace.views.market import SHOWN_ON_FORM, next_url, owner_membership, refusal_text
 from organizations import selectors as organization_selectors
 from organizations.models import Membership
 

@@ -1,5 +1,5 @@
 """The Stripe webhook. The other money endpoints are per organization and live with the
-organizations in `marketplace.api.money` (billing does not know memberships)."""
+organizations in `billing.api.money` (billing does not know memberships)."""
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers

@@ -21,6 +21,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from billing.api.money import RANGE_PARAMETERS, time_range
 from computeshare.api import (
     ErrorSerializer,
     idempotent,
@@ -34,10 +35,9 @@ from computeshare.errors import FieldErrors, NotFound, ValidationFailed
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from computeshare.parsers import JSONParser
 from marketplace import selectors as market_selectors
-from marketplace.api.money import RANGE_PARAMETERS, time_range
 from marketplace.models import Allocation
 from organizations import selectors as organization_selectors
-from scheduler_bridge import selectors, services
+from scheduler_bridge import services
 from scheduler_bridge.job_files import (
     INPUT_FIELD,
     JobMultiPartParser,
@@ -48,7 +48,8 @@ from scheduler_bridge.job_files import (
 )
 from scheduler_bridge.job_templates import JOB_TEMPLATES
 from scheduler_bridge.models import Job, JobState
-from scheduler_bridge.serializers import (
+from scheduler_bridge.selectors import jobs as selectors
+from scheduler_bridge.serializers.jobs import (
     USAGE_CSV_COLUMNS,
     EfficiencyReportSerializer,
     JobCreateSerializer,

@@ -23,11 +23,11 @@ from computeshare.errors import ValidationFailed
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from computeshare.parsers import JSONParser
 from organizations import selectors as organization_selectors
-from scheduler_bridge import errors, selectors, services
-from scheduler_bridge.api import CSVRenderer, _allocation_named_in_body
+from scheduler_bridge import errors, services
+from scheduler_bridge.api.jobs import CSVRenderer, _allocation_named_in_body
 from scheduler_bridge.models import Sweep
-from scheduler_bridge.services.sweep_tables import MAX_TABLE_BYTES
-from scheduler_bridge.sweep_serializers import (
+from scheduler_bridge.selectors import jobs as selectors
+from scheduler_bridge.serializers.sweeps import (
     SweepCreateSerializer,
     SweepDetailSerializer,
     SweepMultipartSchema,
@@ -37,6 +37,7 @@ from scheduler_bridge.sweep_serializers import (
     sweep_results_csv_header,
     sweep_results_csv_row,
 )
+from scheduler_bridge.services.sweep_tables import MAX_TABLE_BYTES
 
 SWEEP_ERRORS = {**ERRORS, 402: ErrorSerializer}
 TABLE_FILE_FIELD = "table_file"

@@ -19,11 +19,11 @@ from django.views import View
 
 from billing import selectors as billing_selectors
 from billing import services as billing_services
+from billing.forms import BudgetForm
 from computeshare.authentication import request_user
 from computeshare.csv_export import csv_writer
 from computeshare.errors import ApplicationError, ValidationFailed
 from computeshare.forms import form_add_service_error
-from marketplace.forms import BudgetForm
 from organizations import selectors as organization_selectors
 from organizations.models import Membership
 

@@ -9,7 +9,7 @@ from typing import Any
 from django import forms
 
 from computeshare.forms import StyledFormMixin
-from scheduler_bridge.forms import MAX_CPUS, MAX_TIME_LIMIT_MINUTES, _whole_number
+from scheduler_bridge.forms.jobs import MAX_CPUS, MAX_TIME_LIMIT_MINUTES, _whole_number
 from scheduler_bridge.models import Sweep
 from scheduler_bridge.services import SweepRequest
 

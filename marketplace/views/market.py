@@ -39,7 +39,7 @@ from computeshare.forms import form_add_service_error
 from computeshare.models import User
 from marketplace import selectors, services
 from marketplace.charts import price_chart, price_text
-from marketplace.forms_market import (
+from marketplace.forms.market import (
     UTC,
     BidForm,
     BuyNowForm,

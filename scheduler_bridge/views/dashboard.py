@@ -12,7 +12,7 @@ from django.views import View
 
 from computeshare.authentication import request_user
 from organizations import selectors as organization_selectors
-from scheduler_bridge.selectors_dashboard import dashboard_get
+from scheduler_bridge.selectors.dashboard import dashboard_get
 
 
 class DashboardView(LoginRequiredMixin, View):

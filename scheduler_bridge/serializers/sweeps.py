@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from billing.serializers import Money
 from computeshare.numbers import WholeNumber
-from marketplace.serializers_market import Units
+from marketplace.serializers.market import Units
 from scheduler_bridge.models import Job, JobState, Sweep, SweepRow
 
 TABLE_HELP = (

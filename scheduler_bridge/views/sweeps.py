@@ -23,11 +23,12 @@ from computeshare.errors import ApplicationError, ValidationFailed
 from computeshare.forms import form_add_service_error
 from marketplace.models import Allocation
 from organizations import selectors as organization_selectors
-from scheduler_bridge import errors, selectors, services
+from scheduler_bridge import errors, services
+from scheduler_bridge.api.sweeps import sweep_results_csv, table_from_upload
+from scheduler_bridge.forms.sweeps import SweepSubmitForm
 from scheduler_bridge.models import Sweep, SweepRow
-from scheduler_bridge.sweep_api import sweep_results_csv, table_from_upload
-from scheduler_bridge.sweep_forms import SweepSubmitForm
-from scheduler_bridge.views import SHOWN_ON_FORM, active_allocation, refusal_text
+from scheduler_bridge.selectors import jobs as selectors
+from scheduler_bridge.views.jobs import SHOWN_ON_FORM, active_allocation, refusal_text
 
 # Refusals of the table: shown beside it.
 TABLE_ERRORS = (

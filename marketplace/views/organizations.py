@@ -14,7 +14,7 @@ from computeshare.errors import Conflict, ValidationFailed
 from computeshare.forms import form_add_service_error
 from organizations import selectors as organization_selectors
 from organizations import services as organization_services
-from organizations.forms import MemberAddForm
+from organizations.forms.organizations import MemberAddForm
 
 
 class OrganizationDetailView(LoginRequiredMixin, View):

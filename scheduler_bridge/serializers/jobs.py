@@ -12,11 +12,11 @@ from rest_framework import serializers
 
 from billing.serializers import Money
 from computeshare.numbers import WholeNumber
-from marketplace.serializers_market import Units, units_text
-from scheduler_bridge import selectors
+from marketplace.serializers.market import Units, units_text
 from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
 from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
 from scheduler_bridge.models import Job, JobFile, JobState, JobTask
+from scheduler_bridge.selectors import jobs as selectors
 
 
 class JobCreateSerializer(serializers.Serializer):

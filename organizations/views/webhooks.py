@@ -14,8 +14,8 @@ from django.views import View
 from computeshare.authentication import request_user
 from computeshare.errors import ApplicationError
 from computeshare.forms import form_add_service_error
-from marketplace.forms_webhooks import WebhookEndpointForm
 from organizations import selectors as organization_selectors
+from organizations.forms.webhooks import WebhookEndpointForm
 from organizations.models import Membership
 from webhooks import selectors as webhook_selectors
 from webhooks import services as webhook_services
@@ -31,7 +31,7 @@ def _never_cached(response: HttpResponse) -> HttpResponse:
 
 
 class WebhookListView(LoginRequiredMixin, View):
-    template_name = "marketplace/webhooks.html"
+    template_name = "organizations/webhooks.html"
 
     def _render(
         self,
@@ -81,7 +81,7 @@ class WebhookListView(LoginRequiredMixin, View):
 
 
 class WebhookDetailView(LoginRequiredMixin, View):
-    template_name = "marketplace/webhook_detail.html"
+    template_name = "organizations/webhook_detail.html"
 
     def _render(
         self,

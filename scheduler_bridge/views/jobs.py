@@ -47,8 +47,8 @@ from marketplace import selectors as market_selectors
 from marketplace.models import Allocation, Resource
 from organizations import selectors as organization_selectors
 from organizations.models import Membership
-from scheduler_bridge import errors, selectors, services, sizing
-from scheduler_bridge.forms import JobFilterForm, JobSizesForm, JobSubmitForm, MonthForm
+from scheduler_bridge import errors, services, sizing
+from scheduler_bridge.forms.jobs import JobFilterForm, JobSizesForm, JobSubmitForm, MonthForm
 from scheduler_bridge.job_files import (
     InputUpload,
     input_uploads_check,
@@ -57,7 +57,8 @@ from scheduler_bridge.job_files import (
 )
 from scheduler_bridge.job_templates import JobTemplate, job_template_get, job_templates_for
 from scheduler_bridge.models import Job, JobFile, JobState
-from scheduler_bridge.serializers import month_start_of
+from scheduler_bridge.selectors import jobs as selectors
+from scheduler_bridge.serializers.jobs import month_start_of
 from scheduler_bridge.sizing import SizingAdvice
 
 PAGE_SIZE = 50

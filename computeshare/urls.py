@@ -19,6 +19,7 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("", include("organizations.urls")),
+    path("", include("billing.urls")),
     path("", include("marketplace.urls")),
     path("", include("scheduler_bridge.urls")),
     path("", include("notifications.urls")),

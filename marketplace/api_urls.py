@@ -1,8 +1,6 @@
 from django.urls import path
 
-from billing.api import money
 from marketplace.api import market, organizations
-from organizations.api import webhooks
 
 urlpatterns = [
     path(
@@ -14,35 +12,6 @@ urlpatterns = [
         "organizations/<uuid:organization_id>/",
         organizations.OrganizationDetailApi.as_view(),
         name="api-organization-detail",
-    ),
-]
-
-organization_money = "organizations/<uuid:organization_id>/"
-urlpatterns += [
-    path(f"{organization_money}budget/", money.BudgetApi.as_view(), name="api-budget"),
-    path(f"{organization_money}top-ups/", money.TopUpListCreateApi.as_view(), name="api-top-ups"),
-    path(
-        f"{organization_money}top-ups/<uuid:top_up_id>/",
-        money.TopUpDetailApi.as_view(),
-        name="api-top-up-detail",
-    ),
-    path(f"{organization_money}ledger/", money.LedgerApi.as_view(), name="api-ledger"),
-    path(f"{organization_money}earnings/", money.EarningsApi.as_view(), name="api-earnings"),
-    path(
-        f"{organization_money}payout-account/",
-        money.PayoutAccountApi.as_view(),
-        name="api-payout-account",
-    ),
-    path(
-        f"{organization_money}payout-account/onboarding/",
-        money.PayoutOnboardingApi.as_view(),
-        name="api-payout-onboarding",
-    ),
-    path(f"{organization_money}payouts/", money.PayoutListCreateApi.as_view(), name="api-payouts"),
-    path(
-        f"{organization_money}payouts/<uuid:payout_id>/",
-        money.PayoutDetailApi.as_view(),
-        name="api-payout",
     ),
 ]
 
@@ -97,34 +66,5 @@ urlpatterns += [
         "allocations/<uuid:allocation_id>/",
         market.AllocationDetailApi.as_view(),
         name="api-allocation",
-    ),
-]
-
-organization_webhooks = "organizations/<uuid:organization_id>/webhook-endpoints/"
-urlpatterns += [
-    path(
-        organization_webhooks,
-        webhooks.WebhookEndpointListCreateApi.as_view(),
-        name="api-webhook-endpoints",
-    ),
-    path(
-        f"{organization_webhooks}<uuid:endpoint_id>/",
-        webhooks.WebhookEndpointDetailApi.as_view(),
-        name="api-webhook-endpoint",
-    ),
-    path(
-        f"{organization_webhooks}<uuid:endpoint_id>/rotate-secret/",
-        webhooks.WebhookEndpointRotateSecretApi.as_view(),
-        name="api-webhook-endpoint-rotate-secret",
-    ),
-    path(
-        f"{organization_webhooks}<uuid:endpoint_id>/deliveries/",
-        webhooks.WebhookDeliveryListApi.as_view(),
-        name="api-webhook-deliveries",
-    ),
-    path(
-        f"{organization_webhooks}<uuid:endpoint_id>/deliveries/<uuid:delivery_id>/redeliver/",
-        webhooks.WebhookDeliveryRedeliverApi.as_view(),
-        name="api-webhook-delivery-redeliver",
     ),
 ]

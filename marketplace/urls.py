@@ -1,33 +1,12 @@
 from django.urls import path
 
-from billing import views as views_money
-from marketplace.views import capacity, market
-from marketplace.views import organizations as views
-from organizations.views import webhooks
+from marketplace.views import capacity, market, organizations
 
 urlpatterns = [
     path(
         "organizations/<uuid:organization_id>/",
-        views.OrganizationDetailView.as_view(),
+        organizations.OrganizationDetailView.as_view(),
         name="organization-detail",
-    ),
-]
-
-urlpatterns += [
-    path(
-        "organizations/<uuid:organization_id>/money/",
-        views_money.MoneyView.as_view(),
-        name="organization-money",
-    ),
-    path(
-        "organizations/<uuid:organization_id>/statements/<int:year>/<int:month>/",
-        views_money.StatementView.as_view(),
-        name="organization-statement",
-    ),
-    path(
-        "organizations/<uuid:organization_id>/payouts/",
-        views_money.PayoutsView.as_view(),
-        name="organization-payouts",
     ),
 ]
 
@@ -88,35 +67,5 @@ urlpatterns += [
         "clusters/<uuid:cluster_id>/tenant-accounts/<str:username>/scrub/",
         market.TenantAccountScrubView.as_view(),
         name="tenant-account-scrub",
-    ),
-]
-
-# An organization's webhooks (organizations/views/webhooks.py).
-organization_webhooks = "organizations/<uuid:organization_id>/webhooks/"
-urlpatterns += [
-    path(
-        organization_webhooks,
-        webhooks.WebhookListView.as_view(),
-        name="organization-webhooks",
-    ),
-    path(
-        f"{organization_webhooks}<uuid:endpoint_id>/",
-        webhooks.WebhookDetailView.as_view(),
-        name="organization-webhook",
-    ),
-    path(
-        f"{organization_webhooks}<uuid:endpoint_id>/rotate-secret/",
-        webhooks.WebhookRotateSecretView.as_view(),
-        name="organization-webhook-rotate-secret",
-    ),
-    path(
-        f"{organization_webhooks}<uuid:endpoint_id>/remove/",
-        webhooks.WebhookRemoveView.as_view(),
-        name="organization-webhook-remove",
-    ),
-    path(
-        f"{organization_webhooks}<uuid:endpoint_id>/deliveries/<uuid:delivery_id>/redeliver/",
-        webhooks.WebhookRedeliverView.as_view(),
-        name="organization-webhook-redeliver",
     ),
 ]

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from organizations.api import memberships, organizations, tokens
+from organizations.api import memberships, organizations, tokens, webhooks
 
 urlpatterns = [
     path("auth/token/", organizations.AuthTokenApi.as_view(), name="api-auth-token"),
@@ -42,5 +42,34 @@ urlpatterns = [
         "invitations/<uuid:invitation_id>/decline/",
         memberships.InvitationDeclineApi.as_view(),
         name="api-invitation-decline",
+    ),
+]
+
+organization_webhooks = "organizations/<uuid:organization_id>/webhook-endpoints/"
+urlpatterns += [
+    path(
+        organization_webhooks,
+        webhooks.WebhookEndpointListCreateApi.as_view(),
+        name="api-webhook-endpoints",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/",
+        webhooks.WebhookEndpointDetailApi.as_view(),
+        name="api-webhook-endpoint",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/rotate-secret/",
+        webhooks.WebhookEndpointRotateSecretApi.as_view(),
+        name="api-webhook-endpoint-rotate-secret",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/deliveries/",
+        webhooks.WebhookDeliveryListApi.as_view(),
+        name="api-webhook-deliveries",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/deliveries/<uuid:delivery_id>/redeliver/",
+        webhooks.WebhookDeliveryRedeliverApi.as_view(),
+        name="api-webhook-delivery-redeliver",
     ),
 ]

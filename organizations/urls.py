@@ -3,7 +3,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from organizations.forms.organizations import LoginForm
-from organizations.views import organizations, tokens
+from organizations.views import organizations, tokens, webhooks
 
 urlpatterns = [
     path("", organizations.HomeView.as_view(), name="home"),
@@ -55,5 +55,35 @@ urlpatterns = [
         "invitations/<uuid:invitation_id>/decline/",
         organizations.InvitationAnswerView.as_view(accept=False),
         name="invitation-decline",
+    ),
+]
+
+# An organization's webhooks (organizations/views/webhooks.py).
+organization_webhooks = "organizations/<uuid:organization_id>/webhooks/"
+urlpatterns += [
+    path(
+        organization_webhooks,
+        webhooks.WebhookListView.as_view(),
+        name="organization-webhooks",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/",
+        webhooks.WebhookDetailView.as_view(),
+        name="organization-webhook",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/rotate-secret/",
+        webhooks.WebhookRotateSecretView.as_view(),
+        name="organization-webhook-rotate-secret",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/remove/",
+        webhooks.WebhookRemoveView.as_view(),
+        name="organization-webhook-remove",
+    ),
+    path(
+        f"{organization_webhooks}<uuid:endpoint_id>/deliveries/<uuid:delivery_id>/redeliver/",
+        webhooks.WebhookRedeliverView.as_view(),
+        name="organization-webhook-redeliver",
     ),
 ]

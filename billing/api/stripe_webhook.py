@@ -1,5 +1,4 @@
-"""The Stripe webhook. The other money endpoints are per organization and live with the
-organizations in `billing.api.money` (billing does not know memberships)."""
+"""The Stripe webhook. The other money endpoints are per organization: `billing.api.money`."""
 
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers

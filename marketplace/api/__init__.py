@@ -1,3 +1,2 @@
-"""The REST API of the market, and of the money of organizations: an organization's wallet,
-budget, top-ups, ledger and payouts live here, above billing, and call billing's services and
-selectors (organizations' own endpoints: organizations.api)."""
+"""The REST API of the market (an organization's money: billing.api; an organization's own
+endpoints and webhooks: organizations.api)."""

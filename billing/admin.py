@@ -32,6 +32,7 @@ from billing.models import (
 from computeshare.authentication import request_user
 from computeshare.errors import ApplicationError
 from computeshare.numbers import MICRO_PLACES
+from organizations.models import Organization
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -46,12 +47,10 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 
 class AdjustmentForm(forms.Form):
-    # Chosen by its wallet: billing does not import the marketplace's models.
-    wallet = forms.ModelChoiceField(
-        queryset=Account.objects.filter(kind=Account.Kind.AVAILABLE)
-        .select_related("organization")
-        .order_by("organization__name"),
-        label="Organization",
+    # The organization itself, not its wallet account: accounts open on the first money
+    # movement, so a new organization has none until then and could not be chosen.
+    organization = forms.ModelChoiceField(
+        queryset=Organization.objects.order_by("name"), label="Organization"
     )
     amount = forms.DecimalField(
         max_digits=20,
@@ -108,7 +107,7 @@ class TransactionAdmin(ReadOnlyAdmin):
         if request.method == "POST" and form.is_valid():
             try:
                 posted = services.wallet_adjust(
-                    organization=form.cleaned_data["wallet"].organization,
+                    organization=form.cleaned_data["organization"],
                     amount=form.cleaned_data["amount"],
                     memo=form.cleaned_data["memo"],
                     actor=request_user(request),

@@ -18,11 +18,6 @@ def staff_client(client: Client) -> Client:
     return client
 
 
-def wallet_of(organization) -> Account:
-    services.wallet_open(organization)
-    return Account.objects.get(organization=organization, kind="available")
-
-
 def test_staff_post_an_adjustment_as_a_new_balanced_transaction(staff_client: Client):
     organization = OrganizationFactory()
     services.wallet_credit(
@@ -31,7 +26,7 @@ def test_staff_post_an_adjustment_as_a_new_balanced_transaction(staff_client: Cl
 
     answer = staff_client.post(
         "/admin/billing/transaction/adjustment/",
-        {"wallet": wallet_of(organization).pk, "amount": "-2.5", "memo": "Refund of a failed run"},
+        {"organization": organization.pk, "amount": "-2.5", "memo": "Refund of a failed run"},
     )
 
     adjustment = Transaction.objects.get(kind="adjustment")
@@ -52,12 +47,26 @@ def test_an_adjustment_taking_more_than_is_available_is_refused(staff_client: Cl
 
     answer = staff_client.post(
         "/admin/billing/transaction/adjustment/",
-        {"wallet": wallet_of(organization).pk, "amount": "-1", "memo": "Too much"},
+        {"organization": organization.pk, "amount": "-1", "memo": "Too much"},
     )
 
     assert answer.status_code == 200
     assert b"does not cover this" in answer.content
     assert Entry.objects.count() == before
+
+
+def test_a_new_organization_with_no_money_movement_yet_can_be_credited(staff_client: Client):
+    organization = OrganizationFactory()  # its accounts open on the first movement
+    assert not Account.objects.filter(organization=organization).exists()
+
+    answer = staff_client.post(
+        "/admin/billing/transaction/adjustment/",
+        {"organization": organization.pk, "amount": "4", "memo": "Welcome credit"},
+    )
+
+    assert answer.status_code == 302
+    assert selectors.wallet_get(organization).available == Decimal("4")
+    assert selectors.ledger_verify() == []
 
 
 def test_money_pages_are_read_only_in_the_admin(staff_client: Client):

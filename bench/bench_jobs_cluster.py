@@ -450,10 +450,10 @@ def bridge_submit(
     """The bridge library: `SlurmBackend.submit`, the specs arriving together (dealt to
     `tenants` in turn), in batches of `batch_size` as `cluster_jobs_submit` claims them.
 
-    It runs on a connection opened beforehand (outside the figure) with no SFTP session open
-    yet, as a worker's pooled connection whose last batches were other teams': every tenant
-    pays for its SFTP session under sudo, the cost this bench is about. (A worker that submits
-    for the same team again reuses that session: at most 2 stay open per connection.)"""
+    It runs on a connection opened beforehand (outside the figure), as a worker's pooled
+    connection: each tenant's share of a batch is one command under sudo, which writes the
+    jobs' files and runs their sbatch calls in the library's default lanes (2, as
+    `JOBS_SUBMIT_LANES`)."""
     specs = tiny_specs(jobs, count, tenants)
     ids: list[str] = []
     refused: list[str | None] = []

@@ -124,7 +124,9 @@ def service_submit(place: Scene, jobs: BenchJobs, count: int) -> tuple[Way, list
     way = Way(
         f"bridge: cluster_jobs_submit, {count} queued rows of one team",
         submitted, seconds, len(counts.commands), counts.connections, counts.sftp_opened,
-        note=f"batches of {settings.JOBS_SUBMIT_BATCH_SIZE}",
+        note=f"batches of {settings.JOBS_SUBMIT_BATCH_SIZE}, {settings.JOBS_SUBMIT_LANES} "
+        f"lanes; the remote command {1000 * counts.command_seconds / max(1, submitted):.1f} ms "
+        "a job, the rest the database's and the worker's",
     )  # fmt: skip
     return way, ids, accepting
 

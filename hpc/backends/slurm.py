@@ -97,9 +97,13 @@ class SlurmBackend:
         *,
         command_timeout: float = 60.0,
         record_grace: timedelta = timedelta(seconds=60),
+        submit_lanes: int = 2,
     ) -> None:
         self.connection = connection
         self.command_timeout = command_timeout
+        # How many sbatch calls of a tenant's batch run at once on the login node (see
+        # `submission_script`).
+        self.submit_lanes = submit_lanes
         # How long after its end a run without a batch step is taken as whole (see
         # `parse_sacct_runs`).
         self.record_grace = record_grace
@@ -196,7 +200,7 @@ class SlurmBackend:
         self, tenant: Tenant, submissions: list[Submission]
     ) -> list[SubmissionOutcome]:
         token = f"@@computeshare-{uuid.uuid4().hex}@@"
-        script = submission_script(submissions, token)
+        script = submission_script(submissions, token, lanes=self.submit_lanes)
         timeout = self.command_timeout + _SECONDS_PER_SUBMISSION * len(submissions)
         try:
             result = self.connection.run(

@@ -26,6 +26,7 @@ def backend_for(cluster: Cluster) -> Backend:
         connection,
         command_timeout=settings.JOBS_COMMAND_TIMEOUT_SECONDS,
         record_grace=timedelta(seconds=settings.JOBS_RUN_RECORD_GRACE_SECONDS),
+        submit_lanes=settings.JOBS_SUBMIT_LANES,
     )
 
 

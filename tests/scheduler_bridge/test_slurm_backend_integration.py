@@ -3,8 +3,10 @@ the fixed pool. The cluster has 2 CPUs and other people's jobs: every job here i
 long and carries a unique name, and only those are cancelled. The cluster is this machine, so a
 file an injected command would create on the login node is visible here."""
 
+import posixpath
 import time
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -125,6 +127,34 @@ def test_a_batch_submits_a_job_and_an_array_and_refuses_a_bad_partition(
     recent = backend.runs_of_users([tenant.user], started, datetime.now(UTC) + timedelta(minutes=1))
     assert {single_id, f"{array_id}_1"} <= {record.job_id for record in recent}
     assert all(record.user == tenant.user for record in recent)
+
+
+def test_in_two_lanes_a_job_whose_files_cannot_be_written_is_refused_alone(
+    backend, testcluster, unique, tenant
+):
+    """The batch's sbatch calls run in two lanes (`SlurmBackend.submit_lanes`): the outcomes
+    come back in the batch's order, and a job whose directory cannot be made (a file is in its
+    way) is refused with the reason, without stopping the jobs of either lane."""
+    assert backend.submit_lanes == 2
+    in_the_way = f"{tenant.home}/computeshare-tests/{unique}/in-the-way"
+    backend.connection.run(["mkdir", "-p", posixpath.dirname(in_the_way)], as_user=tenant.user)
+    backend.connection.run(["touch", in_the_way], as_user=tenant.user)
+    specs = [job(unique, f"lane-{index}", "true\n", testcluster) for index in range(4)]
+    specs[1] = replace(specs[1], directory=f"computeshare-tests/{unique}/in-the-way/job")
+
+    results = backend.submit(specs)
+
+    ids = [result.scheduler_job_id for result in results]
+    # Each id is the one sbatch gave that job: the cluster knows it by the job's own name.
+    found = backend.find([specs[index].name for index in (0, 2, 3)], [tenant.user])
+    backend.cancel(tenant, [job_id for job_id in ids if job_id])
+    assert [result.name for result in results] == [spec.name for spec in specs]
+    assert ids[1] is None and results[1].is_transient is False
+    assert f"cannot write the job files in {tenant.home}/computeshare-tests/{unique}" in (
+        results[1].error
+    )
+    assert all(job_id and job_id.isdigit() for job_id in ids[0:1] + ids[2:])
+    assert found == {specs[index].name: ids[index] for index in (0, 2, 3)}
 
 
 def test_cancel_ends_a_job_cancelled_and_cancelling_it_again_is_fine(

@@ -176,6 +176,44 @@ def test_a_stream_without_final_newline_is_kept_exactly():
     assert outcome == SubmissionOutcome(0, "17", "warn")
 
 
+def test_outcomes_printed_lane_by_lane_come_back_in_the_batchs_order():
+    # Two lanes: jobs 0 and 2 in the first, 1 in the second, printed one lane after the other.
+    output = (
+        "\nT stdout 0\n17\n\nT stderr 0\n\nT exit 0 0\n"
+        "\nT stdout 2\n\nT stderr 2\nrefused\n\nT exit 2 1\n"
+        "\nT stdout 1\n18\n\nT stderr 1\n\nT exit 1 0\n"
+    )
+
+    outcomes = parse_submission_output(output, "T", 3)
+
+    assert outcomes == [
+        SubmissionOutcome(0, "17\n", ""),
+        SubmissionOutcome(0, "18\n", ""),
+        SubmissionOutcome(1, "", "refused\n"),
+    ]
+
+
+def test_the_script_runs_its_jobs_in_lanes_taking_turns():
+    submissions = [
+        Submission(f"/home/u/jobs/{index}", ["sbatch", f"--job-name=j{index}"], "#!/bin/sh\n", {})
+        for index in range(5)
+    ]
+
+    one_lane = submission_script(submissions, "@@token@@")
+    two_lanes = submission_script(submissions, "@@token@@", lanes=2)
+
+    assert "wait" not in one_lane.split("\n") and "lane" not in one_lane
+    assert [line for line in two_lanes.split("\n") if line.startswith("outcome ")] == [
+        f'outcome {index} "$status"' for index in (0, 2, 4, 1, 3)
+    ]
+    assert two_lanes.count(') >"$scratch/lane') == 2
+    assert 'cat "$scratch/lane0" "$scratch/lane1"' in two_lanes
+    # More lanes than jobs: one lane a job.
+    assert submission_script(submissions[:1], "@@token@@", lanes=4) == submission_script(
+        submissions[:1], "@@token@@"
+    )
+
+
 @pytest.mark.parametrize(
     "output",
     [
@@ -183,6 +221,8 @@ def test_a_stream_without_final_newline_is_kept_exactly():
         "\nT stdout 0\n17\n\nT stderr 0\n\n",  # cut before the exit status
         "\nT stdout 1\n17\n\nT stderr 1\n\nT exit 1 0\n",  # the wrong spec
         "\nT stdout 0\n17\n\nT stderr 0\n\nT exit 0 zero\n",
+        "\nT stdout 0\n\nT stderr 0\n\nT exit 0 0\n" * 2,  # one job twice
+        "\nT stdout 0\n\nT stdout 1\n\nT stderr 1\n\nT exit 1 0\n",  # cut, another begun
     ],
 )
 def test_an_incomplete_submission_output_is_unexpected(output):

@@ -86,11 +86,16 @@ def tenant_lease_take(*, cluster: Cluster, organization_id: int) -> TenantLease 
     transaction (a purchase): the account is the team's from the commit on. None on a cluster
     without tenants. Raises `TenantAccountsExhausted` (409) when every account is taken.
 
-    Purchases of one team are serialized here, on the team's row (locked after the offer's or
-    the allocation's, before any account): the second finds the lease the first made, rather
-    than every free account locked by its own team's other purchases."""
+    The usual case, a team that holds its lease already (every job it submits), is one read
+    and no lock: a lease ends only once the team has no open allocation there. Otherwise the
+    team's purchases are serialized here, on the team's row (locked after the offer's or the
+    allocation's, before any account): the second finds the lease the first made, rather than
+    every free account locked by its own team's other purchases."""
     if not cluster.runs_jobs_as_tenants:
         return None
+    lease = _active_lease(cluster, organization_id)
+    if lease is not None:
+        return lease
     Organization.objects.select_for_update().filter(pk=organization_id).first()
     lease = _active_lease(cluster, organization_id)
     if lease is not None:

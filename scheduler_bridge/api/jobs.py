@@ -213,9 +213,7 @@ class JobListCreateApi(APIView):
                 input_files=uploads,
             )
             return Response(
-                JobDetailSerializer(
-                    selectors.job_get_for_user(request_user(request), job.uuid)
-                ).data,
+                JobDetailSerializer(selectors.job_detail_of_accepted(job)).data,
                 status=status.HTTP_201_CREATED,
             )
 

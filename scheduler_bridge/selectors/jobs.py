@@ -11,7 +11,15 @@ from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db.models import Count, Exists, OuterRef, Prefetch, Q, QuerySet
+from django.db.models import (
+    Count,
+    Exists,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    prefetch_related_objects,
+)
 from django.utils import timezone
 
 from computeshare.errors import NotFound
@@ -71,6 +79,13 @@ def job_list_filtered(
     return jobs
 
 
+# What a job's detail shows beside the job: its tasks and its history, in order.
+_DETAIL_PREFETCHES = (
+    Prefetch("tasks", queryset=JobTask.objects.order_by("array_task_id")),
+    Prefetch("events", queryset=JobEvent.objects.order_by("at", "id")),
+)
+
+
 def job_get_for_user(user: User, job_uuid: Any) -> Job:
     """One job with its tasks and history; `NotFound` for anyone outside its organization."""
     try:
@@ -79,14 +94,19 @@ def job_get_for_user(user: User, job_uuid: Any) -> Job:
                 organization__in=Membership.objects.filter(user=user).values("organization")
             )
             .select_related("allocation__partition", "cluster", "organization", "submitted_by")
-            .prefetch_related(
-                Prefetch("tasks", queryset=JobTask.objects.order_by("array_task_id")),
-                Prefetch("events", queryset=JobEvent.objects.order_by("at", "id")),
-            )
+            .prefetch_related(*_DETAIL_PREFETCHES)
             .get(uuid=job_uuid)
         )
     except (Job.DoesNotExist, ValueError, ValidationError) as error:
         raise NotFound("No such job.") from error
+
+
+def job_detail_of_accepted(job: Job) -> Job:
+    """The job `job_submit` just accepted, with its tasks and history as `job_get_for_user`
+    reads them: the job's own row and the rows it points to are those the submission wrote
+    and locked, so only the tasks and the history are read (two queries, not five)."""
+    prefetch_related_objects([job], *_DETAIL_PREFETCHES)
+    return job
 
 
 def job_run_list(job: Job) -> QuerySet[JobRun]:
@@ -262,8 +282,11 @@ def job_estimate(
 
 def job_sizing_advice(job: Job) -> SizingAdvice | None:
     """The right-sizing advice on a job the caller may see (`job_get_for_user`), from its
-    settled runs; None before it ended or when it never ran."""
-    return sizing.job_sizing_advice(job, list(job_run_list(job)), str(settings.PLATFORM_CURRENCY))
+    settled runs; None before it ended or when it never ran. A job that has not ended has no
+    advice whatever its runs, so they are not read: every detail of an active job skips that
+    query."""
+    runs = list(job_run_list(job)) if job.is_ended else []
+    return sizing.job_sizing_advice(job, runs, str(settings.PLATFORM_CURRENCY))
 
 
 def job_latest_sized(

@@ -284,7 +284,7 @@ def job_submit(
     on the allocation, under its row lock."""
     allocation = (
         Allocation.objects.select_for_update(of=("self",))
-        .select_related("cluster", "partition")
+        .select_related("cluster", "partition", "organization")
         .get(pk=allocation.pk)
     )
     if allocation.organization_id != actor.organization_id:
@@ -300,8 +300,9 @@ def job_submit(
     allocation.save(update_fields=["reserved", "updated_at"])
     job = Job.objects.create(
         allocation=allocation,
-        organization_id=allocation.organization_id,
-        cluster_id=allocation.cluster_id,
+        # The rows just read, so that the job's detail needs no second read of them.
+        organization=allocation.organization,
+        cluster=allocation.cluster,
         lease=lease,
         partition_name=allocation.partition.name,
         submitted_by=actor.user,

@@ -19,8 +19,8 @@ from pathlib import Path
 
 from bench_jobs_cluster import TINY_SCRIPT, BenchJobs, Way
 from bench_jobs_following import Scene
-from bench_jobs_support import DATABASE, REDIS_URL
-from bench_support import bench_database_url
+from bench_jobs_support import AS_DEPLOYED, DATABASE, REDIS_URL
+from bench_support import bench_database_url, cpu_by_program, cpu_spent
 
 # gunicorn as deployed (docker/ runs gthread workers), sized for this 2-core machine.
 GUNICORN_OPTIONS = [
@@ -41,6 +41,7 @@ class EndToEnd:
     ids: list[str]
     accepted_seconds: float  # when the last POST had its 201
     refused: list[str]
+    cpu: str  # where the machine's CPU went meanwhile (`cpu_spent`)
 
 
 def end_to_end(place: Scene, jobs: BenchJobs, count: int, *, clients: int = CLIENTS) -> EndToEnd:
@@ -53,7 +54,7 @@ def end_to_end(place: Scene, jobs: BenchJobs, count: int, *, clients: int = CLIE
     key = token_for(place.actor.user)
     log_path = Path(tempfile.mkdtemp(prefix="bench-jobs-gunicorn-")) / "gunicorn.log"
     server = GunicornServer(
-        worker_environment(database=bench_database_url(DATABASE), redis=REDIS_URL),
+        worker_environment(database=bench_database_url(DATABASE), redis=REDIS_URL, **AS_DEPLOYED),
         log_path,
         GUNICORN_OPTIONS,
     )
@@ -69,6 +70,7 @@ def end_to_end(place: Scene, jobs: BenchJobs, count: int, *, clients: int = CLIE
         created: list[str] = []
         refused: list[str] = []
         shares = [count // clients + (index < count % clients) for index in range(clients)]
+        cpu_before = cpu_by_program()
         begun = time.perf_counter()
         threads = [
             threading.Thread(
@@ -85,6 +87,7 @@ def end_to_end(place: Scene, jobs: BenchJobs, count: int, *, clients: int = CLIE
         jobs.names.update(names)
         left_before_seen = _wait_in_queue(jobs, place, names, timeout=300)
         seconds = time.perf_counter() - begun
+        cpu = cpu_spent(cpu_before, cpu_by_program())
     finally:
         server.stop()
     ids = jobs.add(_ids(place, set(names)), place.tenant)
@@ -95,7 +98,7 @@ def end_to_end(place: Scene, jobs: BenchJobs, count: int, *, clients: int = CLIE
         + (f"; {left_before_seen} ended before squeue was read" if left_before_seen else "")
         + (f"; {len(refused)} refused: {refused[:1]}" if refused else ""),
     )  # fmt: skip
-    return EndToEnd(way, ids, accepted, refused)
+    return EndToEnd(way, ids, accepted, refused, cpu)
 
 
 def _post_jobs(

@@ -265,3 +265,41 @@ class WaitEvents:
     def top(self, count: int = 5) -> str:
         ranked = sorted(self.samples.items(), key=lambda item: -item[1])[:count]
         return ", ".join(f"{name} {seen / max(1, self.total):.0%}" for name, seen in ranked)
+
+
+# --- Where the machine's CPU went ---------------------------------------------------------------
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_by_program() -> dict[str, float]:
+    """CPU seconds so far of every process on the machine, summed by program name, each with its
+    reaped children's (so a login node's sudo, shell and sbatch processes count under the sshd
+    session that started them, and a Celery pool's forks under celery)."""
+    totals: dict[str, float] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            text = Path(entry.path, "stat").read_text()
+        except OSError:  # gone meanwhile
+            continue
+        # Kernel threads by kind ("kworker/u8:1-events" is a kworker).
+        name = text[text.index("(") + 1 : text.rindex(")")].split("/")[0]
+        fields = text[text.rindex(")") + 2 :].split()
+        # utime, stime, cutime, cstime: fields 14 to 17 of proc(5), counting from 1.
+        ticks = sum(int(value) for value in fields[11:15])
+        totals[name] = totals.get(name, 0.0) + ticks / _CLOCK_TICKS
+    return totals
+
+
+def cpu_spent(before: dict[str, float], after: dict[str, float], *, top: int = 7) -> str:
+    """The programs that used the most CPU between two `cpu_by_program` readings, as text
+    ("gunicorn 2.1 s, postgres 1.4 s, ..."), and the sum of all of them."""
+    spent = {name: after[name] - before.get(name, 0.0) for name in after}
+    busiest = sorted(
+        ((seconds, name) for name, seconds in spent.items() if seconds > 0.005), reverse=True
+    )
+    total = sum(seconds for seconds, _ in busiest)
+    shown = ", ".join(f"{name} {seconds:.2f} s" for seconds, name in busiest[:top])
+    return f"{total:.2f} CPU-seconds in all: {shown}"

@@ -56,6 +56,7 @@ Benchmarks print figures; they never pass or fail.
 
 import argparse
 import logging
+import os
 import re
 import sys
 import time
@@ -282,6 +283,11 @@ def print_end_to_end(whole: EndToEnd, plain: Way) -> None:
         f"   {way.seconds:.2f} s from the first request to squeue showing the last job "
         f"({way.milliseconds_per_job:.1f} ms a job; {way.note}); plain sbatch "
         f"{plain.milliseconds_per_job:.1f} ms a job"
+    )
+    print(
+        f"   the machine meanwhile ({os.cpu_count()} CPUs x {way.seconds:.2f} s): {whole.cpu} "
+        "(a program's reaped children count with it: the login node's sudo, shell and sbatch "
+        "under sshd)"
     )
     record_figure(
         "submit.end_to_end",

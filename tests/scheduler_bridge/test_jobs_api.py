@@ -261,6 +261,40 @@ def test_output_of_a_job_not_yet_on_the_cluster_is_empty_text(team, allocation):
     assert too_much.status_code == 400
 
 
+@pytest.mark.parametrize("changes", [{}, {"array": "0-4", "environment": {"A": "1"}}])
+def test_the_answer_to_a_submission_is_the_jobs_detail_as_read_back(team, allocation, changes):
+    """The 201 is built from the rows the submission wrote and locked, not read back: it must
+    be exactly what GET /jobs/{id} answers."""
+    client = client_for(team.member)
+
+    created = client.post("/api/v1/jobs/", _body(allocation, **changes), format="json")
+
+    assert created.status_code == 201, created.json()
+    assert client.get(f"/api/v1/jobs/{created.json()['id']}/").json() == created.json()
+
+
+def test_a_submission_reads_what_it_checks_and_writes_its_rows_once(team, allocation):
+    """A team's job once its tenant lease is there: the allocation read twice (visible to the
+    member, then locked), the membership, the lease, the allocation's reservation, the job,
+    its task and first event, then its tasks and history for the answer. No lock on the
+    team's row (only a first lease takes it), no read of runs a queued job cannot have."""
+    client = client_for(team.member)
+    client.post("/api/v1/jobs/", _body(allocation), format="json")
+
+    with CaptureQueriesContext(connection) as queries:
+        assert client.post("/api/v1/jobs/", _body(allocation), format="json").status_code == 201
+
+    statements = [query["sql"] for query in queries.captured_queries]
+    team_locks = [
+        sql
+        for sql in statements
+        if sql.startswith('SELECT "marketplace_organization"') and "FOR UPDATE" in sql
+    ]
+    assert not team_locks
+    assert not [sql for sql in statements if "scheduler_bridge_jobrun" in sql]
+    assert len(statements) <= 14, "\n".join(statements)
+
+
 def test_the_list_makes_the_same_queries_for_1_and_30_jobs(team, allocation):
     client = client_for(team.member)
     client.post("/api/v1/jobs/", _body(allocation), format="json")

@@ -446,20 +446,21 @@ def bridge_submit(
     tenants: Sequence[Tenant],
     count: int,
     batch_size: int,
+    lanes: int = 2,
 ) -> tuple[Way, list[str], Counts]:
     """The bridge library: `SlurmBackend.submit`, the specs arriving together (dealt to
     `tenants` in turn), in batches of `batch_size` as `cluster_jobs_submit` claims them.
 
     It runs on a connection opened beforehand (outside the figure), as a worker's pooled
     connection: each tenant's share of a batch is one command under sudo, which writes the
-    jobs' files and runs their sbatch calls in the library's default lanes (2, as
-    `JOBS_SUBMIT_LANES`)."""
+    jobs' files and runs their sbatch calls in `lanes` lanes (`JOBS_SUBMIT_LANES`, 2 by
+    default)."""
     specs = tiny_specs(jobs, count, tenants)
     ids: list[str] = []
     refused: list[str | None] = []
     with SSHConnection(settings) as connection, counting() as counts:
         begun = time.perf_counter()
-        backend = SlurmBackend(connection)
+        backend = SlurmBackend(connection, submit_lanes=lanes)
         for start in range(0, len(specs), batch_size):
             batch = specs[start : start + batch_size]
             results = backend.submit(batch)
@@ -471,7 +472,8 @@ def bridge_submit(
         seconds = time.perf_counter() - begun
     spread = "one tenant" if len(tenants) == 1 else f"{len(tenants)} tenants"
     way = Way(
-        f"bridge: SlurmBackend.submit, {batch_size} specs a batch, {spread}",
+        f"bridge: SlurmBackend.submit, {batch_size} specs a batch, {spread}, "
+        f"{lanes} lane{'s' if lanes > 1 else ''}",
         len(ids), seconds, len(counts.commands), counts.connections, counts.sftp_opened,
         note=f"{len(refused)} refused: {refused[:1]}" if refused else "",
     )  # fmt: skip

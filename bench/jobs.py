@@ -20,10 +20,11 @@ scratch database `computeshare_bench_jobs` (DATABASE_URL's server), uses Redis d
    paramiko connection per job, one OpenSSH process per job (a sample), one sudo'd command per
    job on a kept connection, and the bridge: `SlurmBackend.submit` with the jobs arriving
    together, of one tenant and spread over the fixed pool's 4 tenants (4 commands a batch),
-   and `cluster_jobs_submit`
-   with as many queued job rows of one team. The aims: the bridge, sudo in its path, at least
-   0.5 of plain sbatch's rate (printed as ratios) and at least 5 times the naive loop's; and
-   what each tenant beyond the first adds to a batch, beside sudo's measured share;
+   and `cluster_jobs_submit` with as many queued job rows of one team; and
+   `SlurmBackend.submit` of one tenant in 1 and in 3 lanes beside the default 2
+   (`JOBS_SUBMIT_LANES`). The aims: the bridge, sudo in its path, at least 0.5 of plain
+   sbatch's rate (printed as ratios) and at least 5 times the naive loop's; and what each
+   tenant beyond the first adds to a batch, beside sudo's measured share;
 2b. 200 jobs end to end: `POST /api/v1/jobs/` from 4 client threads to a real gunicorn, a
    real Celery worker submitting what they accepted, until squeue shows every one (the aim: at
    least 0.5 of plain sbatch's rate);
@@ -463,15 +464,23 @@ def main() -> None:
         # shared cluster then weighs on all of them rather than on one.
         batch_size = settings.JOBS_SUBMIT_BATCH_SIZE
         plains: list[tuple[Way, Counts | None]] = []
-        variants = {"one": [first], "spread": tenants}
+        # The library's default lanes (2), one tenant and spread over the pool; and one tenant
+        # in 1 and 3 lanes beside them, for the choice of the default.
+        lanes = settings.JOBS_SUBMIT_LANES
+        variants = {
+            "one": ([first], lanes),
+            "spread": (tenants, lanes),
+            "one lane": ([first], 1),
+            "three lanes": ([first], 3),
+        }
         rounds: dict[str, list[tuple[Way, Counts | None]]] = {name: [] for name in variants}
         for _ in range(arguments.rounds):
             plain_way, plain_ids = plain_sbatch(pooled, jobs, first, script_path, arguments.jobs)
             jobs.cancel(plain_ids)
             plains.append((plain_way, None))
-            for name, tenants_of_round in variants.items():
+            for name, (tenants_of_round, lanes_of_round) in variants.items():
                 way, ids, counts = bridge_submit(
-                    settings_ssh, jobs, tenants_of_round, arguments.jobs, batch_size
+                    settings_ssh, jobs, tenants_of_round, arguments.jobs, batch_size, lanes_of_round
                 )
                 jobs.cancel(ids)
                 rounds[name].append((way, counts))
@@ -489,7 +498,7 @@ def main() -> None:
             one_counts=one_counts,
             spread=medians["spread"][0],
         )
-        ways += [bridges.one, bridges.spread]
+        ways += [bridges.one, bridges.spread, medians["one lane"][0], medians["three lanes"][0]]
         places.append(submitting := scene("submit", first))
         service_way, service_ids, accepting = service_submit(submitting, jobs, arguments.jobs)
         service = measured(service_way, service_ids)

@@ -197,7 +197,7 @@ JOBS_SUBMIT_LEASE_SECONDS = env.float("JOBS_SUBMIT_LEASE_SECONDS", default=300.0
 JOBS_POLL_LEASE_SECONDS = env.float("JOBS_POLL_LEASE_SECONDS", default=120.0)
 JOBS_SUBMIT_BATCH_SIZE = env.int("JOBS_SUBMIT_BATCH_SIZE", default=200)
 # How many sbatch calls of a batch run at once on a login node: two reach the controller about
-# 1.5 times as fast as one after the other (bench/jobs.py); 1 submits strictly in order.
+# 1.6 times as fast as one after the other (bench/jobs.py); 1 submits strictly in order.
 JOBS_SUBMIT_LANES = env.int("JOBS_SUBMIT_LANES", default=2)
 # A job gone from the queue that accounting does not know after this long is `undetermined`.
 JOBS_MISSING_GRACE_SECONDS = env.float("JOBS_MISSING_GRACE_SECONDS", default=1800.0)

@@ -189,8 +189,8 @@ def submission_script(submissions: Sequence[Submission], token: str, *, lanes: i
     The sbatch calls run in `lanes` shell processes at once, job `i` in lane `i % lanes`, so
     that the jobs' ids follow the batch's order closely and Slurm's first-come order barely
     changes. An sbatch spends much of its time waiting for the controller's answer: on the
-    test cluster two lanes submit 200 jobs in 0.53 s where one loop takes 0.62 to 0.85 s
-    (`bench/jobs.py`). Each lane writes its outcomes to a file of its own, copied out in lane
+    test cluster a batch of 200 takes 3.0 ms a job in two lanes, 4.8 in one, and a plain
+    sbatch loop 3.6 (`bench/jobs.py`). Each lane writes its outcomes to a file of its own, copied out in lane
     order once every lane is done, so the markers of different jobs never interleave.
 
     The files travel inside the script (its stdin), not over an SFTP session: a session is a

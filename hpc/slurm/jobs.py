@@ -190,8 +190,9 @@ def submission_script(submissions: Sequence[Submission], token: str, *, lanes: i
     that the jobs' ids follow the batch's order closely and Slurm's first-come order barely
     changes. An sbatch spends much of its time waiting for the controller's answer: on the
     test cluster a batch of 200 takes 3.0 ms a job in two lanes, 4.8 in one, and a plain
-    sbatch loop 3.6 (`bench/jobs.py`). Each lane writes its outcomes to a file of its own, copied out in lane
-    order once every lane is done, so the markers of different jobs never interleave.
+    sbatch loop 3.6 (`bench/jobs.py`). Each lane writes its outcomes to a file of its own,
+    copied out in lane order once every lane is done, so the markers of different jobs never
+    interleave.
 
     The files travel inside the script (its stdin), not over an SFTP session: a session is a
     second process started under sudo, and each file over SFTP was four round trips (open,

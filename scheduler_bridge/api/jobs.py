@@ -37,6 +37,7 @@ from computeshare.parsers import JSONParser
 from marketplace import selectors as market_selectors
 from marketplace.models import Allocation
 from organizations import selectors as organization_selectors
+from organizations.models import Membership
 from scheduler_bridge import services
 from scheduler_bridge.job_files import (
     INPUT_FIELD,
@@ -98,6 +99,17 @@ def _allocation_named_in_body(request: Request) -> Allocation:
         )
     except NotFound as error:
         raise ValidationFailed(fields={"allocation": ["No such allocation."]}) from error
+
+
+def allocation_open_for_submission(request: Request) -> tuple[Allocation, Membership]:
+    """The allocation the body names, with the requesting member of its team, refused (409)
+    unless it takes jobs now: what a job, its quote and a sweep each check before the body,
+    so that a state conflict is answered before an input error."""
+    allocation = _allocation_named_in_body(request)
+    actor = organization_selectors.membership_in(request_user(request), allocation.organization_id)
+    assert actor is not None  # the allocation is visible only to its members
+    services.allocation_check_open(allocation)
+    return allocation, actor
 
 
 JOB_ERRORS = {**ERRORS, 402: ErrorSerializer}
@@ -196,12 +208,7 @@ class JobListCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         def create() -> Response:
-            allocation = _allocation_named_in_body(request)
-            actor = organization_selectors.membership_in(
-                request_user(request), allocation.organization_id
-            )
-            assert actor is not None  # the allocation is visible only to its members
-            services.allocation_check_open(allocation)
+            allocation, actor = allocation_open_for_submission(request)
             data = validated(JobCreateSerializer, _job_body(request))
             data.pop("allocation")
             uploads = input_uploads_of(request.FILES) if hasattr(request.data, "getlist") else []
@@ -232,12 +239,7 @@ class JobQuoteApi(APIView):
         "`unavailable` and the reason in `expected_start_detail`.",
     )
     def post(self, request: Request) -> Response:
-        allocation = _allocation_named_in_body(request)
-        actor = organization_selectors.membership_in(
-            request_user(request), allocation.organization_id
-        )
-        assert actor is not None
-        services.allocation_check_open(allocation)
+        allocation, actor = allocation_open_for_submission(request)
         data = validated(JobCreateSerializer, request.data)
         data.pop("allocation")
         quote = services.job_quote(

@@ -24,7 +24,7 @@ from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARA
 from computeshare.parsers import JSONParser
 from organizations import selectors as organization_selectors
 from scheduler_bridge import errors, services
-from scheduler_bridge.api.jobs import CSVRenderer, _allocation_named_in_body
+from scheduler_bridge.api.jobs import CSVRenderer, allocation_open_for_submission
 from scheduler_bridge.models import Sweep
 from scheduler_bridge.selectors import jobs as selectors
 from scheduler_bridge.serializers.sweeps import (
@@ -109,12 +109,7 @@ class SweepListCreateApi(APIView):
     )
     def post(self, request: Request) -> Response:
         def create() -> Response:
-            allocation = _allocation_named_in_body(request)
-            actor = organization_selectors.membership_in(
-                request_user(request), allocation.organization_id
-            )
-            assert actor is not None  # the allocation is visible only to its members
-            services.allocation_check_open(allocation)
+            allocation, actor = allocation_open_for_submission(request)
             data = validated(SweepCreateSerializer, _sweep_body(request))
             sweep = services.sweep_submit(
                 actor=actor, allocation=allocation, request=sweep_request_of(data)

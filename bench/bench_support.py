@@ -269,7 +269,25 @@ class WaitEvents:
 
 # --- Where the machine's CPU went ---------------------------------------------------------------
 
-_CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _process_stat(pid: int | str) -> tuple[str, float] | None:
+    """A process's program name and its CPU seconds so far, user and system, with those of its
+    children that have ended (proc(5): utime, stime, cutime, cstime); None once it is gone."""
+    try:
+        text = Path("/proc", str(pid), "stat").read_text()
+    except OSError:
+        return None
+    name = text[text.index("(") + 1 : text.rindex(")")]
+    fields = text[text.rindex(")") + 2 :].split()
+    return name, sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """`_process_stat`'s CPU seconds of one process; 0 once it is gone."""
+    stat = _process_stat(pid)
+    return 0.0 if stat is None else stat[1]
 
 
 def cpu_by_program() -> dict[str, float]:
@@ -278,18 +296,10 @@ def cpu_by_program() -> dict[str, float]:
     session that started them, and a Celery pool's forks under celery)."""
     totals: dict[str, float] = {}
     for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            text = Path(entry.path, "stat").read_text()
-        except OSError:  # gone meanwhile
-            continue
-        # Kernel threads by kind ("kworker/u8:1-events" is a kworker).
-        name = text[text.index("(") + 1 : text.rindex(")")].split("/")[0]
-        fields = text[text.rindex(")") + 2 :].split()
-        # utime, stime, cutime, cstime: fields 14 to 17 of proc(5), counting from 1.
-        ticks = sum(int(value) for value in fields[11:15])
-        totals[name] = totals.get(name, 0.0) + ticks / _CLOCK_TICKS
+        if entry.name.isdigit() and (stat := _process_stat(entry.name)) is not None:
+            # Kernel threads by kind ("kworker/u8:1-events" is a kworker).
+            name = stat[0].split("/")[0]
+            totals[name] = totals.get(name, 0.0) + stat[1]
     return totals
 
 

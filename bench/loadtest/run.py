@@ -44,7 +44,7 @@ REDIS_URL = os.environ.get(
     "LOADTEST_REDIS_URL", os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/12"
 )
 AIM_P95_MS = 300
-CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+CLOCK_TICKS = bench_support.CLOCK_TICKS
 
 
 # --- CPU of each kind of process ------------------------------------------------------------------
@@ -62,16 +62,6 @@ def _children(pid: int) -> list[int]:
         if int(fields[1]) == pid:
             found.append(int(entry.name))
     return found
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User and system time of the process so far, with its children that have ended."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    # utime, stime, cutime, cstime: fields 14-17 of stat, 12-15 after the name.
-    return sum(int(value) for value in fields[11:15]) / CLOCK_TICKS
 
 
 def _by_name(names: tuple[str, ...]) -> list[int]:
@@ -110,7 +100,7 @@ class CpuWatch:
         # The last value seen of each process: one that ends before `stop()` keeps its own.
         for pids in self.kinds.values():
             for pid in pids:
-                seconds = _cpu_seconds(pid)
+                seconds = bench_support.process_cpu_seconds(pid)
                 if seconds:
                     self.latest[pid] = seconds
 

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 import bench_support
-from bench_support import bench_database_url, load_average
+from bench_support import bench_database_url, bench_settings_environment, load_average
 
 from tests.workers import WorkerProcess, worker_environment
 from tests.workers import worker_start as start
@@ -28,14 +28,9 @@ DATABASE = f"{bench_support.DATABASE}_jobs"
 # A Redis database of its own (the tests default to 15): the worker's queue is the bench's only.
 REDIS_URL = os.environ.get("BENCH_JOBS_REDIS_URL", "redis://127.0.0.1:6379/11")
 # The server's and the worker's settings as a deployment has them: persistent database
-# connections (CONN_MAX_AGE) and the token cache (bench/bench_settings.py). The test settings'
-# connection per request or task cost PostgreSQL more CPU than the requests' own queries.
-BENCH = Path(__file__).resolve().parent
-AS_DEPLOYED = {
-    "DJANGO_SETTINGS_MODULE": "bench_settings",
-    "BENCH_CONN_MAX_AGE": "60",
-    "PYTHONPATH": os.pathsep.join([str(BENCH.parent), str(BENCH)]),
-}
+# connections and the token cache. The test settings' connection per request or task cost
+# PostgreSQL more CPU than the requests' own queries.
+AS_DEPLOYED = bench_settings_environment(conn_max_age=60)
 
 
 def prepare_django() -> None:

@@ -16,10 +16,9 @@ from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
-from bench_support import analyze, load_average, record_figure
+from bench_support import analyze, bench_settings_environment, load_average, record_figure
 
 REPOSITORY = Path(__file__).resolve().parent.parent
-BENCH = Path(__file__).resolve().parent
 
 MAX_PRICE = "5.00"
 QUERY = f"page_size=50&resource=cpu&status=open&max_price={MAX_PRICE}&ordering=reserve_price"
@@ -176,12 +175,7 @@ def _free_port() -> int:
 @contextmanager
 def _server(workers: int, threads: int, conn_max_age: int) -> Iterator[int]:
     port = _free_port()
-    environment = {
-        **os.environ,
-        "DJANGO_SETTINGS_MODULE": "bench_settings",
-        "BENCH_CONN_MAX_AGE": str(conn_max_age),
-        "PYTHONPATH": os.pathsep.join([str(REPOSITORY), str(BENCH)]),
-    }
+    environment = {**os.environ, **bench_settings_environment(conn_max_age)}
     with tempfile.TemporaryFile() as log:
         server = subprocess.Popen(
             [

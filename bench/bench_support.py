@@ -267,6 +267,21 @@ class WaitEvents:
         return ", ".join(f"{name} {seen / max(1, self.total):.0%}" for name, seen in ranked)
 
 
+# --- Servers and workers the benches start ------------------------------------------------------
+
+
+def bench_settings_environment(conn_max_age: int) -> dict[str, str]:
+    """What a bench's gunicorn or Celery worker runs with: bench/bench_settings.py (the test
+    settings with the caches between requests as deployed) and CONN_MAX_AGE, 0 for a database
+    connection per request or task as the test settings have it, 60 as production has it."""
+    bench = Path(__file__).resolve().parent
+    return {
+        "DJANGO_SETTINGS_MODULE": "bench_settings",
+        "BENCH_CONN_MAX_AGE": str(conn_max_age),
+        "PYTHONPATH": os.pathsep.join([str(bench.parent), str(bench)]),
+    }
+
+
 # --- Where the machine's CPU went ---------------------------------------------------------------
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")

@@ -80,3 +80,9 @@ class TenantUnavailable(BridgeError):
     """The service user could not act as a tenant: sudo refused (no rule, a password asked)
     or the SFTP server program did not start as the tenant. The cluster's setup is at fault,
     not the network: retrying does not help until the owner fixes it."""
+
+
+class ReservationRefused(BridgeError):
+    """The scheduler would not hold a reserved block: its cores are already reserved or busy
+    for the window, or the platform's user may not make reservations (no operator rights).
+    Permanent for that block: the sale is refused, or the auction skips the bid."""

@@ -27,6 +27,7 @@ from hpc.slurm.accounts import (
     tenant_leave,
 )
 from hpc.slurm.parsers import parse_parsable2
+from hpc.slurm.preemption import qos_preemption_remove
 from hpc.ssh import SSHConnection
 
 pytestmark = pytest.mark.slurm
@@ -70,8 +71,10 @@ def accounts(connection: SSHConnection, testcluster: Any, pool: Any) -> Iterator
                 "set",
                 f"defaultaccount={pool.idle_account}",
             )
-        # Deleting the account deletes its users' associations too (no jobs are left).
-        # "Nothing deleted" (exit 1) is fine: the test may not have made it.
+        # Deleting the account deletes its users' associations too (no jobs are left); its
+        # QOS leaves every Preempt list first. "Nothing deleted" (exit 1) is fine: the test may
+        # not have made it.
+        qos_preemption_remove(connection, qos=name)
         for kind in ("account", "qos"):
             result = connection.run(
                 ["sacctmgr", "-i", "delete", kind, "where", f"name={name}"], timeout=30, check=False

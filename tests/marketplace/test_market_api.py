@@ -612,6 +612,8 @@ def test_verify_reads_the_partitions_of_the_real_cluster(market, testcluster):
         "sbatch",
         "gpus",
         "proctrack",
+        "preemption",
+        "reservations",
     ]
     assert {key for key, step in steps.items() if step["status"] != "passed"} == {"proctrack"}
     assert steps["pool"]["detail"] == f"{len(pool.tenants)} accounts: " + ", ".join(

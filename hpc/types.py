@@ -138,6 +138,9 @@ class JobSpec:
     qos: str | None = None
     # The reservation that holds a reserved allocation's block (`--reservation`), or None.
     reservation: str | None = None
+    # Whether Slurm may requeue the job (`--requeue`, `--no-requeue`): on preemptible capacity
+    # a preempted run goes back to the queue. None leaves the cluster's default (JobRequeue).
+    requeue: bool | None = None
 
 
 def platform_reservation_name(allocation_uuid: object) -> str:

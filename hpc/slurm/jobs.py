@@ -151,6 +151,8 @@ def sbatch_arguments(spec: JobSpec, job_directory: str) -> list[str]:
         arguments.append(f"--qos={spec.qos}")
     if spec.reservation:
         arguments.append(f"--reservation={spec.reservation}")
+    if spec.requeue is not None:
+        arguments.append("--requeue" if spec.requeue else "--no-requeue")
     if spec.array is not None:
         arguments.append(f"--array={spec.array}")
     is_array = spec.array is not None

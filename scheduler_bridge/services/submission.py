@@ -33,7 +33,14 @@ from hpc.types import (
     Tenant,
     environment_name_problem,
 )
-from marketplace.models import Allocation, Cluster, Resource, SlurmAccount, TenantLease
+from marketplace.models import (
+    Allocation,
+    Capacity,
+    Cluster,
+    Resource,
+    SlurmAccount,
+    TenantLease,
+)
 from marketplace.services import tenant_lease_take, tenant_slurm_join
 from organizations.models import Membership
 from scheduler_bridge import errors, notices, webhook_events
@@ -223,6 +230,21 @@ def _account_for(allocation: Allocation) -> str:
     return cluster.slurm_account
 
 
+def _qos_for(allocation: Allocation) -> str:
+    """The QOS a job on the allocation runs under: on preemptible capacity of a fixed-mode
+    cluster, the market's, which the owner's own QOS preempts; elsewhere the association's
+    default (in managed mode the team's own QOS, itself preemptable by the owner's; on a
+    reserved block the tenant's default, since only the team can run on those cores)."""
+    cluster = allocation.cluster
+    if (
+        allocation.capacity != Capacity.PREEMPTIBLE
+        or cluster.backend != Cluster.Backend.SLURM
+        or cluster.account_mode == Cluster.AccountMode.MANAGED
+    ):
+        return ""
+    return cluster.market_qos
+
+
 def job_state_record(job: Job, state: str, reason: str = "", at: datetime | None = None) -> None:
     """Moves the job to `state` (in memory; the caller saves) through `Job.TRANSITIONS`, with its
     history. Raises `TransitionRefused` for a move the table does not allow."""
@@ -320,6 +342,8 @@ def job_submit(
         environment=request.environment,
         secret_environment=request.secret_environment,
         account=_account_for(allocation),
+        qos=_qos_for(allocation),
+        reservation=allocation.reservation,
         reserved_units=units,
     )
     JobTask.objects.bulk_create(
@@ -343,6 +367,10 @@ def job_spec(job: Job, input_files: tuple[InputFile, ...] = ()) -> JobSpec:
         partition=job.allocation.partition.name,
         time_limit_minutes=job.time_limit_minutes,
         account=job.account or None,
+        qos=job.qos or None,
+        reservation=job.reservation or None,
+        # A preempted run goes back to the queue rather than ending the job.
+        requeue=True if job.allocation.capacity == Capacity.PREEMPTIBLE else None,
         nodes=job.nodes,
         ntasks=job.ntasks,
         cpus_per_task=job.cpus_per_task,

@@ -661,21 +661,22 @@ def _flags_text(flags: frozenset[str]) -> str:
     return ",".join(sorted(flags))
 
 
+def sacctmgr_show(
+    connection: SSHConnection,
+    entity: str,
+    conditions: Sequence[str],
+    fields: Sequence[str],
+    timeout: float,
+) -> str:
+    """The rows of `sacctmgr --noheader --parsable2 show ENTITY [where CONDITIONS]
+    format=FIELDS`, as it printed them."""
+    where = ["where", *conditions] if conditions else []
+    arguments = ["sacctmgr", "--noheader", "--parsable2", "show", entity, *where]
+    return connection.run([*arguments, f"format={','.join(fields)}"], timeout=timeout).stdout
+
+
 def _qos_get(connection: SSHConnection, name: str, timeout: float) -> Qos | None:
-    result = connection.run(
-        [
-            "sacctmgr",
-            "--noheader",
-            "--parsable2",
-            "show",
-            "qos",
-            "where",
-            f"name={name}",
-            f"format={','.join(QOS_FIELDS)}",
-        ],
-        timeout=timeout,
-    )
-    records = parse_qos(result.stdout)
+    records = parse_qos(sacctmgr_show(connection, "qos", [f"name={name}"], QOS_FIELDS, timeout))
     if any(record.name != name for record in records) or len(records) > 1:
         raise UnexpectedOutput(f"sacctmgr listed {[r.name for r in records]} for QOS {name}")
     return records[0] if records else None

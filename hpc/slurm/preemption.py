@@ -46,6 +46,7 @@ from hpc.slurm.accounts import (
     require_slurm_name,
     sacctmgr_failure,
     sacctmgr_modify,
+    sacctmgr_show,
 )
 from hpc.slurm.parsers import parse_parsable2
 from hpc.ssh import SSHConnection
@@ -233,20 +234,10 @@ def qos_preemption_read(
     """The preemption settings of the QOS named (every QOS when none is), in one command."""
     for name in names:
         require_slurm_name("QOS", name)
-    where = ["where", f"name={','.join(sorted(set(names)))}"] if names else []
-    result = connection.run(
-        [
-            "sacctmgr",
-            "--noheader",
-            "--parsable2",
-            "show",
-            "qos",
-            *where,
-            f"format={','.join(QOS_FIELDS)}",
-        ],
-        timeout=timeout,
+    conditions = [f"name={','.join(sorted(set(names)))}"] if names else []
+    records = parse_qos_preemption(
+        sacctmgr_show(connection, "qos", conditions, QOS_FIELDS, timeout)
     )
-    records = parse_qos_preemption(result.stdout)
     if names and {record.name for record in records} - set(names):
         raise UnexpectedOutput(f"sacctmgr listed other QOS when asked for {', '.join(names)}")
     return records

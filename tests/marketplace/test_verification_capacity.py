@@ -31,20 +31,10 @@ from tests.factories import MembershipFactory, OrganizationFactory
 
 pytestmark = pytest.mark.django_db
 
-CAPACITY = (
-    "sells_preemptible",
-    "preemptible_refusal",
-    "market_qos",
-    "owner_qos",
-    "preemption_grace_seconds",
-    "sells_reserved",
-    "reserved_refusal",
-)
-
 
 def capacity_of(cluster: Cluster) -> dict[str, Any]:
     cluster.refresh_from_db()
-    return {name: getattr(cluster, name) for name in CAPACITY}
+    return {name: getattr(cluster, name) for name in verification.CAPACITY_FIELDS}
 
 
 def owner_of(cluster: Cluster) -> Membership:

@@ -283,6 +283,9 @@ def test_a_rule_elsewhere_that_gives_the_service_user_more_is_a_failure_left_in_
         leftover.unlink()
 
 
+PREEMPTING = ("--service-user", "cs-probe", "--tenants", "2", "--preemption", "normal")
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -306,32 +309,8 @@ def test_a_rule_elsewhere_that_gives_the_service_user_more_is_a_failure_left_in_
             ("--service-user", "cs-probe", "--tenants", "2", "--preemption", "computeshare-market"),
             id="the market qos preempting itself",
         ),
-        pytest.param(
-            (
-                "--service-user",
-                "cs-probe",
-                "--tenants",
-                "2",
-                "--preemption",
-                "normal",
-                "--grace-time",
-                "3601",
-            ),
-            id="grace time too long",
-        ),
-        pytest.param(
-            (
-                "--service-user",
-                "cs-probe",
-                "--tenants",
-                "2",
-                "--preemption",
-                "normal",
-                "--grace-time",
-                "2m",
-            ),
-            id="grace time not in seconds",
-        ),
+        pytest.param((*PREEMPTING, "--grace-time", "3601"), id="grace time too long"),
+        pytest.param((*PREEMPTING, "--grace-time", "2m"), id="grace time not in seconds"),
     ],
 )
 def test_bad_usage_exits_2_and_changes_nothing(arguments):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -64,14 +64,26 @@ def connection(testcluster: Any) -> Iterator[SSHConnection]:
         yield opened
 
 
+@dataclass
+class Jobs:
+    """What a test submits: its jobs' ids, and the logs its market jobs write in their
+    tenants' homes (tenant, file)."""
+
+    ids: list[str] = field(default_factory=list)
+    logs: list[tuple[str, str]] = field(default_factory=list)
+
+
 @pytest.fixture
-def jobs(connection: SSHConnection, testcluster: Any) -> Iterator[list[str]]:
-    """The job ids a test submits: cancelled afterwards, and gone from the queue."""
-    submitted: list[str] = []
+def jobs(connection: SSHConnection, testcluster: Any) -> Iterator[Jobs]:
+    """The test's jobs: cancelled afterwards and gone from the queue, their logs removed (the
+    next team to lease the tenant finds its home empty)."""
+    submitted = Jobs()
     yield submitted
-    if submitted:
-        connection.run(["scancel", *submitted], timeout=30)
-        wait_until(lambda: not queue_of(connection, *submitted), 60)
+    if submitted.ids:
+        connection.run(["scancel", *submitted.ids], timeout=30)
+        wait_until(lambda: not queue_of(connection, *submitted.ids), 60)
+    for tenant, log in submitted.logs:
+        connection.run(["rm", "-f", log], as_user=tenant, timeout=30)
 
 
 @pytest.fixture
@@ -185,6 +197,7 @@ def submit_market_job(
     connection: SSHConnection,
     tenant: str,
     testcluster: Any,
+    jobs: Jobs,
     *,
     script: str = MARKET_SCRIPT,
     qos: str | None = None,
@@ -208,6 +221,8 @@ def submit_market_job(
     job_id = connection.run(
         arguments, as_user=tenant, stdin=script.encode(), timeout=30
     ).stdout.strip()
+    jobs.ids.append(job_id)
+    jobs.logs.append((tenant, f"preemption-{job_id}.log"))
     wait_until(lambda: queue_of(connection, job_id) == [(job_id, "RUNNING", "None")], 30)
     return job_id
 
@@ -223,14 +238,14 @@ def log_of(connection: SSHConnection, tenant: str, job_id: str) -> list[tuple[st
     ]
 
 
-def owner_takes_every_core(connection: SSHConnection, testcluster: Any, jobs: list[str]) -> str:
+def owner_takes_every_core(connection: SSHConnection, testcluster: Any, jobs: Jobs) -> str:
     """The owner's researcher submits a job that needs every CPU of the partition."""
     counts = connection.run(
         ["sinfo", "--noheader", f"--partition={testcluster.partition}", "--format=%C"], timeout=30
     )
     cpus = int(counts.stdout.strip().split("/")[-1])  # allocated/idle/other/total
     job_id = testcluster.owner.submit(f"#!/bin/bash\nsleep {OWNER_SECONDS}\n", cpus=cpus)
-    jobs.append(job_id)
+    jobs.ids.append(job_id)
     return job_id
 
 
@@ -298,8 +313,7 @@ def test_the_owners_job_preempts_a_fixed_tenants_market_job_which_runs_again_aft
     connection, testcluster, jobs
 ):
     tenant = testcluster.fixed_pool.tenants[0].user
-    market = submit_market_job(connection, tenant, testcluster, qos=testcluster.market_qos)
-    jobs.append(market)
+    market = submit_market_job(connection, tenant, testcluster, jobs, qos=testcluster.market_qos)
 
     owner = owner_takes_every_core(connection, testcluster, jobs)
 
@@ -316,8 +330,7 @@ def test_a_fixed_tenants_job_runs_under_the_market_qos_whatever_it_asks(
 ):
     tenant = testcluster.fixed_pool.tenants[1].user
     # Without --qos: the market QOS is the tenants' default.
-    market = submit_market_job(connection, tenant, testcluster)
-    jobs.append(market)
+    market = submit_market_job(connection, tenant, testcluster, jobs)
     shown = connection.run(["squeue", "--noheader", f"--jobs={market}", "--format=%q"])
     assert shown.stdout.strip() == testcluster.market_qos
 
@@ -337,8 +350,7 @@ def test_the_owners_job_preempts_a_managed_teams_job_under_the_teams_own_qos(
 ):
     tenant = testcluster.managed_pool.tenants[-1].user
     # No --qos: the team's account has its own QOS only, preemptable like the market's.
-    market = submit_market_job(connection, tenant, testcluster)
-    jobs.append(market)
+    market = submit_market_job(connection, tenant, testcluster, jobs)
 
     owner = owner_takes_every_core(connection, testcluster, jobs)
 
@@ -355,9 +367,8 @@ def test_a_job_that_ends_during_its_grace_is_completed_and_not_run_again(
 ):
     tenant = testcluster.fixed_pool.tenants[2].user
     quitter = submit_market_job(
-        connection, tenant, testcluster, script=QUITTER_SCRIPT, qos=testcluster.market_qos
+        connection, tenant, testcluster, jobs, script=QUITTER_SCRIPT, qos=testcluster.market_qos
     )
-    jobs.append(quitter)
 
     owner = owner_takes_every_core(connection, testcluster, jobs)
 

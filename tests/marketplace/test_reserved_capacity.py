@@ -121,9 +121,7 @@ def test_a_bought_block_is_held_by_slurm_for_the_team_alone(on_testcluster, test
     assert Offer.objects.get(pk=offer.pk).units_sold == 1
 
 
-def test_a_block_slurm_will_not_hold_is_refused_before_any_money_moves(
-    on_testcluster, testcluster
-):
+def test_a_block_slurm_will_not_hold_is_refused_before_any_money_moves(on_testcluster, testcluster):
     cluster = on_testcluster(pool="fixed")
     offer = block_offer(cluster, quantity=2)
     owner_takes_the_cores(testcluster, offer.window_start, offer.window_end, cores=1)
@@ -145,7 +143,7 @@ def test_a_block_slurm_will_not_hold_is_refused_before_any_money_moves(
 def test_a_purchase_the_wallet_cannot_pay_gives_its_block_back(on_testcluster, testcluster):
     cluster = on_testcluster(pool="fixed")
     offer = block_offer(cluster, quantity=2, hours=100, buy_now_price=Decimal("1.00"))
-    team, admin = team_with_admin("Quantum Lab")  # 100 in the wallet, the block costs 200
+    _team, admin = team_with_admin("Quantum Lab")  # 100 in the wallet, the block costs 200
 
     answer = buy(admin, offer, 2)
 
@@ -183,12 +181,10 @@ def test_the_clearing_skips_a_bid_whose_block_slurm_refuses(on_testcluster, test
     assert not PendingReservation.objects.exists()
 
 
-def test_the_check_puts_back_a_reservation_deleted_or_changed_by_hand(
-    on_testcluster, testcluster
-):
+def test_the_check_puts_back_a_reservation_deleted_or_changed_by_hand(on_testcluster, testcluster):
     cluster = on_testcluster(pool="fixed")
     offer = block_offer(cluster)
-    team, admin = team_with_admin("Quantum Lab")
+    _team, admin = team_with_admin("Quantum Lab")
     allocation = services.offer_buy(actor=admin, offer=offer, quantity=1)
     tenant = reservations(testcluster)[allocation.reservation].users
 
@@ -276,7 +272,7 @@ def test_a_reservation_that_cannot_be_put_back_is_told_once(on_testcluster, test
 def test_closing_the_allocation_takes_its_reservation_back(on_testcluster, testcluster):
     cluster = on_testcluster(pool="fixed")
     offer = block_offer(cluster)
-    team, admin = team_with_admin("Quantum Lab")
+    _team, admin = team_with_admin("Quantum Lab")
     allocation = services.offer_buy(actor=admin, offer=offer, quantity=1)
     assert allocation.reservation in reservations(testcluster)
 

@@ -396,11 +396,11 @@ class JobDetailSerializer(JobSerializer):
         # A job the cluster has not run yet has no runs: not read (the answer to a POST).
         if job.state in (JobState.QUEUED, JobState.SUBMITTED):
             return []
-        cache = self.context.setdefault("runs", {})
-        if job.pk not in cache:
-            cache[job.pk] = list(selectors.job_run_list(job))
-        runs: list[JobRun] = cache[job.pk]
-        return runs
+        # Read once for `runs` and `preemptions`.
+        read: dict[int, list[JobRun]] = self.__dict__.setdefault("_runs_read", {})
+        if job.pk not in read:
+            read[job.pk] = list(selectors.job_run_list(job))
+        return read[job.pk]
 
     @extend_schema_field(JobRunSerializer(many=True))
     def get_runs(self, job: Job) -> list[dict[str, Any]]:

@@ -77,6 +77,7 @@ def job_request_check(allocation: Allocation, request: JobRequest) -> list[int |
     _sizes_check(request, problems)
     problems.raise_if_any()
     _partition_check(allocation, request, problems)
+    _block_check(allocation, request, problems)
     indices = _array_check(request, problems)
     _environment_check(request, problems)
     problems.raise_if_any()
@@ -153,6 +154,24 @@ def _partition_check(allocation: Allocation, request: JobRequest, problems: Fiel
     if request.nodes > request.ntasks:
         problems.add("nodes", "Cannot exceed ntasks: every node runs a task.")
     _memory_and_gpus_check(allocation, request, problems)
+
+
+def _block_check(allocation: Allocation, request: JobRequest, problems: FieldErrors) -> None:
+    """A job on a reserved block runs inside it: it asks for no more cores (GPUs) than the
+    block holds, or Slurm would keep it pending for the whole window."""
+    if allocation.block is None:
+        return
+    if allocation.resource == Resource.GPU:
+        if request.gpus > allocation.block:
+            problems.add("gpus", f"The reserved block holds {allocation.block} GPUs.")
+        return
+    cores = request.ntasks * request.cpus_per_task
+    if cores > allocation.block:
+        problems.add(
+            "cpus_per_task",
+            f"ntasks x cpus_per_task is {cores}; the reserved block holds "
+            f"{allocation.block} core{'' if allocation.block == 1 else 's'}.",
+        )
 
 
 def _memory_and_gpus_check(

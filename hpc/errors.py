@@ -80,3 +80,9 @@ class TenantUnavailable(BridgeError):
     """The service user could not act as a tenant: sudo refused (no rule, a password asked)
     or the SFTP server program did not start as the tenant. The cluster's setup is at fault,
     not the network: retrying does not help until the owner fixes it."""
+
+
+class JobFileUnsafe(BridgeError):
+    """A file in a job's folder that the platform does not open: a symbolic link (to the file or
+    to a folder on its way), a FIFO, a device or a file with other hard links, which the job
+    put there (`hpc.job_folder`). Final: the job's owner sees why."""

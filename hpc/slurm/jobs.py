@@ -16,6 +16,7 @@ from hpc.errors import UnexpectedOutput
 from hpc.slurm.accounting import valid_job_ids
 from hpc.types import (
     JobSpec,
+    ResultFile,
     Stream,
     environment_name_problem,
     output_file_name,
@@ -83,6 +84,20 @@ def result_file_excluded(name: str) -> bool:
     """Whether a file of a job's folder is the platform's own rather than a result: the script
     and the environment files (stdout and stderr are results)."""
     return name in (SCRIPT_FILE, ENVIRONMENT_FILE, EXPORT_FILE)
+
+
+def result_listing(
+    files: Sequence[tuple[str, int, float]], skipped: Sequence[tuple[str, str]]
+) -> list[ResultFile]:
+    """`job_folder.list_files`'s answer as the backends give it: the files (the platform's
+    own left out) and, with their `problem`, what will not be read, by name."""
+    found = [
+        ResultFile(name, size, datetime.fromtimestamp(mtime, UTC))
+        for name, size, mtime in files
+        if not result_file_excluded(name)
+    ]
+    found += [ResultFile(name, 0, None, problem=reason) for name, reason in skipped]
+    return sorted(found, key=lambda result: result.name)
 
 
 def test_only_arguments(spec: JobSpec) -> list[str]:

@@ -13,7 +13,6 @@ tenants, accounting is one sacct per chunk of ids."""
 
 from __future__ import annotations
 
-import functools
 import os
 import posixpath
 import shutil
@@ -22,7 +21,6 @@ import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import BinaryIO
 
 import paramiko
@@ -58,6 +56,8 @@ from hpc.slurm.jobs import (
     only_ended_jobs_refused,
     parse_submission_output,
     parse_test_only,
+    reader_arguments,
+    reader_source,
     refusal_reason,
     result_listing,
     sbatch_arguments,
@@ -383,16 +383,10 @@ class SlurmBackend:
         if problem is not None:
             raise ValueError(problem)
         home = tenant.home if tenant is not None else self.connection.home
-        source = _reader_source()
-        command = [
-            "python3",
-            *("-I", "-S", "-c", job_folder.BOOTSTRAP, str(len(source))),
-            *(home, directory, *arguments),
-        ]
         try:
             with self.connection.stream(
-                command,
-                stdin=source + request,
+                reader_arguments(home, directory, arguments),
+                stdin=reader_source() + request,
                 timeout=self.command_timeout,
                 as_user=tenant.user if tenant is not None else None,
             ) as output:
@@ -413,12 +407,6 @@ class SlurmBackend:
         if result.exit_status != 0:
             raise _command_error(result)
         return result
-
-
-@functools.cache
-def _reader_source() -> bytes:
-    """The job-folder reader's program, as the login node's python3 runs it."""
-    return Path(job_folder.__file__).read_bytes()
 
 
 def _hex(name: str) -> str:

@@ -292,7 +292,7 @@ class SlurmBackend:
         `JobFileUnsafe` when the job replaced the file by a link or anything but a regular
         file."""
         if tail_bytes <= 0:
-            job_directory_problem(directory)
+            _directory_check(directory)
             return b""
         name = output_file_name(stream, array_task_id)
         with self._reader(tenant, directory, ["tail", _hex(name), str(tail_bytes)]) as output:
@@ -329,7 +329,7 @@ class SlurmBackend:
         as it arrives. A name that is gone, or is no longer a regular file since the listing (a
         folder on its way swapped for a link included), comes back with the reason."""
         if not names:
-            job_directory_problem(directory)
+            _directory_check(directory)
             return {}
         refused: dict[str, str] = {}
         request = "".join(f"{_hex(name)}\n" for name in names).encode()
@@ -379,9 +379,7 @@ class SlurmBackend:
         the tenant, in the job's directory of its home, and hands over its output as it comes.
         Without a tenant: a job submitted before jobs ran as tenants, in the service user's
         home. A refusal of the reader raises `JobFileUnsafe`."""
-        problem = job_directory_problem(directory)
-        if problem is not None:
-            raise ValueError(problem)
+        _directory_check(directory)
         home = tenant.home if tenant is not None else self.connection.home
         try:
             with self.connection.stream(
@@ -407,6 +405,12 @@ class SlurmBackend:
         if result.exit_status != 0:
             raise _command_error(result)
         return result
+
+
+def _directory_check(directory: str) -> None:
+    problem = job_directory_problem(directory)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 def _hex(name: str) -> str:

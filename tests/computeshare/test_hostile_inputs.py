@@ -1091,6 +1091,8 @@ def log_in(server: LiveServer, username: str) -> requests.Session:
     return session
 
 
+# More than 4,000 requests, each between two sums of every table, on a shared 2-core machine.
+@pytest.mark.timeout(1500)
 def test_hostile_input_never_fails_and_refusals_write_nothing(
     live_server_hostile: LiveServer, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -136,6 +136,61 @@ class JobSpec:
     tenant: Tenant | None = None
     # Written into `directory` before sbatch, as the tenant, with the script.
     input_files: tuple[InputFile, ...] = ()
+    # The QOS the job runs under (`--qos`): the market's low-priority, preemptable one on
+    # preemptible capacity; None leaves the association's default.
+    qos: str | None = None
+    # The reservation that holds a reserved allocation's block (`--reservation`), or None.
+    reservation: str | None = None
+    # Whether Slurm may requeue the job (`--requeue`, `--no-requeue`): on preemptible capacity
+    # a preempted run goes back to the queue. None leaves the cluster's default (JobRequeue).
+    requeue: bool | None = None
+
+
+def platform_reservation_name(allocation_uuid: object) -> str:
+    """The name of the reservation that holds reserved allocation `allocation_uuid`'s block:
+    it says, on the cluster, which allocation it is."""
+    return f"{PLATFORM_PREFIX}allocation-{allocation_uuid}"
+
+
+def platform_reservation_allocation(name: str) -> str | None:
+    """The allocation UUID in a reservation name the platform gave, or None for any other."""
+    match = _PLATFORM_RESERVATION_NAME.fullmatch(name)
+    return match.group(1) if match else None
+
+
+_PLATFORM_RESERVATION_NAME = re.compile(re.escape(PLATFORM_PREFIX) + f"allocation-({_UUID})")
+
+
+@dataclass(frozen=True)
+class ReservationSpec:
+    """A block of whole cores (or GPUs) held for one team for a window: an advance reservation
+    that only the team's tenant may run in, so that neither the owner's users nor other teams
+    can take those cores meanwhile."""
+
+    name: str  # `platform_reservation_name`
+    partition: str
+    start: datetime  # aware
+    end: datetime  # aware
+    users: tuple[str, ...]  # the team's tenant (on the local backend, nobody)
+    # What it holds: `cpus` cores, or `nodes` whole nodes (a GPU block: Slurm reserves CPUs,
+    # nodes and licenses, not GPUs, so GPUs are reserved with the nodes that carry them).
+    cpus: int = 0
+    nodes: int = 0
+
+
+@dataclass(frozen=True)
+class Reservation:
+    """A reservation as the scheduler holds it now."""
+
+    name: str
+    partition: str
+    start: datetime
+    end: datetime
+    users: tuple[str, ...]
+    cpus: int  # the cores it holds (every core of its nodes, for a reservation of nodes)
+    node_count: int
+    nodes: str = ""  # the nodes it holds cores on, as the scheduler writes them
+    state: str = ""  # "ACTIVE" once its window has started, "INACTIVE" before
 
 
 @dataclass(frozen=True)
@@ -279,6 +334,26 @@ class Backend(Protocol):
         """Opens each named result file as `tenant`, without following a link, and hands it to
         `save`, which reads it in chunks; one session for the lot. Returns the names not read,
         each with the reason (gone, or no longer a regular file since the listing)."""
+        ...
+
+    def reservation_create(self, spec: ReservationSpec) -> Reservation:
+        """Has the scheduler hold `spec`'s block for its users from its start to its end.
+        Raises `ReservationRefused` (permanent, with the scheduler's words) when it will not:
+        the cores are already reserved or busy, or the platform may not make reservations."""
+        ...
+
+    def reservation_update(self, spec: ReservationSpec) -> Reservation:
+        """Brings the existing reservation `spec.name` back to `spec` (users, end, size).
+        `ReservationRefused` when the scheduler will not."""
+        ...
+
+    def reservation_delete(self, name: str) -> None:
+        """Removes the platform's reservation `name`; one already gone is not an error."""
+        ...
+
+    def reservations(self) -> list[Reservation]:
+        """Every reservation the scheduler holds whose name is the platform's
+        (`platform_reservation_name`), in one command."""
         ...
 
     def expected_start(self, spec: JobSpec) -> datetime | None:

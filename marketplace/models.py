@@ -83,6 +83,18 @@ class Cluster(BaseModel):
     # Whether accounting records GPUs (`gres/gpu` in AccountingStorageTRES): without it a GPU
     # job would meter zero, so GPU offers are refused.
     tracks_gpus = models.BooleanField(default=False)
+    # The two kinds of capacity (docs/design.md), as the last verification found the cluster
+    # able to hold them. Preemptible: teams' jobs run under `market_qos`, which each of
+    # `owner_qos` preempts (requeued after `preemption_grace_seconds` of SIGTERM).
+    # Reserved: the service user may create Slurm reservations. Each `*_refusal` says why the
+    # kind cannot be sold ("" when it can).
+    sells_preemptible = models.BooleanField(default=False)
+    preemptible_refusal = models.CharField(max_length=500, blank=True)
+    market_qos = models.CharField(max_length=64, blank=True)
+    owner_qos = models.JSONField(default=list, blank=True)
+    preemption_grace_seconds = models.PositiveIntegerField(null=True, blank=True)
+    sells_reserved = models.BooleanField(default=False)
+    reserved_refusal = models.CharField(max_length=500, blank=True)
 
     class Meta:
         ordering = ["name", "id"]
@@ -374,6 +386,16 @@ class Resource(models.TextChoices):
     GPU = "gpu", "GPU-hours"
 
 
+class Capacity(models.TextChoices):
+    """The two kinds of capacity an owner lists (docs/design.md). Preemptible: units (core- or
+    GPU-hours) used on idle cores at a low priority, given back the moment the owner's own jobs
+    need them. Reserved: whole cores (or GPUs) for the whole window, held by a Slurm
+    reservation for the team."""
+
+    PREEMPTIBLE = "preemptible", "Preemptible"
+    RESERVED = "reserved", "Reserved"
+
+
 class Offer(BaseModel):
     """A lot of `quantity` whole units of one resource on one partition, usable during the
     window, sold by buy-now while the auction is open and by a sealed-bid uniform-price auction
@@ -396,6 +418,11 @@ class Offer(BaseModel):
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="offers")
     partition = models.ForeignKey(Partition, on_delete=models.PROTECT, related_name="offers")
     resource = models.CharField(max_length=8, choices=Resource.choices)
+    capacity = models.CharField(
+        max_length=16, choices=Capacity.choices, default=Capacity.PREEMPTIBLE
+    )
+    # Preemptible: units (core- or GPU-hours). Reserved: whole cores (or GPUs), each for the
+    # whole window (`unit_hours` metered units apiece).
     quantity = models.PositiveIntegerField()
     window_start = models.DateTimeField()
     window_end = models.DateTimeField()
@@ -422,8 +449,8 @@ class Offer(BaseModel):
             models.Index(fields=["status", "reserve_price"], name="offer_status_price"),
             models.Index(fields=["status", "window_start"], name="offer_status_window"),
             models.Index(
-                fields=["cluster", "partition", "resource", "auction_closes_at"],
-                name="offer_price_history",
+                fields=["cluster", "partition", "resource", "capacity", "auction_closes_at"],
+                name="offer_price_history_by_kind",
             ),
         ]
         constraints = [
@@ -433,6 +460,9 @@ class Offer(BaseModel):
             ),
             models.CheckConstraint(
                 condition=Q(resource__in=["cpu", "gpu"]), name="offer_resource_valid"
+            ),
+            models.CheckConstraint(
+                condition=Q(capacity__in=["preemptible", "reserved"]), name="offer_capacity_valid"
             ),
             models.CheckConstraint(condition=Q(quantity__gt=0), name="offer_quantity_positive"),
             models.CheckConstraint(
@@ -459,7 +489,27 @@ class Offer(BaseModel):
         ]
 
     def __str__(self) -> str:
+        if self.is_reserved:
+            return (
+                f"{self.quantity} reserved {self.resource_noun(self.quantity)} on {self.partition}"
+            )
         return f"{self.quantity} {self.get_resource_display()} on {self.partition}"
+
+    @property
+    def is_reserved(self) -> bool:
+        return self.capacity == Capacity.RESERVED
+
+    @property
+    def unit_hours(self) -> int:
+        """The metered units (core- or GPU-hours) one unit of `quantity` is: 1 for preemptible
+        capacity; for reserved, one core (or GPU) for each hour of the window, which is a whole
+        number of hours."""
+        return window_hours(self.window_start, self.window_end) if self.is_reserved else 1
+
+    def resource_noun(self, count: int) -> str:
+        """ "core"/"cores" or "GPU"/"GPUs": what one unit of a reserved offer is."""
+        noun = "GPU" if self.resource == Resource.GPU else "core"
+        return noun if count == 1 else f"{noun}s"
 
     @property
     def remaining(self) -> int:
@@ -572,6 +622,11 @@ class Bid(BaseModel):
         return self.status == self.Status.OPEN
 
 
+def window_hours(start: datetime, end: datetime) -> int:
+    """The whole hours from `start` to `end` (a reserved window is a whole number of them)."""
+    return int((end - start).total_seconds() // 3600)
+
+
 class Allocation(BaseModel):
     """The right to use up to `quantity` units on the offer's partition during its window, at
     `unit_price`, won at auction or bought outright. Its commitment hold (billing's) keeps
@@ -595,9 +650,20 @@ class Allocation(BaseModel):
     cluster = models.ForeignKey(Cluster, on_delete=models.PROTECT, related_name="allocations")
     partition = models.ForeignKey(Partition, on_delete=models.PROTECT, related_name="allocations")
     resource = models.CharField(max_length=8, choices=Resource.choices)
+    capacity = models.CharField(
+        max_length=16, choices=Capacity.choices, default=Capacity.PREEMPTIBLE
+    )
     window_start = models.DateTimeField()
     window_end = models.DateTimeField()
     source = models.CharField(max_length=16, choices=Source.choices)
+    # Reserved capacity: the whole cores (or GPUs) held for the team for the whole window, and
+    # the scheduler's reservation that holds them (`quantity` is then `block` x the window's
+    # hours). The last check of that reservation against the cluster, and what it found amiss
+    # ("" when it matched).
+    block = models.PositiveIntegerField(null=True, blank=True)
+    reservation = models.CharField(max_length=64, blank=True)
+    reservation_checked_at = models.DateTimeField(null=True, blank=True)
+    reservation_problem = models.CharField(max_length=500, blank=True)
     bid = models.OneToOneField(
         Bid, on_delete=models.PROTECT, null=True, blank=True, related_name="allocation"
     )
@@ -628,10 +694,20 @@ class Allocation(BaseModel):
                 | Q(source="auction", bid__isnull=False),
                 name="allocation_source_matches_bid",
             ),
+            # No reserved allocation exists without the reservation that holds its block.
+            models.CheckConstraint(
+                condition=Q(capacity="preemptible", block__isnull=True, reservation="")
+                | (Q(capacity="reserved", block__gt=0) & ~Q(reservation="")),
+                name="allocation_reserved_has_its_reservation",
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.quantity} {self.resource} units for {self.organization}"
+
+    @property
+    def is_reserved(self) -> bool:
+        return self.capacity == Capacity.RESERVED
 
     @property
     def remaining(self) -> Decimal:
@@ -648,6 +724,32 @@ class Allocation(BaseModel):
     @property
     def status(self) -> str:
         return self.status_at(timezone.now())
+
+
+class PendingReservation(BaseModel):
+    """A reservation being made for a reserved block that is not sold yet: written and
+    committed before the scheduler is asked for it, removed in the transaction that makes its
+    allocation (or once the sale is refused and the reservation taken back). The check of
+    reservations against allocations leaves the scheduler's reservation `name` alone while this
+    row is young, and takes it back once the row is old: a sale that crashed midway leaves no
+    cores held for nobody. While it exists the team's tenant lease is not idle."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="pending_reservations"
+    )
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="pending_reservations"
+    )
+    name = models.CharField(max_length=64, unique=True)
+
+    # A sale takes a few SSH round trips; a row older than this belongs to a sale that died.
+    STALE_AFTER: ClassVar[timedelta] = timedelta(minutes=15)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"reservation {self.name} being made on {self.cluster}"
 
 
 # Capacity, idle time and the owners' track record live in their own module; re-exported

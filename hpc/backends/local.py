@@ -40,6 +40,7 @@ from typing import BinaryIO, Literal
 from hpc import job_folder
 from hpc.arrays import parse_array
 from hpc.backends import local_state
+from hpc.backends.local_reservations import LocalReservations
 from hpc.backends.local_state import (
     CANCELLED,
     NODE_FAIL,
@@ -70,6 +71,8 @@ from hpc.types import (
     InputFile,
     JobSpec,
     QueueEntry,
+    Reservation,
+    ReservationSpec,
     ResultFile,
     RunRecord,
     Stream,
@@ -204,6 +207,7 @@ class LocalBackend:
         self.kill_grace_seconds = kill_grace_seconds
         self.state = StateDirectory(self.root)
         self.state.create()
+        self._reservations = LocalReservations(self.state, self.cpus)
 
     # Submission ----------------------------------------------------------------------------------
 
@@ -261,6 +265,8 @@ class LocalBackend:
             raise _Refused(f"{requested} CPUs requested: the local machine has {self.cpus}")
         if not spec.script.startswith("#!"):
             raise _Refused("the script must start with #!")
+        if spec.reservation is not None and not self._reservations.exists(spec.reservation):
+            raise _Refused(f"Requested reservation {spec.reservation!r} is invalid")
         if "\0" in spec.name:
             raise _Refused("the job name contains a NUL character")
         for name, value in spec.environment.items():
@@ -537,6 +543,20 @@ class LocalBackend:
     def expected_start(self, spec: JobSpec) -> datetime | None:
         """The local scheduler gives no estimate."""
         return None
+
+    # Reservations --------------------------------------------------------------------------------
+
+    def reservation_create(self, spec: ReservationSpec) -> Reservation:
+        return self._reservations.create(spec)
+
+    def reservation_update(self, spec: ReservationSpec) -> Reservation:
+        return self._reservations.update(spec)
+
+    def reservation_delete(self, name: str) -> None:
+        self._reservations.delete(name)
+
+    def reservations(self) -> list[Reservation]:
+        return self._reservations.list()
 
     # Cancel --------------------------------------------------------------------------------------
 

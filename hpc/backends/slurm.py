@@ -34,6 +34,7 @@ from hpc.errors import (
     SubmissionUnclear,
     UnexpectedOutput,
 )
+from hpc.slurm import reservations
 from hpc.slurm.accounting import (
     NAME_CHUNK,
     SACCT_CHUNK,
@@ -72,6 +73,8 @@ from hpc.types import (
     InputFile,
     JobSpec,
     QueueEntry,
+    Reservation,
+    ReservationSpec,
     ResultFile,
     RunRecord,
     Stream,
@@ -366,6 +369,20 @@ class SlurmBackend:
         if result.exit_status != 0:
             raise _command_error(result)
         return parse_test_only(result.stderr + "\n" + result.stdout)
+
+    # --- Reservations (the service user, a Slurm operator) ----------------------------------
+
+    def reservation_create(self, spec: ReservationSpec) -> Reservation:
+        return reservations.reservation_create(self.connection, spec, timeout=self.command_timeout)
+
+    def reservation_update(self, spec: ReservationSpec) -> Reservation:
+        return reservations.reservation_update(self.connection, spec, timeout=self.command_timeout)
+
+    def reservation_delete(self, name: str) -> None:
+        reservations.reservation_delete(self.connection, name, timeout=self.command_timeout)
+
+    def reservations(self) -> list[Reservation]:
+        return reservations.reservations_list(self.connection, timeout=self.command_timeout)
 
     @contextmanager
     def _reader(

@@ -36,6 +36,10 @@ ENVIRONMENT_FILE = "job.environment"
 EXPORT_FILE = "job.export"
 
 
+# A QOS's or a reservation's name, as the platform gives them.
+_SLURM_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
 def spec_problem(spec: JobSpec) -> str | None:
     """Why the bridge refuses to submit this spec, or None. The API validates requests before
     they get here; these checks hold the line for whatever reaches the library."""
@@ -59,6 +63,9 @@ def spec_problem(spec: JobSpec) -> str | None:
         return "time limit, nodes, tasks and CPUs per task must be positive, GPUs not negative"
     if spec.mem_per_cpu is not None and spec.mem_per_cpu < 1:
         return "memory per CPU must be positive"
+    for option, value in (("qos", spec.qos), ("reservation", spec.reservation)):
+        if value is not None and not _SLURM_NAME.fullmatch(value):
+            return f"the {option} {value!r} is not a Slurm name"
     for name, value in spec.environment.items():
         if problem := environment_name_problem(name):
             return problem
@@ -176,6 +183,12 @@ def sbatch_arguments(spec: JobSpec, job_directory: str) -> list[str]:
         arguments.append(f"--mem-per-cpu={spec.mem_per_cpu}M")
     if spec.account:
         arguments.append(f"--account={spec.account}")
+    if spec.qos:
+        arguments.append(f"--qos={spec.qos}")
+    if spec.reservation:
+        arguments.append(f"--reservation={spec.reservation}")
+    if spec.requeue is not None:
+        arguments.append("--requeue" if spec.requeue else "--no-requeue")
     if spec.array is not None:
         arguments.append(f"--array={spec.array}")
     is_array = spec.array is not None

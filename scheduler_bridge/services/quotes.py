@@ -27,6 +27,7 @@ from scheduler_bridge.models import money_of
 from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.submission import (
     _account_for,
+    _qos_for,
     allocation_check_open,
     job_request_sized,
 )
@@ -95,6 +96,8 @@ def _expected_start(
         partition=allocation.partition.name,
         time_limit_minutes=request.time_limit_minutes,
         account=_account_for(allocation) or None,
+        qos=_qos_for(allocation) or None,
+        reservation=allocation.reservation or None,
         nodes=request.nodes,
         ntasks=request.ntasks,
         cpus_per_task=request.cpus_per_task,

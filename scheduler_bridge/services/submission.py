@@ -33,7 +33,14 @@ from hpc.types import (
     Tenant,
     environment_name_problem,
 )
-from marketplace.models import Allocation, Cluster, Resource, SlurmAccount, TenantLease
+from marketplace.models import (
+    Allocation,
+    Capacity,
+    Cluster,
+    Resource,
+    SlurmAccount,
+    TenantLease,
+)
 from marketplace.services import tenant_lease_take, tenant_slurm_join
 from organizations.models import Membership
 from scheduler_bridge import errors, notices, webhook_events
@@ -70,6 +77,7 @@ def job_request_check(allocation: Allocation, request: JobRequest) -> list[int |
     _sizes_check(request, problems)
     problems.raise_if_any()
     _partition_check(allocation, request, problems)
+    _block_check(allocation, request, problems)
     indices = _array_check(request, problems)
     _environment_check(request, problems)
     problems.raise_if_any()
@@ -148,6 +156,24 @@ def _partition_check(allocation: Allocation, request: JobRequest, problems: Fiel
     _memory_and_gpus_check(allocation, request, problems)
 
 
+def _block_check(allocation: Allocation, request: JobRequest, problems: FieldErrors) -> None:
+    """A job on a reserved block runs inside it: it asks for no more cores (GPUs) than the
+    block holds, or Slurm would keep it pending for the whole window."""
+    if allocation.block is None:
+        return
+    if allocation.resource == Resource.GPU:
+        if request.gpus > allocation.block:
+            problems.add("gpus", f"The reserved block holds {allocation.block} GPUs.")
+        return
+    cores = request.ntasks * request.cpus_per_task
+    if cores > allocation.block:
+        problems.add(
+            "cpus_per_task",
+            f"ntasks x cpus_per_task is {cores}; the reserved block holds "
+            f"{allocation.block} core{'' if allocation.block == 1 else 's'}.",
+        )
+
+
 def _memory_and_gpus_check(
     allocation: Allocation, request: JobRequest, problems: FieldErrors
 ) -> None:
@@ -221,6 +247,21 @@ def _account_for(allocation: Allocation) -> str:
         ).first()
         return account.name if account else ""
     return cluster.slurm_account
+
+
+def _qos_for(allocation: Allocation) -> str:
+    """The QOS a job on the allocation runs under: on preemptible capacity of a fixed-mode
+    cluster, the market's, which the owner's own QOS preempts; elsewhere the association's
+    default (in managed mode the team's own QOS, itself preemptable by the owner's; on a
+    reserved block the tenant's default, since only the team can run on those cores)."""
+    cluster = allocation.cluster
+    if (
+        allocation.capacity != Capacity.PREEMPTIBLE
+        or cluster.backend != Cluster.Backend.SLURM
+        or cluster.account_mode == Cluster.AccountMode.MANAGED
+    ):
+        return ""
+    return cluster.market_qos
 
 
 def job_state_record(job: Job, state: str, reason: str = "", at: datetime | None = None) -> None:
@@ -320,6 +361,8 @@ def job_submit(
         environment=request.environment,
         secret_environment=request.secret_environment,
         account=_account_for(allocation),
+        qos=_qos_for(allocation),
+        reservation=allocation.reservation,
         reserved_units=units,
     )
     JobTask.objects.bulk_create(
@@ -343,6 +386,10 @@ def job_spec(job: Job, input_files: tuple[InputFile, ...] = ()) -> JobSpec:
         partition=job.allocation.partition.name,
         time_limit_minutes=job.time_limit_minutes,
         account=job.account or None,
+        qos=job.qos or None,
+        reservation=job.reservation or None,
+        # A preempted run goes back to the queue rather than ending the job.
+        requeue=True if job.allocation.capacity == Capacity.PREEMPTIBLE else None,
         nodes=job.nodes,
         ntasks=job.ntasks,
         cpus_per_task=job.cpus_per_task,

@@ -4,7 +4,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler_bridge', '0008_organization_moves_to_organizations'),
+        ('scheduler_bridge', '0009_jobs_qos_and_reservation'),
     ]
 
     operations = [

@@ -352,6 +352,12 @@ JSON_HEAVY: list[tuple[str, Any]] = [
     ("1 MB of digits", Raw("9" * 1_000_000)),
 ]
 
+# A file part whose name is past a file system's 255 bytes (issue 29: was a 500).
+LONG_FILE_NAME = (
+    b'--b\r\nContent-Disposition: form-data; name="input_files"; filename="'
+    + b"a" * 300
+    + b'"\r\n\r\nx\r\n--b--\r\n'
+)
 # Whole bodies, for every operation that takes one.
 BIG = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1024
 BODIES: list[tuple[str, str | None, bytes]] = [
@@ -391,13 +397,7 @@ BODIES: list[tuple[str, str | None, bytes]] = [
         b'--b\r\nContent-Disposition: form-data; name="input_files"; filename="\xff.txt"'
         b"\r\n\r\nx\r\n--b--\r\n",
     ),
-    (
-        "multipart file name of 300 bytes",
-        "multipart/form-data; boundary=b",
-        b'--b\r\nContent-Disposition: form-data; name="input_files"; filename="'
-        + b"a" * 300
-        + b'"\r\n\r\nx\r\n--b--\r\n',
-    ),
+    ("multipart file name of 300 bytes", "multipart/form-data; boundary=b", LONG_FILE_NAME),
 ]
 
 # Query and form values, by kind as above: text, URL-encoded (those in RAW_TEXT already are).
@@ -975,9 +975,7 @@ def forms_attack(attack: Attack, market: Market, signed_in: requests.Session) ->
                 (
                     "multipart file name of 300 bytes",
                     "multipart/form-data; boundary=b",
-                    b'--b\r\nContent-Disposition: form-data; name="input_files"; filename="'
-                    + b"a" * 300
-                    + b'"\r\n\r\nx\r\n--b--\r\n',
+                    LONG_FILE_NAME,
                 ),
             ]:
                 headers = _csrf(session) if content_type != "" else {}

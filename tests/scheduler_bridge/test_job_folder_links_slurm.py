@@ -35,6 +35,7 @@ def unique() -> str:
 
 @pytest.fixture(scope="module")
 def tenant(testcluster) -> Tenant:
+    """The first tenant of the fixed pool, as in test_slurm_backend_integration.py."""
     account = testcluster.fixed_pool.tenants[0]
     return Tenant(account.user, account.home)
 
@@ -54,7 +55,8 @@ def backend(testcluster, unique, tenant) -> Iterator[SlurmBackend]:
 
 
 def run(backend: SlurmBackend, testcluster, unique: str, label: str, script: str, **changes):
-    """Runs one job as the tenant to its end; its directory."""
+    """Runs one job as the tenant to its end; its directory (beside `outside`, the tenant's
+    own folder that the jobs link to)."""
     account = testcluster.fixed_pool.tenants[0]
     directory = f"computeshare-tests/{unique}/{label}"
     values = {

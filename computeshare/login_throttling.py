@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 import redis
 from django.conf import settings
 from django.contrib.auth import authenticate
-from django.contrib.auth.backends import BaseBackend
 from django.contrib.auth.tokens import PasswordResetTokenGenerator
 from django.core.cache import caches
 from django.core.cache.backends.redis import RedisCache
@@ -190,11 +189,12 @@ def failures_forget_all() -> None:
 # --- Hooks into Django's authentication ---------------------------------------------------------
 
 
-class ThrottleBackend(BaseBackend):
+class ThrottleBackend:
     """First of AUTHENTICATION_BACKENDS: refuses a locked log-in before any password is
     checked (`PermissionDenied` stops `authenticate`), and marks the request so that the page
     or the API says why. A request that carries a valid unlock link (`login_lock_bypassed`)
-    passes."""
+    passes. It has no `get_user`, so that a session is never tied to it (Django, and its test
+    client's `force_login`, take the first backend that has one)."""
 
     def authenticate(self, request: HttpRequest | None, **credentials: Any) -> None:
         username = credentials.get("username")

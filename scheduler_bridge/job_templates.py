@@ -130,6 +130,31 @@ else:
 PYTHON
 """
 
+_CHECKPOINT = """#!/bin/bash
+# Survives preemption. On preemptible capacity the owner's own jobs may take the cores back:
+# Slurm then sends this script SIGTERM, lets it run for the cluster's grace period (the offer
+# shows it), stops it and queues it again under the same id. That run is not charged; the next
+# one starts from the state saved here. A job that exits during the grace has ended for good
+# (Slurm does not run it again), so on SIGTERM this one saves and waits to be stopped.
+set -uo pipefail
+state=state.txt
+step=$(cat "$state" 2>/dev/null || echo 0)
+echo "run ${SLURM_RESTART_COUNT:-0} starts at step $step"
+stopping=0
+trap 'stopping=1' TERM
+while (( step < 120 )); do
+    if (( stopping )); then
+        echo "$step" > "$state"
+        echo "SIGTERM: saved step $step; Slurm will run the job again from here"
+        while true; do sleep 1; done
+    fi
+    sleep 1  # one step of the work
+    step=$((step + 1))
+done
+echo "$step" > "$state"
+echo "done after $step steps"
+"""
+
 JOB_TEMPLATES: tuple[JobTemplate, ...] = (
     JobTemplate(
         slug="python-sweep",
@@ -161,6 +186,16 @@ JOB_TEMPLATES: tuple[JobTemplate, ...] = (
         script=_MPI,
         time_limit_minutes=5,
         ntasks=2,
+    ),
+    JobTemplate(
+        slug="checkpoint",
+        title="A long run that survives preemption",
+        technique="On preemptible capacity the owner's jobs may take the cores back: the job "
+        "gets SIGTERM and the cluster's grace period to save its state, then Slurm queues it "
+        "again and its next run resumes from what it saved (the preempted run is not charged).",
+        name="checkpointed run",
+        script=_CHECKPOINT,
+        time_limit_minutes=5,
     ),
     JobTemplate(
         slug="gpu",

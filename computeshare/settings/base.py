@@ -471,6 +471,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": f"/{STATIC_URL}favicon.svg",
     # Several models have a `status`; each set of values gets its own name in the schema.
     "ENUM_NAME_OVERRIDES": {
+        "CapacityEnum": "marketplace.models.Capacity",
         "ClusterStatusEnum": "marketplace.models.Cluster.Status",
         "OfferStatusEnum": "marketplace.models.Offer.Status",
         "BidStatusEnum": "marketplace.models.Bid.Status",

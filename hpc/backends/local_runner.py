@@ -56,6 +56,7 @@ from datetime import datetime
 from pathlib import Path
 from types import FrameType
 
+from hpc import job_folder
 from hpc.backends.local_state import (
     _PR_SET_CHILD_SUBREAPER,
     CANCELLED,
@@ -376,6 +377,26 @@ class Supervisor:
             }
         return environment
 
+    def _output_files(self, task: _Task) -> tuple[int, int]:
+        """The task's stdout and stderr files, made anew in the job's folder without following
+        a link (`hpc.job_folder`): another task of the array may have left a link, a FIFO or a
+        hard link under the name, and the supervisor writes only into a new file of its own."""
+        folder = job_folder.open_folder(self.state.root, self.job.directory)
+        try:
+            stdout = job_folder.open_for_writing(
+                folder, output_file_name("stdout", task.array_task_id)
+            )
+            try:
+                stderr = job_folder.open_for_writing(
+                    folder, output_file_name("stderr", task.array_task_id)
+                )
+            except BaseException:
+                os.close(stdout)
+                raise
+        finally:
+            os.close(folder)
+        return stdout, stderr
+
     def _start(self, task: _Task, slots: list[int]) -> None:
         task.slots = slots
         directory = self.state.root / self.job.directory
@@ -387,9 +408,10 @@ class Supervisor:
                 self.job.sandbox, directory, command, info_descriptor=info_write
             )
         try:
+            stdout_descriptor, stderr_descriptor = self._output_files(task)
             with (
-                open(directory / output_file_name("stdout", task.array_task_id), "wb") as stdout,
-                open(directory / output_file_name("stderr", task.array_task_id), "wb") as stderr,
+                os.fdopen(stdout_descriptor, "wb") as stdout,
+                os.fdopen(stderr_descriptor, "wb") as stderr,
             ):
                 task.popen = subprocess.Popen(
                     command,

@@ -25,7 +25,7 @@ from computeshare.errors import FieldErrors, ValidationFailed
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move, status_move_all
 from hpc.arrays import InvalidArray, parse_array
-from hpc.errors import BridgeError
+from hpc.errors import BridgeError, JobFileUnsafe
 from hpc.types import (
     Backend,
     InputFile,
@@ -745,6 +745,8 @@ def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | N
             array_task_id,
             tail_bytes,
         )
+    except JobFileUnsafe as error:
+        raise errors.OutputNotReadable(extra={"reason": str(error)}) from error
     except BridgeError as error:
         backend_failed(job.cluster, error)
         raise errors.OutputUnavailable(str(error)) from error

@@ -4,7 +4,7 @@ preemptions and list every run; the submitter is told and the `job.preempted` we
 once per run however often accounting is read. The real preemption on the Slurm test cluster is
 in test_capacity_journeys.py."""
 
-from datetime import timedelta
+from datetime import UTC, timedelta
 from decimal import Decimal
 
 import pytest
@@ -184,3 +184,41 @@ def test_a_job_bigger_than_its_reserved_block_is_refused(team, settings, tmp_pat
         "ntasks x cpus_per_task is 2; the reserved block holds 1 core."
     ]
     assert not Job.objects.exists()
+
+
+def test_the_owners_dashboard_counts_its_users_preemptions_and_reserved_cores(team, allocation):
+    from django.test import Client
+    from django.urls import reverse
+
+    from organizations.models import Membership
+    from tests.factories import MembershipFactory
+
+    job = submitted(team, allocation)
+    started = timezone.now() - timedelta(minutes=30)
+    preempted = run(job, "preempted", "PREEMPTED", started=started, seconds=600)
+    services.job_task_settle(task_id=job.tasks.get().pk, runs=[preempted], final=None)
+    owners = allocation.cluster.organization
+    # A block of 4 cores held for 6 hours of today: 1 core on average over the day.
+    today = timezone.now().astimezone(UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    Allocation.objects.filter(pk=allocation.pk).update(
+        capacity="reserved",
+        block=4,
+        quantity=24,
+        reservation="cs-allocation-x",
+        window_start=today + timedelta(hours=1),
+        window_end=today + timedelta(hours=7),
+    )
+    owner_admin = MembershipFactory(organization=owners, role=Membership.Role.ADMIN).user
+    client = Client()
+    client.force_login(owner_admin)
+
+    response = client.get(reverse("dashboard"))
+
+    chart = response.context["dashboard"].capacity_kinds
+    preemptions, reserved = chart.series
+    ended_on = chart.days.index(preempted.end_time.astimezone(UTC).date())
+    assert preemptions.values[ended_on] == Decimal(1)
+    assert sum(preemptions.values) == 1
+    assert reserved.values[chart.days.index(today.date())] == Decimal(1)
+    page = response.content.decode()
+    assert 'id="capacity-kinds"' in page and "Your users and the market" in page

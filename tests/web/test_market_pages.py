@@ -1987,3 +1987,20 @@ def test_an_offer_on_the_local_backend_says_nothing_of_tenant_accounts(client, b
 
     assert page.by_id("offer-tenants") is None
     assert page.by_id("tenants-exhausted") is None
+
+
+def test_the_cluster_card_says_which_kinds_it_sells_and_why_not(client, owner):
+    """Issue 27: what the last verification found each kind of capacity needs."""
+    reason = "PreemptType is preempt/none: set PreemptType=preempt/qos in slurm.conf."
+    Cluster.objects.filter(pk=owner.cluster.pk).update(
+        sells_preemptible=False, preemptible_refusal=reason
+    )
+    client.force_login(owner.member)
+
+    card = html(client.get(clusters_url(owner.organization))).by_id(f"cluster-{owner.cluster.uuid}")
+
+    kinds = card.find(data_field="capacity-kinds")
+    assert kinds.find(data_kind="preemptible").text() == f"Not preemptible capacity: {reason}"
+    assert kinds.find(data_kind="reserved").text() == (
+        "Reserved blocks: the platform makes a Slurm reservation for each."
+    )

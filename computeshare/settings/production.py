@@ -4,6 +4,7 @@ SECRET_KEY, FIELD_ENCRYPTION_KEY, ALLOWED_HOSTS, DATABASE_URL and REDIS_URL, and
 secret of the demo or the tests (insecure.py)."""
 
 from django.core.exceptions import ImproperlyConfigured
+from whitenoise.compress import Compressor
 
 from computeshare.settings.base import *  # noqa: F403
 from computeshare.settings.base import env
@@ -64,11 +65,7 @@ STORAGES = {
 # Source maps are read by a developer's tools, never by a page: served as they are rather than
 # compressed twice (brotli at its best quality took most of collectstatic's three minutes on
 # a 2-core machine, for 12 MB of maps).
-WHITENOISE_SKIP_COMPRESS_EXTENSIONS = (
-    *"jpg jpeg png gif webp zip gz tgz bz2 tbz xz br swf flv woff woff2".split(),
-    *"3gp 3gpp asf avi m4v mov mp4 mpeg mpg webm wmv".split(),
-    "map",
-)
+WHITENOISE_SKIP_COMPRESS_EXTENSIONS = (*Compressor.SKIP_COMPRESS_EXTENSIONS, "map")
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.smtp.EmailBackend")
 # Jobs run on owners' clusters only, never as processes of the platform's own machine.
 LOCAL_BACKEND_ALLOWED = False

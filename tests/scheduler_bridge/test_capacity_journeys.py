@@ -80,7 +80,62 @@ def squeue_state(testcluster, job_id: str) -> str:
     return answer.stdout.strip()
 
 
-def team_on(cluster, name: str):
+def owner_verified_cluster(testcluster):
+    """An owner registers the test cluster's fixed pool and verifies it through the API (the
+    suite's Celery worker runs the verification); the cluster and its owner's API client.
+    Verification finds both kinds of capacity held by Slurm."""
+    owners = funded_organization("0", name="Aurora Owners")
+    admin = client_for(MembershipFactory(organization=owners, role="admin").user)
+    pool = testcluster.fixed_pool
+    registered = admin.post(
+        "/api/v1/clusters/",
+        {
+            "organization": str(owners.uuid),
+            "name": "aurora",
+            "ssh_host": testcluster.host,
+            "ssh_port": testcluster.port,
+            "ssh_user": testcluster.user,
+            "ssh_private_key": testcluster.private_key,
+            "ssh_host_key": testcluster.host_key,
+            "account_mode": "fixed",
+            "slurm_account": pool.account,
+            "tenant_group": pool.group,
+        },
+        format="json",
+    )
+    assert registered.status_code == 201, registered.json()
+    cluster_id = registered.json()["id"]
+    assert admin.post(f"/api/v1/clusters/{cluster_id}/verify/").status_code == 202
+
+    def verified() -> dict | None:
+        body = admin.get(f"/api/v1/clusters/{cluster_id}/").json()
+        return body if body["verification"]["status"] != "running" else None
+
+    body = wait_for(verified, timeout=120, interval=1)
+    assert body["verification"]["status"] == "succeeded", body["verification"]
+    assert body["capacity_kinds"] == ["preemptible", "reserved"]
+    assert body["preemption_grace_seconds"] == testcluster.preemption_grace_seconds
+    return body, admin
+
+
+def listed(owner_admin, cluster: dict, **terms) -> dict:
+    answer = owner_admin.post(
+        "/api/v1/offers/",
+        {
+            "cluster": cluster["id"],
+            "partition": cluster["partitions"][0]["name"],
+            "resource": "cpu",
+            "reserve_price": str(PRICE),
+            "buy_now_price": str(PRICE),
+            **terms,
+        },
+        format="json",
+    )
+    assert answer.status_code == 201, answer.json()
+    return answer.json()
+
+
+def team_on(name: str):
     team = funded_organization("500", name=name)
     admin = MembershipFactory(organization=team, role="admin").user
     member = MembershipFactory(organization=team, role="member").user
@@ -134,9 +189,20 @@ def job_of(member, job: dict) -> dict:
 def test_the_owners_job_preempts_a_market_job_whose_next_run_alone_is_charged(
     on_testcluster, testcluster, celery_worker, poller
 ):
-    cluster = on_testcluster(pool="fixed")
-    team, admin, member = team_on(cluster, "Spot Team")
-    allocation = bought(admin, team, preemptible_offer(cluster), 20)
+    cluster, owner_admin = owner_verified_cluster(testcluster)
+    now = timezone.now()
+    offer = listed(
+        owner_admin,
+        cluster,
+        capacity="preemptible",
+        quantity=4,
+        window_start=(now - timedelta(minutes=1)).isoformat(),
+        window_end=(now + timedelta(hours=2)).isoformat(),
+        auction_closes_at=(now + timedelta(hours=1)).isoformat(),
+    )
+    assert (offer["capacity"], offer["quantity_unit"]) == ("preemptible", "core-hours")
+    team, admin, member = team_on("Spot Team")
+    allocation = bought(admin, team, Offer.objects.get(uuid=offer["id"]), 4)
     job = submitted(member, allocation)
     running = wait_for(
         lambda: (seen := job_of(member, job))["state"] == "running" and seen, timeout=90
@@ -176,22 +242,22 @@ def test_the_owners_job_preempts_a_market_job_whose_next_run_alone_is_charged(
 def test_a_reserved_core_is_the_teams_at_once_while_the_owners_job_waits(
     on_testcluster, testcluster, celery_worker, poller
 ):
-    cluster = on_testcluster(pool="fixed")
-    team, admin, member = team_on(cluster, "Block Team")
-    # A window that starts in 20 s: a reserved block is sold before its window.
-    start = timezone.now() + timedelta(seconds=20)
-    offer = OfferFactory(
-        partition=cluster.partitions.get(),
-        cluster=cluster,
+    cluster, owner_admin = owner_verified_cluster(testcluster)
+    # A block of one of the two cores for the hour from 30 s on: its auction (and buy-now)
+    # closes when the window starts.
+    start = (timezone.now() + timedelta(seconds=30)).replace(microsecond=0)
+    offer = listed(
+        owner_admin,
+        cluster,
         capacity="reserved",
         quantity=1,
-        reserve_price=PRICE,
-        buy_now_price=PRICE,
-        auction_closes_at=start,
-        window_start=start,
-        window_end=start + timedelta(hours=1),
+        window_start=start.isoformat(),
+        window_end=(start + timedelta(hours=1)).isoformat(),
+        auction_closes_at=start.isoformat(),
     )
-    allocation = bought(admin, team, offer, 1)
+    assert (offer["quantity_unit"], offer["unit_hours"]) == ("cores", 1)
+    team, admin, member = team_on("Block Team")
+    allocation = bought(admin, team, Offer.objects.get(uuid=offer["id"]), 1)
     assert (allocation["block"], allocation["quantity"], allocation["held"]) == (
         1,
         "1",
@@ -233,7 +299,7 @@ def test_a_run_a_node_failure_ended_is_not_charged_and_the_next_one_is(
     on_testcluster, testcluster, celery_worker, poller
 ):
     cluster = on_testcluster(pool="fixed")
-    team, admin, member = team_on(cluster, "Node Team")
+    team, admin, member = team_on("Node Team")
     allocation = bought(admin, team, preemptible_offer(cluster), 20)
     job = submitted(member, allocation)
     running = wait_for(

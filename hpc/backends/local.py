@@ -63,10 +63,11 @@ from hpc.backends.sandbox import (
     sandbox_check,
 )
 from hpc.errors import BridgeError
+from hpc.slurm import filenames
 
 # The local backend spells its states as Slurm does, and reads them with Slurm's one table.
 from hpc.slurm.accounting import api_state
-from hpc.slurm.jobs import result_file_excluded
+from hpc.slurm.jobs import result_file_excluded, stream_folders, stream_names
 from hpc.types import (
     InputFile,
     JobSpec,
@@ -255,6 +256,8 @@ class LocalBackend:
             raise _Refused(f"{spec.nodes} nodes requested: the local cluster has one")
         if spec.gpus != 0:
             raise _Refused(f"{spec.gpus} GPUs requested: the local cluster has none")
+        if problem := _options_refused(spec):
+            raise _Refused(problem)
         if spec.ntasks < 1 or spec.cpus_per_task < 1 or spec.time_limit_minutes < 1:
             raise _Refused("tasks, CPUs per task and the time limit must be at least 1")
         requested = spec.ntasks * spec.cpus_per_task
@@ -299,6 +302,8 @@ class LocalBackend:
         all the same, with the refusal its supervisor fails every task with."""
         directory = self._job_directory(spec.directory)
         directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for folder in stream_folders(spec):
+            (directory / folder).mkdir(mode=0o700, parents=True, exist_ok=True)
         for input_file in spec.input_files:
             _stage_input(directory, input_file)
         local_state.write_atomically(directory / "job.sh", spec.script.encode(), mode=0o700)
@@ -319,6 +324,8 @@ class LocalBackend:
             seconds_per_minute=self.seconds_per_minute,
             kill_grace_seconds=self.kill_grace_seconds,
             sandbox=sandbox.program,
+            streams=stream_names(spec),
+            open_mode=spec.options.open_mode,
             refusal=(
                 f"not run: jobs here must be sandboxed (LOCAL_BACKEND_SANDBOX=required) and "
                 f"cannot be: {sandbox.problem}"
@@ -469,10 +476,15 @@ class LocalBackend:
         stream: Stream,
         array_task_id: int | None,
         tail_bytes: int,
+        name: str | None = None,
     ) -> bytes:
         """Read as the platform's user: `tenant` is ignored (None here)."""
-        path = self._job_directory(directory) / output_file_name(stream, array_task_id)
+        if name == filenames.DEV_NULL:
+            return b""
+        path = self._job_directory(directory) / (name or output_file_name(stream, array_task_id))
         try:
+            if filenames.WILDCARD in path.name:
+                path = _newest_match(path)
             with open(path, "rb") as file:
                 size = os.fstat(file.fileno()).st_size
                 file.seek(max(0, size - max(0, tail_bytes)))
@@ -644,6 +656,33 @@ def _run_record(record: TaskRecord) -> RunRecord:
         partition=PARTITION,
         requested_cpus=record.requested_cpus,
     )
+
+
+def _options_refused(spec: JobSpec) -> str | None:
+    """What of the spec's options one machine without a scheduler cannot honour."""
+    options = spec.options
+    unsupported = (
+        ("a dependency on other jobs", options.dependency),
+        ("node features (--constraint)", options.constraint),
+        ("a signal before the time limit (--signal)", options.signal),
+    )
+    for what, value in unsupported:
+        if value:
+            return f"the local cluster does not take {what}"
+    return None
+
+
+def _newest_match(path: Path) -> Path:
+    """The newest regular file of `path`'s folder that its name, with wildcards, matches."""
+    regular = {
+        entry.name: entry.stat(follow_symlinks=False).st_mtime
+        for entry in os.scandir(path.parent)
+        if entry.is_file(follow_symlinks=False)
+    }
+    found = filenames.matches(path.name, list(regular))
+    if not found:
+        raise FileNotFoundError(path)
+    return path.parent / max(found, key=lambda leaf: (regular[leaf], leaf))
 
 
 def _stage_input(directory: Path, input_file: InputFile) -> None:

@@ -55,6 +55,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
+from typing import Any
 
 from hpc.backends.local_state import (
     _PR_SET_CHILD_SUBREAPER,
@@ -79,6 +80,7 @@ from hpc.backends.local_state import (
     signal_task_processes,
 )
 from hpc.backends.sandbox import sandbox_command, sandbox_init_identity
+from hpc.slurm.filenames import DEV_NULL, batch_values, name_with
 from hpc.types import output_file_name
 
 # The supervisor ----------------------------------------------------------------------------------
@@ -376,6 +378,42 @@ class Supervisor:
             }
         return environment
 
+    def _stream_names(self, task: _Task) -> dict[str, str]:
+        """The task's stdout, stderr and stdin names in the job's directory, the patterns
+        filled as Slurm fills a batch step's (`%x` and `%u` were filled on submission)."""
+        values = batch_values(
+            job_id=task.raw_job_id,
+            array_job_id=self.job.job_id,
+            array_task_id=task.array_task_id,
+            node=os.uname().nodename.split(".")[0],
+        )
+        streams = self.job.streams or {
+            stream: output_file_name(stream, task.array_task_id) for stream in ("stdout", "stderr")
+        }
+        return {stream: name_with(pattern, values) for stream, pattern in streams.items()}
+
+    def _stream_files(
+        self, task: _Task, directory: Path, files: contextlib.ExitStack
+    ) -> tuple[Any, Any, Any]:
+        """The task's stdin, stdout and stderr, opened in the job's directory: stderr shares
+        stdout's file when they have one name; /dev/null and no input give DEVNULL."""
+        names = self._stream_names(task)
+        mode = "ab" if self.job.open_mode == "append" else "wb"
+        opened: dict[str, Any] = {}
+
+        def output(name: str) -> Any:
+            if name == DEV_NULL:
+                return subprocess.DEVNULL
+            if name not in opened:
+                # Closed with the ExitStack once the task's process has them.
+                opened[name] = files.enter_context(open(directory / name, mode))  # noqa: SIM115
+            return opened[name]
+
+        stdin: Any = subprocess.DEVNULL
+        if names.get("stdin", DEV_NULL) != DEV_NULL:
+            stdin = files.enter_context(open(directory / names["stdin"], "rb"))  # noqa: SIM115
+        return stdin, output(names["stdout"]), output(names["stderr"])
+
     def _start(self, task: _Task, slots: list[int]) -> None:
         task.slots = slots
         directory = self.state.root / self.job.directory
@@ -387,15 +425,13 @@ class Supervisor:
                 self.job.sandbox, directory, command, info_descriptor=info_write
             )
         try:
-            with (
-                open(directory / output_file_name("stdout", task.array_task_id), "wb") as stdout,
-                open(directory / output_file_name("stderr", task.array_task_id), "wb") as stderr,
-            ):
+            with contextlib.ExitStack() as files:
+                stdin, stdout, stderr = self._stream_files(task, directory, files)
                 task.popen = subprocess.Popen(
                     command,
                     cwd=directory,
                     env=self._environment(task, directory),
-                    stdin=subprocess.DEVNULL,
+                    stdin=stdin,
                     stdout=stdout,
                     stderr=stderr,
                     start_new_session=True,  # the task's own session and process group

@@ -30,7 +30,7 @@ from hpc.errors import (
     SubmissionUnclear,
     UnexpectedOutput,
 )
-from hpc.slurm import reservations
+from hpc.slurm import filenames, reservations
 from hpc.slurm.accounting import (
     NAME_CHUNK,
     SACCT_CHUNK,
@@ -58,6 +58,7 @@ from hpc.slurm.jobs import (
     sbatch_arguments,
     scancel_arguments,
     spec_problem,
+    stream_folders,
     submission_script,
     test_only_arguments,
 )
@@ -162,6 +163,9 @@ class SlurmBackend:
                         arguments=sbatch_arguments(spec, directory),
                         script=spec.script,
                         environment=spec.environment,
+                        folders=tuple(
+                            posixpath.join(directory, folder) for folder in stream_folders(spec)
+                        ),
                     ),
                 )
             )
@@ -284,19 +288,23 @@ class SlurmBackend:
         stream: Stream,
         array_task_id: int | None,
         tail_bytes: int,
+        name: str | None = None,
     ) -> bytes:
         problem = job_directory_problem(directory)
         if problem is not None:
             raise ValueError(problem)
-        if tail_bytes <= 0:
+        if tail_bytes <= 0 or name == filenames.DEV_NULL:
             return b""
         # Without a tenant: a job submitted before jobs ran as tenants, in the service user's
         # home.
         home = tenant.home if tenant is not None else self.connection.home
         user = tenant.user if tenant is not None else None
-        path = posixpath.join(home, directory, output_file_name(stream, array_task_id))
+        name = name or output_file_name(stream, array_task_id)
+        path = posixpath.join(home, directory, name)
         with self.connection.sftp(self.command_timeout, as_user=user) as sftp:
             try:
+                if filenames.WILDCARD in name:
+                    path = _newest_match(sftp, path)
                 with sftp.open(path, "rb") as handle:
                     size = handle.stat().st_size or 0
                     handle.seek(max(0, size - tail_bytes))
@@ -421,6 +429,22 @@ def outcome_result(name: str, outcome: SubmissionOutcome) -> SubmitResult:
     except UnexpectedOutput as error:
         # sbatch said yes but no id can be read: the job may exist, so this is no refusal.
         raise SubmissionUnclear(f"sbatch accepted {name} without a readable id: {error}") from error
+
+
+def _newest_match(sftp: paramiko.SFTPClient, path: str) -> str:
+    """The newest regular file of `path`'s folder that its name, with wildcards, matches;
+    `FileNotFoundError` when none does."""
+    folder, _ = filenames.parent_and_leaf(path)
+    entries = {
+        entry.filename: entry
+        for entry in sftp.listdir_attr(folder)
+        if stat.S_ISREG(entry.st_mode or 0)
+    }
+    found = filenames.matches(path, list(entries))
+    if not found:
+        raise FileNotFoundError(path)
+    newest = max(found, key=lambda leaf: (entries[leaf].st_mtime or 0, leaf))
+    return posixpath.join(folder, newest)
 
 
 def _make_directories(sftp: paramiko.SFTPClient, directory: str, created: set[str]) -> None:

@@ -28,14 +28,31 @@ class SweepCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     script = serializers.CharField(
         trim_whitespace=False,
-        help_text="The team's script, starting with `#!` (bash, python3, ...), no `#SBATCH` "
-        "lines. Each task runs it in its row's own folder (`row-<n>` of the job's folder).",
+        help_text="The team's script, starting with `#!` (bash, python3, ...). Its `#SBATCH` "
+        "lines give each task's sizes as a job's do (the fields below win over them); the "
+        "sweep sets the array, the output and the dependency itself, and overrides the "
+        "script's with a warning. Each task runs it in its row's own folder (`row-<n>` of the "
+        "job's folder).",
     )
     table = serializers.CharField(
         trim_whitespace=False, required=False, allow_blank=True, help_text=TABLE_HELP
     )
-    time_limit_minutes = WholeNumber(min_value=1, max_value=525600, help_text="Per task.")
-    cpus_per_task = WholeNumber(min_value=1, max_value=100000, default=1)
+    time_limit_minutes = WholeNumber(
+        min_value=1,
+        max_value=525600,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Per task; left out, the script's --time (400 when neither gives one).",
+    )
+    cpus_per_task = WholeNumber(
+        min_value=1,
+        max_value=100000,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Per task; left out, the script's --cpus-per-task, else 1.",
+    )
     concurrency = WholeNumber(
         min_value=1,
         max_value=100000,

@@ -204,8 +204,7 @@ def test_a_constraint_the_partitions_nodes_lack_is_refused(team, allocation):
     assert answer.status_code == 400
     assert answer.json()["code"] == "sbatch_directive_not_supported"
     assert answer.json()["extra"]["reason"] == (
-        "--constraint=a100: the partition compute has no node with a100 (its features: "
-        "avx2, ib)."
+        "--constraint=a100: the partition compute has no node with a100 (its features: avx2, ib)."
     )
     allocation.refresh_from_db()
     assert allocation.reserved == 1 and Job.objects.count() == 1
@@ -245,9 +244,7 @@ def test_exclusive_where_the_allocation_cannot_cover_whole_nodes_is_refused(
         setattr(allocation.partition, name, value)
     allocation.partition.save()
 
-    answer = _post(
-        team, allocation, script=f"#!/bin/bash\n#SBATCH -t {minutes} -N 2 --exclusive\n"
-    )
+    answer = _post(team, allocation, script=f"#!/bin/bash\n#SBATCH -t {minutes} -N 2 --exclusive\n")
 
     assert answer.status_code == 400
     assert answer.json()["code"] == "sbatch_exclusive_not_covered"

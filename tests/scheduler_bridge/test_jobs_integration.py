@@ -248,9 +248,9 @@ def check_refused_jobs_never_reach_the_cluster(scenario, testcluster):
     before = Job.objects.count()
     refusals = [
         (
-            {"script": "#!/bin/bash\n#SBATCH --time=9999\necho hi\n"},
+            {"script": "#!/bin/bash\n#SBATCH --walltime=9999\necho hi\n"},
             400,
-            "sbatch_directive_not_allowed",
+            "sbatch_directive_unknown",
         ),
         ({"cpus_per_task": 2, "time_limit_minutes": 60 * 24}, 402, "allocation_exhausted"),
         ({"allocation": str(scenario.other_allocation.uuid)}, 400, "invalid"),

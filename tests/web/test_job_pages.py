@@ -455,9 +455,7 @@ def test_the_script_is_read_as_it_is_typed_with_its_warnings_and_the_estimate(
     }
 
 
-def test_fields_the_page_filled_from_the_script_are_sent_as_the_scripts(
-    client, team, allocation
-):
+def test_fields_the_page_filled_from_the_script_are_sent_as_the_scripts(client, team, allocation):
     client.force_login(team.member)
     script = "#!/bin/bash\n#SBATCH -t 30\n#SBATCH -J from-script\necho\n"
     data = {

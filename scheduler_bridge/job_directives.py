@@ -209,6 +209,11 @@ class Overridden:
     value: str
     line: int
     why: str
+    # Its place among the script's options (for the order of the report, not shown).
+    position: int = 0
+
+    def as_json(self) -> dict[str, object]:
+        return {"option": self.option, "value": self.value, "line": self.line, "why": self.why}
 
 
 @dataclass
@@ -249,7 +254,7 @@ class ScriptAsks:
             for name, value in vars(self).items()
             if name != "overridden" and isinstance(value, Asked)
         ]
-        return sorted(asked, key=lambda each: (each.directive.line, each.directive.written))
+        return sorted(asked, key=lambda each: each.directive.position)
 
 
 @dataclass(frozen=True)
@@ -307,7 +312,9 @@ def _setting(key: str) -> str:
 
 
 def _overridden(directive: Directive, why: str) -> Overridden:
-    return Overridden(directive.written, directive.value or "", directive.line, why)
+    return Overridden(
+        directive.written, directive.value or "", directive.line, why, directive.position
+    )
 
 
 def _one_way_of_asking_gpus(reading: ScriptReading) -> None:

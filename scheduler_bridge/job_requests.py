@@ -142,7 +142,7 @@ class DirectiveReport:
     def as_json(self) -> dict[str, Any]:
         return {
             "honoured": [vars(each) for each in self.honoured],
-            "overridden": [vars(each) for each in self.overridden],
+            "overridden": [each.as_json() for each in self.overridden],
             "effective": [vars(each) for each in self.effective],
         }
 
@@ -250,7 +250,9 @@ def _set_aside(asks: ScriptAsks, key: str, why: str) -> None:
         setattr(asks, key.replace("-", "_"), None)
         directive = asked.directive
         asks.overridden.append(
-            Overridden(directive.written, directive.value or "", directive.line, why)
+            Overridden(
+                directive.written, directive.value or "", directive.line, why, directive.position
+            )
         )
 
 
@@ -299,6 +301,7 @@ class _Merge:
                 directive.line,
                 f"The request's `{name}` replaces it, as sbatch's command line replaces a "
                 "script's directive.",
+                directive.position,
             )
         )
 
@@ -314,9 +317,7 @@ class _Merge:
             for asked in self.asks.honoured()
             if (asked.directive.line, asked.directive.written) not in replaced_lines
         )
-        overridden = sorted(
-            [*self.asks.overridden, *self.replaced], key=lambda each: (each.line, each.option)
-        )
+        overridden = sorted([*self.asks.overridden, *self.replaced], key=lambda each: each.position)
         return DirectiveReport(honoured, tuple(overridden), tuple(self.effective))
 
 

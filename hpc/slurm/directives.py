@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 SLURM_VERSION = "22.05.8"
 
@@ -242,6 +242,8 @@ class Directive:
     key: str
     written: str
     value: str | None
+    # Its place among the script's options, in the order sbatch reads them.
+    position: int = 0
 
     @property
     def text(self) -> str:
@@ -319,7 +321,11 @@ def read_directives(script: str) -> ScriptReading:
     for number, text in _header_lines(script):
         lines.add(number)
         arguments += [(argument, number) for argument in _arguments(text, number)]
-    return ScriptReading(tuple(_getopt(arguments)), frozenset(lines))
+    read = tuple(
+        replace(directive, position=position)
+        for position, directive in enumerate(_getopt(arguments))
+    )
+    return ScriptReading(read, frozenset(lines))
 
 
 def directive_lines(script: str) -> list[tuple[int, str]]:

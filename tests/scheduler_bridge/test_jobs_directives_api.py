@@ -139,15 +139,15 @@ def test_account_partition_and_mail_user_in_one_script_are_overridden_with_warni
             "another partition of this cluster.",
         },
         {
-            "option": "--mail-type",
-            "value": "END",
+            "option": "--mail-user",
+            "value": "ada@example.org",
             "line": 4,
             "why": "The platform tells the team itself (notifications, mail and webhooks such "
             "as job.ended); the cluster mails nobody.",
         },
         {
-            "option": "--mail-user",
-            "value": "ada@example.org",
+            "option": "--mail-type",
+            "value": "END",
             "line": 4,
             "why": "The platform tells the team itself (notifications, mail and webhooks such "
             "as job.ended); the cluster mails nobody.",

@@ -28,6 +28,7 @@ from scheduler_bridge.services.submission import (
     job_output,
     job_output_check_kept,
     job_state_record,
+    job_stream_files,
     job_submit,
     jobs_mark_submitted,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "job_state_from_tasks",
     "job_state_record",
     "job_state_refresh",
+    "job_stream_files",
     "job_submit",
     "job_task_settle",
     "job_units",

@@ -657,6 +657,16 @@ def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | N
         raise errors.OutputUnavailable(str(error)) from error
 
 
+def job_stream_files(job: Job) -> dict[str, str]:
+    """The names the job's script gave its stdout and stderr in its folder (the patterns
+    Slurm fills, `%x` filled with its name), or nothing when the platform named them."""
+    options = job.job_options
+    if not (options.output or options.error):
+        return {}
+    names = streams(stream_names_filled(options, job.name, job_tenant(job)), is_array=job.is_array)
+    return {stream: names[stream] for stream in ("stdout", "stderr")}
+
+
 def job_output_name(
     job: Job, stream: str, task: JobTask | None, tenant: Tenant | None
 ) -> str | None:

@@ -691,6 +691,8 @@ class JobOutputView(LoginRequiredMixin, View):
             # "not reached the cluster" does not stay once it has.
             "not_submitted": job.state == JobState.QUEUED or not job.scheduler_job_id,
             "not_started": job.started_at is None and job.state in WAITING_ON_CLUSTER,
+            # Where the script sent its output, when it named the files itself.
+            "stream_files": services.job_stream_files(job),
         }
         return render(request, "jobs/_output.html", context)
 

@@ -328,6 +328,20 @@ def _replay(record: IdempotencyRecord, fingerprint: str) -> Response:
     return Response(record.response_body, status=record.response_status)
 
 
+def idempotent_replay(request: Request) -> Response | None:
+    """The stored answer to a request whose `Idempotency-Key` has been answered already (or
+    409 `idempotency_key_reused` for another body under it), None otherwise: for a view that
+    must do work outside `idempotent`'s transaction before it (a purchase's reservation), and
+    should not do it again for a retry."""
+    key = request.headers.get("Idempotency-Key")
+    if not key or len(key) > 255:
+        return None
+    record = IdempotencyRecord.objects.filter(user=request_user(request), key=key).first()
+    if record is None or record.response_status == 0:
+        return None
+    return _replay(record, _request_fingerprint(request))
+
+
 def idempotent(request: Request, create: Callable[[], Response]) -> Response:
     """Runs `create` at most once per (user, Idempotency-Key).
 

@@ -171,8 +171,8 @@ class JobSpec:
     qos: str | None = None
     # The reservation that holds a reserved allocation's block (`--reservation`), or None.
     reservation: str | None = None
-    # Whether Slurm may requeue the job (`--requeue`, `--no-requeue`); None leaves the
-    # cluster's default (`JobRequeue`).
+    # Whether Slurm may requeue the job (`--requeue`, `--no-requeue`): on preemptible capacity
+    # a preempted run goes back to the queue. None leaves the cluster's default (JobRequeue).
     requeue: bool | None = None
     options: JobOptions = field(default_factory=JobOptions)
 

@@ -10,7 +10,8 @@ below the reserve and never above the lowest winning bid.
 A cluster serves at most as many teams at once as it has tenant accounts: given `seats`, the
 number of teams that may newly win (teams in `seated` already hold an account there), a bid of
 a team that would need one more account than there are is skipped like a bid that cannot reach
-its minimum, and its units count as unserved."""
+its minimum, and its units count as unserved. So is a bid in `skipped`: a reserved block
+the cluster's scheduler would not hold for it."""
 
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ def uniform_price_clear(
     *,
     seats: int | None = None,
     seated: frozenset[Hashable] = frozenset(),
+    skipped: frozenset[Hashable] = frozenset(),
 ) -> Clearing:
     """Clears `supply` units among `bids`. Bids below the reserve never win (the market refuses
     them earlier; this keeps the function total). Bids may come in any order; already ranked
@@ -89,6 +91,8 @@ def uniform_price_clear(
         needs_seat = bid.buyer not in seated and bid.buyer not in newly_seated
         if needs_seat and seats is not None and len(newly_seated) >= seats:
             take = 0  # no account left for this team on the cluster
+        if bid.key in skipped:
+            take = 0
         if take >= max(bid.min_quantity, 1):
             fills[bid.key] = take
             remaining -= take

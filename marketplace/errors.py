@@ -93,3 +93,20 @@ class PartitionCapacityExceeded(Conflict):
 class OfferNotExtendable(Conflict):
     code = "offer_not_extendable"
     default_detail = "This offer can no longer be extended."
+
+
+class CapacityNotSold(Conflict):
+    code = "capacity_not_sold"
+    default_detail = (
+        "This cluster cannot sell this kind of capacity: its last verification found what "
+        "Slurm would need missing (`extra.reason`)."
+    )
+
+
+class ReservationRefused(Conflict):
+    code = "reservation_refused"
+    default_detail = (
+        "The cluster's scheduler would not hold these cores for the window (they are already "
+        "reserved or in use, or the platform may no longer make reservations there): nothing "
+        "was sold and nothing held. `extra.reason` has the scheduler's words."
+    )

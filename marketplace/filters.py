@@ -9,7 +9,7 @@ from django.core.validators import RegexValidator
 from django.db.models import F, Q, QuerySet
 
 from hpc.slurm.inventory import FEATURE_PATTERN
-from marketplace.models import Offer, Resource
+from marketplace.models import Capacity, Offer, Resource
 
 # A GPU type or node feature as slurm.conf names them; anything else is refused (400), so that
 # the quoted name looked for in the stored JSON list cannot be made to match another.
@@ -28,6 +28,7 @@ def json_list_has(field: str, name: str) -> Q:
 
 class OfferFilter(django_filters.FilterSet):
     resource = django_filters.ChoiceFilter(choices=Resource.choices)
+    capacity = django_filters.ChoiceFilter(choices=Capacity.choices)
     cluster = django_filters.UUIDFilter(field_name="cluster__uuid")
     partition = django_filters.CharFilter(field_name="partition__name", max_length=64)
     status = django_filters.ChoiceFilter(choices=Offer.Status.choices)

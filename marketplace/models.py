@@ -726,6 +726,32 @@ class Allocation(BaseModel):
         return self.status_at(timezone.now())
 
 
+class PendingReservation(BaseModel):
+    """A reservation being made for a reserved block that is not sold yet: written and
+    committed before the scheduler is asked for it, removed in the transaction that makes its
+    allocation (or once the sale is refused and the reservation taken back). The check of
+    reservations against allocations leaves the scheduler's reservation `name` alone while this
+    row is young, and takes it back once the row is old: a sale that crashed midway leaves no
+    cores held for nobody. While it exists the team's tenant lease is not idle."""
+
+    cluster = models.ForeignKey(
+        Cluster, on_delete=models.CASCADE, related_name="pending_reservations"
+    )
+    organization = models.ForeignKey(
+        Organization, on_delete=models.CASCADE, related_name="pending_reservations"
+    )
+    name = models.CharField(max_length=64, unique=True)
+
+    # A sale takes a few SSH round trips; a row older than this belongs to a sale that died.
+    STALE_AFTER: ClassVar[timedelta] = timedelta(minutes=15)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"reservation {self.name} being made on {self.cluster}"
+
+
 # Capacity, idle time and the owners' track record live in their own module; re-exported
 # (`as`, for mypy) so that Django finds the models and callers import every model from here.
 from marketplace.models_capacity import ClusterOutage as ClusterOutage  # noqa: E402

@@ -3,6 +3,7 @@ in the caller's transaction through the notifications app's entry points (an auc
 its commit, one per organization)."""
 
 import functools
+import hashlib
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -172,3 +173,36 @@ def allocation_notices_due(now: datetime | None = None) -> int:
                 )
             )
     return notifications_record(events)
+
+
+def reservation_problem(allocation: Allocation, problem: str) -> None:
+    """The team and the owners' admins learn, once per problem, that the reservation holding a
+    reserved block drifted on the cluster and could not be put back (`reservations_check`)."""
+    where = f"{allocation.block} reserved on {allocation.cluster.name}/{allocation.partition.name}"
+    title = f"The reservation of your block on {allocation.cluster.name} needs attention"
+    digest = hashlib.sha256(problem.encode()).hexdigest()[:16]
+    key = f"reservation_problem:allocation:{allocation.uuid}:{digest}"
+    events = [
+        NotificationEvent(
+            kind="reservation_problem",
+            key=f"{key}:{organization_id}",
+            title=title,
+            body=f"{where}: {problem}",
+            link=link,
+            organization_id=organization_id,
+            admins_only=admins_only,
+        )
+        for organization_id, admins_only, link in (
+            (
+                allocation.organization_id,
+                False,
+                reverse("organization-detail", args=[allocation.organization.uuid]),
+            ),
+            (
+                allocation.cluster.organization_id,
+                True,
+                reverse("organization-detail", args=[allocation.cluster.organization.uuid]),
+            ),
+        )
+    ]
+    notifications_record(events)

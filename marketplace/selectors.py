@@ -33,6 +33,7 @@ from marketplace.filters import OfferFilter
 from marketplace.models import (
     Allocation,
     Bid,
+    Capacity,
     Cluster,
     ClusterOutage,
     ClusterVerification,
@@ -45,6 +46,7 @@ from marketplace.models import (
     TenantAccount,
     TenantLease,
     backend_runs_jobs_as_tenants,
+    window_hours,
 )
 from organizations.models import Membership, Organization
 from organizations.selectors import organization_ids_of
@@ -266,6 +268,7 @@ OFFER_LISTING_FIELDS = (
     "cluster__name",
     "partition__name",
     "resource",
+    "capacity",
     "quantity",
     "units_sold",
     "window_start",
@@ -314,6 +317,17 @@ _HARDWARE_FIELDS = (
 
 def _offer_row_finish(row: dict[str, Any]) -> dict[str, Any]:
     row["currency"] = settings.PLATFORM_CURRENCY
+    row["quantity_unit"] = quantity_unit(row["resource"], row["capacity"])
+    row["unit_hours"] = (
+        window_hours(row["window_start"], row["window_end"])
+        if row["capacity"] == Capacity.RESERVED
+        else 1
+    )
+    row["preemption_grace_seconds"] = (
+        row.pop("cluster__preemption_grace_seconds")
+        if row["capacity"] == Capacity.PREEMPTIBLE
+        else None
+    )
     row["hardware"] = {name: row[f"partition__{name}"] for name in _HARDWARE_FIELDS}
     total, free = row.pop("tenant_accounts_total"), row.pop("tenant_accounts_free")
     runs_as_tenants = backend_runs_jobs_as_tenants(row.pop("cluster__backend"))
@@ -332,6 +346,7 @@ def offer_rows(offers: QuerySet[Offer]) -> QuerySet[Offer, dict[str, Any]]:
     ).values(
         *OFFER_LISTING_FIELDS,
         "cluster__backend",
+        "cluster__preemption_grace_seconds",
         "tenant_accounts_total",
         "tenant_accounts_free",
         remaining=Offer.REMAINING,
@@ -378,11 +393,24 @@ def offer_list_for_organization(organization: Organization) -> QuerySet[Offer]:
     return offer_list().filter(cluster__organization=organization).order_by("-created_at", "-id")
 
 
+def quantity_unit(resource: str, capacity: str) -> str:
+    """What an offer's quantity counts: core-hours or GPU-hours of preemptible capacity, cores
+    or GPUs (each for the whole window) of reserved capacity."""
+    if capacity == Capacity.RESERVED:
+        return "GPUs" if resource == Resource.GPU else "cores"
+    return "GPU-hours" if resource == Resource.GPU else "core-hours"
+
+
 def price_history(
-    *, cluster: Cluster | None = None, partition: str | None = None, resource: str | None = None
+    *,
+    cluster: Cluster | None = None,
+    partition: str | None = None,
+    resource: str | None = None,
+    capacity: str = Capacity.PREEMPTIBLE,
 ) -> QuerySet[Offer]:
-    """Cleared offers over time, oldest first: public."""
-    offers = Offer.objects.filter(status=Offer.Status.CLEARED).select_related(
+    """Cleared offers of one kind of capacity over time, oldest first: public. The two kinds'
+    prices are never mixed (a reserved core-hour is dearer than a preemptible one)."""
+    offers = Offer.objects.filter(status=Offer.Status.CLEARED, capacity=capacity).select_related(
         "cluster", "partition"
     )
     if cluster is not None:
@@ -561,27 +589,40 @@ def capacity_loads(
 ) -> list[capacity.Load]:
     """What the partition's offers of `resource` take between `start` and `end`: an open offer
     its quantity, a cleared one what it sold, each spread over its window from when it was
-    listed; cancelled offers nothing."""
+    listed; cancelled offers nothing. A reserved offer takes its cores (GPUs) in every hour of
+    its window; on the CPU calendar a reserved GPU block also takes the cores of the whole
+    nodes it holds."""
+    same_resource = Q(resource=resource)
+    if resource == Resource.CPU:
+        same_resource |= Q(resource=Resource.GPU, capacity=Capacity.RESERVED)
     offers = Offer.objects.filter(
-        partition=partition,
-        resource=resource,
-        window_end__gt=start,
-        window_start__lt=end,
+        same_resource, partition=partition, window_end__gt=start, window_start__lt=end
     ).filter(Q(status=Offer.Status.OPEN) | Q(status=Offer.Status.CLEARED, units_sold__gt=0))
     if excluding is not None:
         offers = offers.exclude(pk=excluding.pk)
     rows = offers.values_list(
-        "window_start", "window_end", "created_at", "status", "quantity", "units_sold"
+        "window_start",
+        "window_end",
+        "created_at",
+        "status",
+        "quantity",
+        "units_sold",
+        "capacity",
+        "resource",
     )
-    return [
-        offer_load(
-            window_start=window_start,
-            window_end=window_end,
-            listed_at=listed_at,
-            units=quantity if status == Offer.Status.OPEN else units_sold,
+    loads = []
+    for window_start, window_end, listed_at, status, quantity, units_sold, kind, of in rows:
+        units = quantity if status == Offer.Status.OPEN else units_sold
+        if kind == Capacity.RESERVED:
+            units *= window_hours(window_start, window_end)
+            if of != resource:  # a GPU block's nodes, on the CPU calendar
+                units = units // max(partition.gpus_per_node, 1) * partition.cpus_per_node
+        loads.append(
+            offer_load(
+                window_start=window_start, window_end=window_end, listed_at=listed_at, units=units
+            )
         )
-        for window_start, window_end, listed_at, status, quantity, units_sold in rows
-    ]
+    return loads
 
 
 def offer_load(

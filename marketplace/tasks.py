@@ -44,6 +44,22 @@ def allocation_webhook_events_task() -> int:
     return webhook_events.allocation_events_due()
 
 
+@shared_task(time_limit=60, soft_time_limit=50)
+def reservations_check_task() -> int:
+    """Periodic: compares every cluster's reservations with its reserved allocations, one task
+    per cluster (`reservations_check`)."""
+    clusters = services.reserved_clusters()
+    for cluster_id in clusters:
+        reservations_check_cluster_task.delay(cluster_id)
+    return len(clusters)
+
+
+@shared_task(time_limit=300, soft_time_limit=280)
+def reservations_check_cluster_task(cluster_id: int) -> int:
+    report = services.reservations_check(cluster_id=cluster_id)
+    return len(report.repaired) + len(report.removed)
+
+
 @shared_task(bind=True, max_retries=8, time_limit=300, soft_time_limit=280)
 def slurm_accounts_sync_task(self, cluster_id: int, account_ids: list[int] | None = None) -> int:  # type: ignore[no-untyped-def]
     try:

@@ -16,6 +16,8 @@ class Kind(models.TextChoices):
     ALLOCATION_STARTING = "allocation_starting", "Allocation starting"
     ALLOCATION_ENDING = "allocation_ending", "Allocation ending soon"
     JOB_ENDED = "job_ended", "Job ended"
+    JOB_PREEMPTED = "job_preempted", "Job preempted by the owner's own work"
+    RESERVATION_PROBLEM = "reservation_problem", "A reserved block's reservation went wrong"
     BUDGET_THRESHOLD = "budget_threshold", "Budget threshold reached"
     TOP_UP_SUCCEEDED = "top_up_succeeded", "Top-up succeeded"
     TOP_UP_FAILED = "top_up_failed", "Top-up failed"

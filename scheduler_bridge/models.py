@@ -212,6 +212,11 @@ class Job(Progress):
     secret_environment = EncryptedJSONField(default=dict, blank=True)
     # The Slurm account the job runs under (the team's own on a managed cluster).
     account = models.CharField(max_length=64, blank=True)
+    # The QOS it runs under on preemptible capacity (the market's, which the owner's own QOS
+    # preempts; "" for the association's default, the team's own QOS in managed mode), and
+    # the reservation that holds a reserved allocation's block ("" on preemptible capacity).
+    qos = models.CharField(max_length=64, blank=True)
+    reservation = models.CharField(max_length=64, blank=True)
     # What its script's #SBATCH lines asked for and what became of each: the
     # `job_requests.DirectiveReport` (honoured; overridden, and why; where each value the job
     # runs with came from).

@@ -1,11 +1,13 @@
-"""The webhook event of jobs (`job.ended`), recorded in the transaction that ends the job
-through the webhooks app's one entry point."""
+"""The webhook events of jobs (`job.ended`, and `job.preempted` for each run the owner's own
+jobs took back), recorded in the transaction that ends the job or records the run, through the
+webhooks app's one entry point."""
 
 from datetime import datetime
 
 from django.conf import settings
 from django.utils import timezone
 
+from hpc.types import RunRecord
 from scheduler_bridge.models import Job
 from webhooks.services import event_record, organizations_listening
 
@@ -35,5 +37,30 @@ def job_ended(job: Job, at: datetime | None) -> None:
             "units": str(job.units),
             "cost": str(job.cost),
             "currency": settings.PLATFORM_CURRENCY,
+        },
+    )
+
+
+def job_preempted(job: Job, run: RunRecord) -> None:
+    """`job.preempted`: a run of the job ended because the owner's own jobs took its cores
+    back (not charged); Slurm queues the job again. Once per run (its run is recorded once),
+    in the order of the job's other events."""
+    if not organizations_listening([job.organization_id], "job.preempted"):
+        return
+    event_record(
+        organization_id=job.organization_id,
+        type="job.preempted",
+        object_key=f"job:{job.uuid}",
+        data={
+            "id": str(job.uuid),
+            "name": job.name,
+            "allocation": str(job.allocation.uuid),
+            "scheduler_job_id": run.job_id,
+            "array_task_id": run.array_task_id,
+            "run_started_at": run.start_time,
+            "preempted_at": run.end_time,
+            "elapsed_seconds": run.elapsed_seconds,
+            "grace_seconds": job.cluster.preemption_grace_seconds,
+            "charged": False,
         },
     )

@@ -190,6 +190,23 @@ def on_testcluster(testcluster: TestCluster) -> Iterator[Any]:
     yield make
     tenants_jobs_cancel(testcluster)
     tenants_back_in_the_idle_account(testcluster)
+    reservations_delete_all(testcluster)
+
+
+def reservations_delete_all(testcluster: TestCluster) -> None:
+    """Deletes every reservation on the test cluster: the blocks of reserved allocations a test
+    sold, and those a test made by hand in the owner's name."""
+    from hpc.slurm.reservations import parse_reservations
+    from hpc.ssh import SSHConnection
+
+    with SSHConnection(testcluster.ssh_settings()) as connection:
+        shown = connection.run(["scontrol", "show", "reservation", "--oneliner"], timeout=30)
+        for reservation in parse_reservations(shown.stdout):
+            connection.run(
+                ["scontrol", "delete", f"ReservationName={reservation.name}"],
+                timeout=30,
+                check=False,
+            )
 
 
 def tenants_back_in_the_idle_account(testcluster: TestCluster) -> None:

@@ -122,6 +122,9 @@ class ClusterFactory(factory.django.DjangoModelFactory):
     verified_at = factory.LazyFunction(timezone.now)
     tenant_group = "computeshare-fixed"
     tracks_gpus = True
+    # As a verification of a cluster set up with `cluster-setup --preemption --reservations`.
+    sells_preemptible = True
+    sells_reserved = True
 
     @factory.post_generation
     def tenants(self, create: bool, extracted: object, **kwargs: object) -> None:

@@ -10,6 +10,7 @@ from computeshare.models import BaseModel
 
 class EventType(models.TextChoices):
     JOB_ENDED = "job.ended", "A job ended"
+    JOB_PREEMPTED = "job.preempted", "A job's run was preempted by the owner's own work"
     BID_OUTBID = "bid.outbid", "A bid lost units at clearing"
     AUCTION_CLEARED = "auction.cleared", "An auction cleared"
     ALLOCATION_STARTING = "allocation.starting", "An allocation's window opened"

@@ -171,6 +171,10 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "task": "marketplace.tasks.allocations_close_due_task",
         "schedule": 60.0,
     },
+    "reservations-check": {
+        "task": "marketplace.tasks.reservations_check_task",
+        "schedule": env.float("RESERVATIONS_CHECK_SECONDS", default=300.0),
+    },
     "slurm-accounts-reconcile": {
         "task": "marketplace.tasks.slurm_accounts_reconcile_task",
         "schedule": 900.0,

@@ -209,10 +209,10 @@ def sbatch_arguments(spec: JobSpec, job_directory: str) -> list[str]:
         arguments.append(f"--qos={spec.qos}")
     if spec.reservation:
         arguments.append(f"--reservation={spec.reservation}")
-    if spec.array is not None:
-        arguments.append(f"--array={spec.array}")
     if spec.requeue is not None:
         arguments.append("--requeue" if spec.requeue else "--no-requeue")
+    if spec.array is not None:
+        arguments.append(f"--array={spec.array}")
     arguments += _option_arguments(spec.options)
     arguments += [
         f"--chdir={job_directory}",

@@ -17,6 +17,7 @@ from rest_framework.views import APIView
 from computeshare.api import (
     ErrorSerializer,
     idempotent,
+    idempotent_replay,
     paginated,
     paginated_response,
     validated,
@@ -53,7 +54,7 @@ from marketplace.serializers.market import (
 from organizations import selectors as organization_selectors
 from organizations.models import Membership
 
-ORDER_ERRORS = {**ERRORS, 402: ErrorSerializer}
+ORDER_ERRORS = {**ERRORS, 402: ErrorSerializer, 502: ErrorSerializer}
 
 
 class _OrganizationField(serializers.Serializer):
@@ -276,6 +277,13 @@ class TenantAccountScrubApi(APIView):
 
 OFFER_FILTERS = [
     OpenApiParameter("resource", str, enum=["cpu", "gpu"], required=False),
+    OpenApiParameter(
+        "capacity",
+        str,
+        enum=["preemptible", "reserved"],
+        required=False,
+        description="Preemptible hours, or reserved blocks of whole cores.",
+    ),
     OpenApiParameter("cluster", str, description="A cluster id.", required=False),
     OpenApiParameter("partition", str, required=False),
     OpenApiParameter("status", str, enum=["open", "cleared", "cancelled"], required=False),
@@ -342,7 +350,9 @@ class OfferListCreateApi(APIView):
             "offers already open or sold on the partition, some hour of the window would be "
             "sold past what the partition has (`extra.hours`: each such hour's `start`, what "
             "the other offers take, `sold`, what this one would, `asked`, and `capacity`; "
-            "`extra.hour_count` counts them all); see the partition's calendar."
+            "`extra.hour_count` counts them all); see the partition's calendar. 409 "
+            "`capacity_not_sold` for a kind of capacity the cluster's last verification found "
+            "Slurm unable to hold (`extra.reason`)."
         ),
     )
     def post(self, request: Request) -> Response:
@@ -406,24 +416,35 @@ class OfferBuyApi(APIView):
             "has an allocation or a job there. 409 `offer_not_open`, `insufficient_quantity`, "
             "`max_per_buyer_exceeded`; 409 `tenant_accounts_exhausted` when every tenant "
             "account of the cluster is leased to other teams (`extra.tenant_accounts`, "
-            "`extra.free`); 402 `insufficient_funds`, `budget_exceeded`."
+            "`extra.free`); 402 `insufficient_funds`, `budget_exceeded`. A reserved offer's "
+            "`quantity` is whole cores (GPUs): Slurm holds them for the team by a reservation "
+            "before any money moves; 409 `reservation_refused` when it will not (the cores are "
+            "already reserved or in use: `extra.reason` has Slurm's words), nothing sold or "
+            "held; 502 `cluster_unreachable` when the cluster could not be asked."
         ),
     )
     def post(self, request: Request, offer_id: str) -> Response:
         offer = selectors.offer_get(offer_id)
+        if (replayed := idempotent_replay(request)) is not None:
+            return replayed
+        actor = _admin_named_in_body(request, "buy capacity")
+        data = validated(PurchaseSerializer, request.data)
+        # A reserved block is held by the scheduler outside the transaction that writes the
+        # purchase (and its idempotency record), and given back if no allocation takes it.
+        with services.purchase_block(actor=actor, offer=offer, quantity=data["quantity"]) as block:
 
-        def create() -> Response:
-            actor = _admin_named_in_body(request, "buy capacity")
-            data = validated(PurchaseSerializer, request.data)
-            allocation = services.offer_buy(actor=actor, offer=offer, quantity=data["quantity"])
-            return Response(
-                AllocationSerializer(
-                    selectors.allocation_get_for_user(request_user(request), allocation.uuid)
-                ).data,
-                status=status.HTTP_201_CREATED,
-            )
+            def create() -> Response:
+                allocation = services.offer_buy(
+                    actor=actor, offer=offer, quantity=data["quantity"], block=block
+                )
+                return Response(
+                    AllocationSerializer(
+                        selectors.allocation_get_for_user(request_user(request), allocation.uuid)
+                    ).data,
+                    status=status.HTTP_201_CREATED,
+                )
 
-        return idempotent(request, create)
+            return idempotent(request, create)
 
 
 class OfferBidCreateApi(APIView):
@@ -470,9 +491,18 @@ class PriceHistoryApi(APIView):
             OpenApiParameter("cluster", str, description="A cluster id.", required=False),
             OpenApiParameter("partition", str, required=False),
             OpenApiParameter("resource", str, enum=["cpu", "gpu"], required=False),
+            OpenApiParameter(
+                "capacity",
+                str,
+                enum=["preemptible", "reserved"],
+                required=False,
+                description="The kind of capacity (default `preemptible`): one at a time, "
+                "their prices are not mixed.",
+            ),
         ],
-        description="Cleared offers, oldest first: when each auction closed, its clearing "
-        "price, the units sold and the units offered.",
+        description="Cleared offers of one kind of capacity, oldest first: when each auction "
+        "closed, its clearing price (per core-hour or GPU-hour), the units sold and the units "
+        "offered.",
     )
     def get(self, request: Request) -> Response:
         data = validated(PriceHistoryFilterSerializer, request.query_params)
@@ -482,7 +512,10 @@ class PriceHistoryApi(APIView):
             if cluster is None:
                 raise ValidationFailed(fields={"cluster": ["No such cluster."]})
         history = selectors.price_history(
-            cluster=cluster, partition=data.get("partition"), resource=data.get("resource")
+            cluster=cluster,
+            partition=data.get("partition"),
+            resource=data.get("resource"),
+            capacity=data["capacity"],
         )
         return paginated_response(request, self, history, PriceHistorySerializer)
 

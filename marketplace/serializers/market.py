@@ -20,6 +20,7 @@ from computeshare.numbers import (
 from marketplace.models import (
     Allocation,
     Bid,
+    Capacity,
     Cluster,
     ClusterVerification,
     Offer,
@@ -129,6 +130,13 @@ class TenantAccountsSerializer(serializers.Serializer):
     )
 
 
+def cluster_capacity_kinds(cluster: Cluster) -> list[str]:
+    """The kinds the cluster sells, in their fixed order."""
+    kinds = [(Capacity.PREEMPTIBLE, cluster.sells_preemptible)]
+    kinds.append((Capacity.RESERVED, cluster.sells_reserved))
+    return [str(kind) for kind, sold in kinds if sold]
+
+
 def tenant_accounts_of(backend: str, counts: Mapping[str, Any]) -> dict[str, int] | None:
     """`{"total", "free"}` from the annotations `selectors.tenant_account_counts` makes; None
     on a cluster whose jobs do not run as tenant accounts (the demo's local backend), which
@@ -152,6 +160,29 @@ class ClusterSerializer(serializers.Serializer):
     tenant_accounts = serializers.SerializerMethodField(
         help_text="How many teams the cluster serves at once and how many more it can take "
         "now; null on the demo's local backend, where jobs do not run as tenant accounts."
+    )
+    capacity_kinds = serializers.SerializerMethodField(
+        help_text="The kinds of capacity the cluster can sell, as its last verification found "
+        "Slurm able to hold them: `preemptible`, `reserved`."
+    )
+    preemption_grace_seconds = serializers.IntegerField(
+        allow_null=True,
+        help_text="How long a preempted job has between SIGTERM and its requeue (the market "
+        "QOS's GraceTime); null where preemptible capacity is not sold.",
+    )
+    capacity_refusals = serializers.SerializerMethodField(
+        required=False,
+        help_text="Owners only: why each kind the cluster cannot sell is refused, in words to "
+        'act on (`{"preemptible": "..."}`); empty when it sells both.',
+    )
+    market_qos = serializers.CharField(
+        required=False,
+        help_text="Owners only: the QOS teams' preemptible jobs run under (fixed mode).",
+    )
+    owner_qos = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Owners only: the owner's QOSes that preempt the market's.",
     )
     ssh_host = serializers.CharField(required=False, help_text="Owners only.")
     ssh_port = serializers.IntegerField(required=False, help_text="Owners only.")
@@ -195,7 +226,22 @@ class ClusterSerializer(serializers.Serializer):
         "sftp_server",
         "tenant_idle_account",
         "tracks_gpus",
+        "capacity_refusals",
+        "market_qos",
+        "owner_qos",
     )
+
+    @extend_schema_field(serializers.ListField(child=serializers.ChoiceField(Capacity.choices)))
+    def get_capacity_kinds(self, cluster: Cluster) -> list[str]:
+        return cluster_capacity_kinds(cluster)
+
+    @extend_schema_field(serializers.DictField(child=serializers.CharField()))
+    def get_capacity_refusals(self, cluster: Cluster) -> dict[str, str]:
+        refusals = {
+            Capacity.PREEMPTIBLE: "" if cluster.sells_preemptible else cluster.preemptible_refusal,
+            Capacity.RESERVED: "" if cluster.sells_reserved else cluster.reserved_refusal,
+        }
+        return {str(kind): reason for kind, reason in refusals.items() if reason}
 
     @extend_schema_field(TenantAccountsSerializer(allow_null=True))
     def get_tenant_accounts(self, cluster: Cluster) -> dict[str, int] | None:
@@ -352,7 +398,28 @@ class OfferSerializer(serializers.Serializer):
     cluster_name = serializers.CharField()
     partition = serializers.CharField()
     resource = serializers.ChoiceField(choices=Resource.choices)
-    quantity = serializers.CharField(help_text="Units (core-hours or GPU-hours).")
+    capacity = serializers.ChoiceField(
+        choices=Capacity.choices,
+        help_text="`preemptible`: core- or GPU-hours on idle cores, at a low priority; the "
+        "owner's own jobs preempt yours (SIGTERM, then after `preemption_grace_seconds` the "
+        "job is requeued; a preempted run is not charged). `reserved`: whole cores (or GPUs, "
+        "in whole nodes) held for you alone by a Slurm reservation for the whole window.",
+    )
+    quantity = serializers.CharField(help_text="In `quantity_unit`.")
+    quantity_unit = serializers.ChoiceField(
+        choices=["core-hours", "GPU-hours", "cores", "GPUs"],
+        help_text="What `quantity`, `remaining`, bids and purchases count: hours of "
+        "preemptible capacity, or cores (GPUs) held for the whole window.",
+    )
+    unit_hours = serializers.IntegerField(
+        help_text="Core-hours (GPU-hours) in one unit of `quantity`: 1, or a reserved window's "
+        "hours. Prices are always per core-hour (GPU-hour): a unit costs price x unit_hours."
+    )
+    preemption_grace_seconds = serializers.IntegerField(
+        allow_null=True,
+        help_text="Preemptible: how long a job has between SIGTERM and its requeue when the "
+        "owner's jobs take the cores back; null for reserved capacity, or where unknown.",
+    )
     remaining = serializers.CharField(help_text="Units still for sale.")
     window_start = serializers.DateTimeField()
     window_end = serializers.DateTimeField()
@@ -385,7 +452,11 @@ class OfferSerializer(serializers.Serializer):
             "cluster_name": row["cluster__name"],
             "partition": row["partition__name"],
             "resource": row["resource"],
+            "capacity": row["capacity"],
             "quantity": str(row["quantity"]),
+            "quantity_unit": row["quantity_unit"],
+            "unit_hours": row["unit_hours"],
+            "preemption_grace_seconds": row["preemption_grace_seconds"],
             "remaining": str(row["remaining"]),
             "window_start": time_text(row["window_start"]),
             "window_end": time_text(row["window_end"]),
@@ -415,6 +486,14 @@ class OfferCreateSerializer(serializers.Serializer):
     cluster = serializers.UUIDField()
     partition = serializers.CharField(max_length=64)
     resource = serializers.ChoiceField(choices=Resource.choices)
+    capacity = serializers.ChoiceField(
+        choices=Capacity.choices,
+        default=Capacity.PREEMPTIBLE,
+        help_text="`preemptible` (default): `quantity` core-hours (GPU-hours). `reserved`: "
+        "`quantity` whole cores (GPUs, a multiple of a node's) for the whole window, which is "
+        "a whole number of hours and starts after the auction closes. 409 "
+        "`capacity_not_sold` where the cluster's verification found the kind impossible.",
+    )
     quantity = WholeUnits()
     window_start = serializers.DateTimeField()
     window_end = serializers.DateTimeField()
@@ -438,6 +517,7 @@ class PriceHistorySerializer(serializers.Serializer):
     cluster = serializers.UUIDField(source="cluster.uuid")
     partition = serializers.CharField(source="partition.name")
     resource = serializers.ChoiceField(choices=Resource.choices)
+    capacity = serializers.ChoiceField(choices=Capacity.choices)
     auction_closed_at = serializers.DateTimeField(source="auction_closes_at")
     cleared_at = serializers.DateTimeField()
     clearing_price = Money(allow_null=True, help_text="Null when nothing sold at auction.")
@@ -449,6 +529,11 @@ class PriceHistoryFilterSerializer(serializers.Serializer):
     cluster = serializers.UUIDField(required=False)
     partition = serializers.CharField(required=False, max_length=64)
     resource = serializers.ChoiceField(choices=Resource.choices, required=False)
+    capacity = serializers.ChoiceField(
+        choices=Capacity.choices,
+        default=Capacity.PREEMPTIBLE,
+        help_text="One kind at a time: their prices are not mixed.",
+    )
 
 
 # --- Orders --------------------------------------------------------------------------------------
@@ -499,10 +584,27 @@ class AllocationSerializer(serializers.Serializer):
     cluster_name = serializers.CharField(source="cluster.name")
     partition = serializers.CharField(source="partition.name")
     resource = serializers.ChoiceField(choices=Resource.choices)
+    capacity = serializers.ChoiceField(choices=Capacity.choices)
     # A field named `source`: DRF collects declared fields by name, while the stubs take it for
     # Field.source (the attribute path).
     source = serializers.ChoiceField(choices=Allocation.Source.choices)  # type: ignore[assignment]
-    quantity = Units()
+    quantity = Units(
+        help_text="Core-hours (GPU-hours) the team may use; a reserved block's cores x the "
+        "window's hours."
+    )
+    block = serializers.IntegerField(
+        allow_null=True,
+        help_text="Reserved: the cores (GPUs) held for the team alone for the whole window; "
+        "null for preemptible capacity.",
+    )
+    reservation = serializers.CharField(
+        help_text="Reserved: the Slurm reservation that holds the block (its jobs run with "
+        "`--reservation`); empty for preemptible capacity."
+    )
+    reservation_problem = serializers.CharField(
+        help_text="Reserved: what the last check found wrong with the reservation on the "
+        "cluster and could not put right (empty when all is well)."
+    )
     used = Units()
     reserved = Units()
     remaining = Units()

@@ -29,6 +29,13 @@ from marketplace.services.offers import (
     offer_create,
     offer_extend,
     offer_is_cancellable,
+    purchase_block,
+)
+from marketplace.services.reservations import (
+    HeldBlock,
+    ReservationsReport,
+    reservations_check,
+    reserved_clusters,
 )
 from marketplace.services.slurm_accounts import (
     slurm_account_clusters_to_reconcile,
@@ -54,6 +61,8 @@ from marketplace.services.verification import (
 
 __all__ = [
     "AuctionOutcome",
+    "HeldBlock",
+    "ReservationsReport",
     "TenantSeats",
     "allocation_close",
     "auction_clear",
@@ -78,6 +87,9 @@ __all__ = [
     "offer_is_cancellable",
     "owner_side_run_end_record",
     "partition_idle_record",
+    "purchase_block",
+    "reservations_check",
+    "reserved_clusters",
     "slurm_account_clusters_to_reconcile",
     "slurm_account_plan",
     "slurm_accounts_sync",

@@ -241,13 +241,17 @@ def cluster_connection_update(*, actor: Membership, cluster: Cluster, **changes:
 @transaction.atomic
 def cluster_create_local(*, organization: Organization, name: str) -> Cluster:
     """A cluster on the `local` backend (jobs run as processes on this machine): for the demo
-    and development only, never offered to owners through the API."""
+    and development only, never offered to owners through the API. It sells both kinds of
+    capacity: every job runs at once (no owner's job to give way to), and the local scheduler
+    keeps the reservations of reserved blocks itself."""
     return Cluster.objects.create(
         organization=organization,
         name=_name(name),
         backend=Cluster.Backend.LOCAL,
         account_mode=Cluster.AccountMode.FIXED,
         slurm_account="local",
+        sells_preemptible=True,
+        sells_reserved=True,
     )
 
 

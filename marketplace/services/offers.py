@@ -15,6 +15,8 @@ row; the offer's public `bid_count` and `units_bid` are those rows summed, copie
 after the bid's commit (`_demand_publish`)."""
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
@@ -30,9 +32,29 @@ from billing.models import ReferenceKind
 from computeshare.errors import Conflict, FieldErrors, PermissionDenied, ValidationFailed
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move
+from hpc.errors import ReservationRefused
 from marketplace import errors, selectors
 from marketplace.capacity import Load, clashes, units_text
-from marketplace.models import Allocation, Bid, Cluster, Offer, OfferDemand, Partition, Resource
+from marketplace.models import (
+    Allocation,
+    Bid,
+    Capacity,
+    Cluster,
+    Offer,
+    OfferDemand,
+    Partition,
+    PendingReservation,
+    Resource,
+    window_hours,
+)
+from marketplace.services.reservations import (
+    HeldBlock,
+    block_hold,
+    block_pending,
+    block_refusal,
+    block_release,
+    tenant_name,
+)
 from marketplace.services.slurm_accounts import slurm_account_plan
 from marketplace.services.tenants import tenant_lease_take
 from organizations.models import Membership, Organization
@@ -106,15 +128,20 @@ def offer_create(
     auction_closes_at: datetime,
     buy_now_price: Any = None,
     max_per_buyer: Any = None,
+    capacity: Any = Capacity.PREEMPTIBLE,
 ) -> Offer:
-    """Lists `quantity` units of a verified cluster's partition for sale. The window ends after
-    it starts and after now; the auction closes in the future and before the window ends; the
-    buy-now price, when there is one, is at least the reserve; the quantity fits what the
-    partition has during the window."""
-    _listing_allowed(actor, cluster, resource)
+    """Lists `quantity` units of a verified cluster's partition for sale: core- or GPU-hours
+    of preemptible capacity, or whole cores (GPUs) for the whole window of reserved capacity,
+    on a cluster whose verification found that kind held by Slurm. The window ends after it
+    starts and after now; the auction closes in the future and before the window ends (a
+    reserved block's, by the time it starts: it is sold for the whole window, a whole number of
+    hours); the buy-now price, when there is one, is at least the reserve; the quantity fits
+    what the partition has in every hour of the window."""
+    _listing_allowed(actor, cluster, resource, capacity)
     fields = FieldErrors()
     terms = _offer_terms_parse(
         fields,
+        capacity=capacity,
         resource=resource,
         quantity=quantity,
         window_start=window_start,
@@ -136,13 +163,17 @@ def offer_create(
         found,
         resource,
         selectors.offer_load(
-            window_start=terms.start, window_end=terms.end, listed_at=now, units=terms.units
+            window_start=terms.start,
+            window_end=terms.end,
+            listed_at=now,
+            units=terms.units * terms.unit_hours,
         ),
     )
     return Offer.objects.create(
         cluster=cluster,
         partition=found,
         resource=resource,
+        capacity=terms.capacity,
         quantity=terms.units,
         window_start=terms.start,
         window_end=terms.end,
@@ -158,6 +189,7 @@ def offer_create(
 class OfferTerms:
     """A listing's terms as parsed; None where the input was not valid (its field says why)."""
 
+    capacity: str
     resource: str
     units: int | None
     start: datetime | None
@@ -167,10 +199,22 @@ class OfferTerms:
     buy_now: Decimal | None
     cap: int | None
 
+    @property
+    def is_reserved(self) -> bool:
+        return self.capacity == Capacity.RESERVED
 
-def _listing_allowed(actor: Membership, cluster: Cluster, resource: str) -> None:
-    """Refuses a listing by anyone but the owners' admins, on a cluster that is not online, or
-    of GPUs that the cluster's accounting would not meter."""
+    @property
+    def unit_hours(self) -> int:
+        """As `Offer.unit_hours`: 1, or a reserved window's whole hours (1 while unknown)."""
+        if not self.is_reserved or self.start is None or self.end is None:
+            return 1
+        return max(window_hours(self.start, self.end), 1)
+
+
+def _listing_allowed(actor: Membership, cluster: Cluster, resource: str, capacity: Any) -> None:
+    """Refuses a listing by anyone but the owners' admins, on a cluster that is not online, of
+    a kind of capacity its verification found Slurm cannot hold, or of GPUs that the cluster's
+    accounting would not meter."""
     if actor.organization_id != cluster.organization_id:
         raise PermissionDenied("Only the cluster's owners can list its capacity.")
     _require_admin(actor, "list offers")
@@ -181,12 +225,32 @@ def _listing_allowed(actor: Membership, cluster: Cluster, resource: str) -> None
     if resource == "gpu" and cluster.backend == Cluster.Backend.SLURM and not cluster.tracks_gpus:
         # Slurm's accounting would record such jobs as using no GPU at all.
         raise errors.GpuNotMetered(extra={"cluster": str(cluster.uuid)})
+    if capacity in Capacity.values and not cluster_sells(cluster, capacity):
+        reason = (
+            cluster.preemptible_refusal
+            if capacity == Capacity.PREEMPTIBLE
+            else cluster.reserved_refusal
+        )
+        raise errors.CapacityNotSold(
+            f"{cluster.name} cannot sell {capacity} capacity: "
+            f"{reason or 'its verification has not found it possible.'}",
+            extra={"cluster": str(cluster.uuid), "capacity": capacity, "reason": reason},
+        )
+
+
+def cluster_sells(cluster: Cluster, capacity: str) -> bool:
+    """Whether the cluster's last verification found `capacity` held by its scheduler."""
+    if capacity == Capacity.RESERVED:
+        return cluster.sells_reserved
+    return cluster.sells_preemptible
 
 
 def _offer_terms_parse(fields: FieldErrors, **given: Any) -> OfferTerms:
     """Each term of a listing parsed on its own, every error collected in `fields`."""
     resource = given["resource"]
+    capacity = given["capacity"]
     terms = OfferTerms(
+        capacity=capacity if capacity in Capacity.values else Capacity.PREEMPTIBLE,
         resource=resource,
         start=_aware(fields, "window_start", given["window_start"]),
         end=_aware(fields, "window_end", given["window_end"]),
@@ -202,6 +266,12 @@ def _offer_terms_parse(fields: FieldErrors, **given: Any) -> OfferTerms:
     )
     if resource not in Resource.values:
         fields.add("resource", "Either `cpu` (core-hours) or `gpu` (GPU-hours).")
+    if capacity not in Capacity.values:
+        fields.add(
+            "capacity",
+            "Either `preemptible` (core- or GPU-hours, given back to the owner's own jobs) or "
+            "`reserved` (whole cores or GPUs held for the whole window).",
+        )
     return terms
 
 
@@ -234,6 +304,29 @@ def _offer_terms_check(fields: FieldErrors, terms: OfferTerms, now: datetime) ->
         fields.add("buy_now_price", "Must be at least the reserve price.")
     if terms.cap is not None and terms.units is not None and terms.cap > terms.units:
         fields.add("max_per_buyer", "Must not be more than the quantity.")
+    if terms.is_reserved:
+        _reserved_terms_check(fields, terms, now)
+
+
+def _reserved_terms_check(fields: FieldErrors, terms: OfferTerms, now: datetime) -> None:
+    """A reserved block is sold for its whole window: the window is a whole number of hours
+    (the price is per core-hour, and the calendar counts whole cores per hour) and has not
+    begun, and the auction (with it every buy-now) closes by the time it starts."""
+    start, end, closes = terms.start, terms.end, terms.closes
+    if start and end and end > start:
+        length = end - start
+        if length.total_seconds() % 3600 or length.total_seconds() < 3600:
+            fields.add(
+                "window_end",
+                "A reserved window is a whole number of hours (at least one) from its start.",
+            )
+    if start and start <= now:
+        fields.add("window_start", "A reserved window is sold before it starts: in the future.")
+    if closes and start and closes > start:
+        fields.add(
+            "auction_closes_at",
+            "A reserved block is sold for its whole window: the auction closes by its start.",
+        )
 
 
 def _window_capacity_check(
@@ -244,11 +337,31 @@ def _window_capacity_check(
     start, end = terms.start, terms.end
     if terms.units is None or not (start and end and end > max(start, now)):
         return
+    if terms.is_reserved:
+        _block_fits_check(fields, partition, terms.resource, terms.units)
+        return
     capacity = _sellable(partition, terms.resource, start, end, now)
     if terms.units > capacity:
         fields.add(
             "quantity",
             f"The partition has at most {capacity} {terms.resource} units in this window.",
+        )
+
+
+def _block_fits_check(fields: FieldErrors, partition: Partition, resource: str, units: int) -> None:
+    """A reserved block fits the partition in each hour; a GPU block is whole nodes' GPUs
+    (Slurm reserves the nodes that carry them)."""
+    per_hour = selectors.partition_capacity(partition, resource)
+    noun = "GPUs" if resource == Resource.GPU else "cores"
+    if units > per_hour:
+        fields.add("quantity", f"The partition has {per_hour} {noun}.")
+    if resource == Resource.GPU and (
+        partition.gpus_per_node < 1 or units % partition.gpus_per_node
+    ):
+        fields.add(
+            "quantity",
+            "Reserved GPUs are sold in whole nodes: a multiple of the "
+            f"{partition.gpus_per_node} GPUs each node of this partition has.",
         )
 
 
@@ -341,18 +454,28 @@ def offer_extend(
                 "The window of an offer with bids or sales stays as its buyers bid on it.",
                 extra={"bid_count": bids or 0, "units_sold": offer.units_sold},
             )
-    sellable = _sellable(partition, offer.resource, offer.window_start, end, now)
-    if units > sellable:
-        fields.add(
-            "quantity",
-            f"The partition has at most {sellable} {offer.resource} units in this window.",
-        )
+    unit_hours = 1
+    if offer.is_reserved:
+        _block_fits_check(fields, partition, offer.resource, units)
+        if (end - offer.window_start).total_seconds() % 3600:
+            fields.add("window_end", "A reserved window is a whole number of hours.")
+        unit_hours = window_hours(offer.window_start, end)
+    else:
+        sellable = _sellable(partition, offer.resource, offer.window_start, end, now)
+        if units > sellable:
+            fields.add(
+                "quantity",
+                f"The partition has at most {sellable} {offer.resource} units in this window.",
+            )
     fields.raise_if_any()
     capacity_check(
         partition,
         offer.resource,
         selectors.offer_load(
-            window_start=offer.window_start, window_end=end, listed_at=offer.created_at, units=units
+            window_start=offer.window_start,
+            window_end=end,
+            listed_at=offer.created_at,
+            units=units * unit_hours,
         ),
         excluding=offer,
     )
@@ -426,23 +549,26 @@ def _open_for_orders(offer: Offer, actor: Membership) -> None:
 
 def allocation_of(offer: Offer, **fields: Any) -> Allocation:
     """An unsaved allocation of `offer`, with what it copies from the offer (cluster,
-    partition, resource, window) filled in."""
+    partition, resource, kind of capacity, window) filled in."""
     return Allocation(
         offer=offer,
         cluster_id=offer.cluster_id,
         partition_id=offer.partition_id,
         resource=offer.resource,
+        capacity=offer.capacity,
         window_start=offer.window_start,
         window_end=offer.window_end,
         **fields,
     )
 
 
-def hold_amount(price: Decimal, units: int) -> Decimal:
-    """What an order holds on the wallet: `price x units` (a bid's price and quantity, a
-    purchase's buy-now price and quantity, a winner's clearing price and units won). The one
-    place this is worked out; 400 on `quantity` past what the ledger can hold."""
-    amount = price * units
+def hold_amount(price: Decimal, units: int, *, unit_hours: int) -> Decimal:
+    """What an order holds on the wallet: `price x units x unit_hours` (a bid's price and
+    quantity, a purchase's buy-now price and quantity, a winner's clearing price and units won;
+    `unit_hours` is the offer's, the window's hours for a reserved block, whose price is per
+    core-hour). The one place this is worked out; 400 on `quantity` past what the ledger can
+    hold."""
+    amount = price * units * unit_hours
     if amount >= billing.LARGEST_AMOUNT:
         fields = FieldErrors()
         fields.add("quantity", "Price times quantity is more than the ledger can hold.")
@@ -456,9 +582,10 @@ def _check_cap(offer: Offer, actor: Membership, units: int) -> None:
     bid = Bid.objects.filter(
         offer=offer, organization_id=actor.organization_id, status=Bid.Status.OPEN
     ).aggregate(units=Sum("quantity"))["units"]
+    # In the offer's units: a reserved allocation's block, not its core-hours.
     bought = Allocation.objects.filter(
         offer=offer, organization_id=actor.organization_id
-    ).aggregate(units=Sum("quantity"))["units"]
+    ).aggregate(units=Sum(Coalesce("block", "quantity")))["units"]
     already = (bid or 0) + (bought or 0)
     if already + units > offer.max_per_buyer:
         raise errors.MaxPerBuyerExceeded(
@@ -485,13 +612,70 @@ def slurm_accounts_follow(cluster: Cluster, organization_ids: set[int]) -> None:
         )
 
 
-@transaction.atomic
-def offer_buy(*, actor: Membership, offer: Offer, quantity: Any) -> Allocation:
+def offer_buy(
+    *, actor: Membership, offer: Offer, quantity: Any, block: HeldBlock | None = None
+) -> Allocation:
     """Buys `quantity` units now at the buy-now price, from what is unsold, while the auction is
-    open. Holds `buy-now price x units` on the buyer's wallet for the window (402 when the
-    wallet or the budget cannot take it) and makes the allocation."""
-    _require_admin(actor, "buy capacity")
+    open. Holds `buy-now price x units` (x the window's hours for a reserved block) on the
+    buyer's wallet for the window (402 when the wallet or the budget cannot take it) and makes
+    the allocation.
+
+    A reserved block is held by the scheduler before any money moves (409
+    `reservation_refused` when it will not): called outside a transaction, this does the three
+    steps of `marketplace.services.reservations`; a caller that runs the last step in a
+    transaction of its own (the API, for its idempotency record) holds the block first with
+    `purchase_block` and passes it here."""
+    if offer.capacity == Capacity.RESERVED and block is None:
+        with purchase_block(actor=actor, offer=offer, quantity=quantity) as held:
+            return offer_buy(actor=actor, offer=offer, quantity=quantity, block=held)
+    return _purchase_write(actor=actor, offer=offer, quantity=quantity, block=block)
+
+
+@transaction.atomic
+def _purchase_write(
+    *, actor: Membership, offer: Offer, quantity: Any, block: HeldBlock | None
+) -> Allocation:
     offer = _lock_offer(offer)
+    units = _purchase_check(actor, offer, quantity)
+    # The team's tenant account on the cluster, kept for as long as it has an allocation or a
+    # job there: 409 when every account is another team's (before any money is held).
+    tenant_lease_take(cluster=offer.cluster, organization_id=actor.organization_id)
+    allocation_id, reservation = uuid.uuid4(), ""
+    if offer.is_reserved:
+        if block is None or (block.offer_id, block.quantity) != (offer.pk, units):
+            raise ValueError("a reserved purchase writes the block that purchase_block held")
+        allocation_id, reservation = block.allocation_uuid, block.name
+        PendingReservation.objects.filter(name=block.name).delete()
+    assert offer.buy_now_price is not None
+    hold = billing.hold_place(
+        organization=actor.organization,
+        amount=hold_amount(offer.buy_now_price, units, unit_hours=offer.unit_hours),
+        reference_kind=ReferenceKind.ALLOCATION,
+        reference=allocation_id,
+        memo=f"Bought {units} {offer.resource} units on {offer}",
+    )
+    allocation = allocation_of(
+        offer,
+        uuid=allocation_id,
+        organization=actor.organization,
+        source=Allocation.Source.BUY_NOW,
+        quantity=units * offer.unit_hours,
+        block=units if offer.is_reserved else None,
+        reservation=reservation,
+        unit_price=offer.buy_now_price,
+        hold=hold,
+    )
+    allocation.save()
+    Offer.objects.filter(pk=offer.pk).update(
+        units_sold=F("units_sold") + units, updated_at=timezone.now()
+    )
+    slurm_accounts_follow(offer.cluster, {actor.organization_id})
+    return allocation
+
+
+def _purchase_check(actor: Membership, offer: Offer, quantity: Any) -> int:
+    """A purchase's checks against the locked offer; returns the units."""
+    _require_admin(actor, "buy capacity")
     _open_for_orders(offer, actor)
     if offer.buy_now_price is None:
         raise errors.BuyNowNotOffered()
@@ -502,32 +686,33 @@ def offer_buy(*, actor: Membership, offer: Offer, quantity: Any) -> Allocation:
     if units > offer.remaining:
         raise errors.InsufficientQuantity(extra={"remaining": offer.remaining, "asked": units})
     _check_cap(offer, actor, units)
-    # The team's tenant account on the cluster, kept for as long as it has an allocation or a
-    # job there: 409 when every account is another team's (before any money is held).
-    tenant_lease_take(cluster=offer.cluster, organization_id=actor.organization_id)
-    allocation_id = uuid.uuid4()
-    hold = billing.hold_place(
-        organization=actor.organization,
-        amount=hold_amount(offer.buy_now_price, units),
-        reference_kind=ReferenceKind.ALLOCATION,
-        reference=allocation_id,
-        memo=f"Bought {units} {offer.resource} units on {offer}",
-    )
-    allocation = allocation_of(
-        offer,
-        uuid=allocation_id,
-        organization=actor.organization,
-        source=Allocation.Source.BUY_NOW,
-        quantity=units,
-        unit_price=offer.buy_now_price,
-        hold=hold,
-    )
-    allocation.save()
-    Offer.objects.filter(pk=offer.pk).update(
-        units_sold=F("units_sold") + units, updated_at=timezone.now()
-    )
-    slurm_accounts_follow(offer.cluster, {actor.organization_id})
-    return allocation
+    return units
+
+
+@contextmanager
+def purchase_block(*, actor: Membership, offer: Offer, quantity: Any) -> Iterator[HeldBlock | None]:
+    """For a purchase of a reserved offer, outside any transaction: checks the purchase, takes
+    the team's lease and has the scheduler hold the block (steps 1 and 2 of
+    `marketplace.services.reservations`), then yields it for the purchase to be written. On
+    the way out, a block that no allocation took is given back. Yields None for a preemptible
+    offer (nothing to hold)."""
+    if offer.capacity != Capacity.RESERVED:
+        yield None
+        return
+    with transaction.atomic():
+        locked = _lock_offer(offer)
+        units = _purchase_check(actor, locked, quantity)
+        lease = tenant_lease_take(cluster=locked.cluster, organization_id=actor.organization_id)
+        block = block_pending(offer=locked, organization_id=actor.organization_id, quantity=units)
+    try:
+        block_hold(locked, block, tenant=tenant_name(lease))
+    except ReservationRefused as refusal:
+        raise block_refusal(refusal) from refusal
+    try:
+        yield block
+    finally:
+        if not Allocation.objects.filter(reservation=block.name).exists():
+            block_release(locked.cluster, [block])
 
 
 # --- Bids --------------------------------------------------------------------------------------
@@ -596,7 +781,7 @@ def _bid_write(
     # Inside this service's own atomic block: a refusal ends it, no savepoint needed.
     hold = billing.hold_place_within(
         organization=actor.organization,
-        amount=hold_amount(bid_price, units),
+        amount=hold_amount(bid_price, units, unit_hours=offer.unit_hours),
         reference_kind=ReferenceKind.BID,
         reference=bid_id,
         memo=f"Bid {units} x {bid_price} on {offer.cluster.name}/{offer.partition.name}",

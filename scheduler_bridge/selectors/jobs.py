@@ -25,7 +25,7 @@ from django.utils import timezone
 from computeshare.errors import NotFound
 from computeshare.models import User
 from computeshare.numbers import MICRO_UNIT
-from marketplace.models import Allocation, Cluster, Resource, TenantLease
+from marketplace.models import Allocation, Cluster, PendingReservation, Resource, TenantLease
 from organizations.models import Membership, Organization
 from scheduler_bridge import sizing
 from scheduler_bridge.job_requests import JobSize, job_units
@@ -492,7 +492,9 @@ def clusters_to_sample(now: datetime | None = None) -> list[int]:
 
 def tenant_leases_idle(leases: QuerySet[TenantLease]) -> QuerySet[TenantLease]:
     """The active leases of `leases` whose team has neither an open allocation (one whose
-    window has not been closed) nor an unfinished job on the lease's cluster."""
+    window has not been closed), nor an unfinished job, nor a reserved block being sold to it
+    (a `PendingReservation` not yet stale: the reservation names the lease's account) on the
+    lease's cluster."""
     open_allocations = Allocation.objects.filter(
         cluster=OuterRef("cluster"),
         organization=OuterRef("organization"),
@@ -501,8 +503,13 @@ def tenant_leases_idle(leases: QuerySet[TenantLease]) -> QuerySet[TenantLease]:
     unfinished_jobs = Job.objects.filter(
         lease=OuterRef("pk"), state__in=[JobState.QUEUED, *ACTIVE_STATES]
     )
+    blocks_being_sold = PendingReservation.objects.filter(
+        cluster=OuterRef("cluster"),
+        organization=OuterRef("organization"),
+        created_at__gt=timezone.now() - PendingReservation.STALE_AFTER,
+    )
     return leases.filter(status=TenantLease.Status.ACTIVE).filter(
-        ~Exists(open_allocations), ~Exists(unfinished_jobs)
+        ~Exists(open_allocations), ~Exists(unfinished_jobs), ~Exists(blocks_being_sold)
     )
 
 

@@ -15,7 +15,7 @@ from computeshare.numbers import WholeNumber
 from marketplace.serializers.market import Units, units_text
 from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
 from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
-from scheduler_bridge.models import Job, JobFile, JobState, JobTask
+from scheduler_bridge.models import Job, JobFile, JobRun, JobState, JobTask, RunState
 from scheduler_bridge.selectors import jobs as selectors
 
 SIZE_HELP = "Optional: left out (or null), the script's #SBATCH line gives it, else {default}."
@@ -148,6 +148,33 @@ class JobTaskSerializer(serializers.Serializer):
         return UsageSerializer(_usage(task)).data
 
 
+class JobRunSerializer(serializers.Serializer):
+    """One run of a task as Slurm's accounting recorded it, and what it was charged."""
+
+    task = serializers.IntegerField(
+        source="task.array_task_id", allow_null=True, help_text="The array task; null for a job."
+    )
+    scheduler_job_id = serializers.CharField(source="raw_job_id")
+    state = serializers.CharField(
+        help_text="How the run ended: a job's end, `requeued` or `resized` (the job did it, "
+        "charged), or `preempted`/`node_fail` (the owner's side: not charged)."
+    )
+    scheduler_state = serializers.CharField(help_text="As Slurm's accounting wrote it.")
+    started_at = serializers.DateTimeField(allow_null=True)
+    ended_at = serializers.DateTimeField(allow_null=True)
+    elapsed_seconds = serializers.IntegerField()
+    allocated_cpus = serializers.IntegerField()
+    allocated_gpus = serializers.IntegerField()
+    units = Units()
+    cost = Money()
+    charged = serializers.SerializerMethodField(
+        help_text="False for a run the owner's side ended (preempted, node failure)."
+    )
+
+    def get_charged(self, run: JobRun) -> bool:
+        return not run.is_owner_caused
+
+
 class JobEventSerializer(serializers.Serializer):
     state = serializers.ChoiceField(choices=JobState.choices)
     reason = serializers.CharField()
@@ -191,6 +218,19 @@ class JobSerializer(serializers.Serializer):
     gpus = serializers.IntegerField()
     mem_per_cpu = serializers.IntegerField(
         allow_null=True, help_text="MiB per allocated CPU asked for; null: the partition's default."
+    )
+    capacity = serializers.CharField(
+        source="allocation.capacity",
+        help_text="The allocation's kind: `preemptible` (the owner's own jobs may take the cores "
+        "back: the job gets SIGTERM, then is requeued, and that run is not charged) or "
+        "`reserved` (it runs on the team's block).",
+    )
+    qos = serializers.CharField(
+        help_text="The Slurm QOS it runs under (the market's on preemptible capacity); empty "
+        "for the account's default."
+    )
+    reservation = serializers.CharField(
+        help_text="The Slurm reservation of its reserved block; empty on preemptible capacity."
     )
     template = serializers.CharField(help_text="The template it started from; empty for none.")
     created_at = serializers.DateTimeField()
@@ -437,6 +477,14 @@ class JobDetailSerializer(JobSerializer):
         "MaxRSS of its steps, Elapsed against the limit) and what to ask for next time, with "
         "the effect in money and in reservation. Null before it ended or when it never ran."
     )
+    runs = serializers.SerializerMethodField(
+        help_text="Every ended run of its tasks as accounting recorded it, task by task: more "
+        "than one per task when the job requeued or resized itself, or was preempted."
+    )
+    preemptions = serializers.SerializerMethodField(
+        help_text="How many of its runs the owner's own jobs preempted (not charged; Slurm "
+        "queued the job again each time)."
+    )
 
     def to_representation(self, job: Job) -> dict[str, Any]:
         data = super().to_representation(job)
@@ -447,6 +495,23 @@ class JobDetailSerializer(JobSerializer):
     @extend_schema_field(DirectivesSerializer)
     def get_directives(self, job: Job) -> dict[str, Any]:
         return directives_data(job.directives)
+
+    def _runs(self, job: Job) -> list[JobRun]:
+        # A job the cluster has not run yet has no runs: not read (the answer to a POST).
+        if job.state in (JobState.QUEUED, JobState.SUBMITTED):
+            return []
+        # Read once for `runs` and `preemptions`.
+        read: dict[int, list[JobRun]] = self.__dict__.setdefault("_runs_read", {})
+        if job.pk not in read:
+            read[job.pk] = list(selectors.job_run_list(job))
+        return read[job.pk]
+
+    @extend_schema_field(JobRunSerializer(many=True))
+    def get_runs(self, job: Job) -> list[dict[str, Any]]:
+        return JobRunSerializer(self._runs(job), many=True).data  # type: ignore[return-value]  # many=True gives a ReturnList; the stubs say ReturnDict
+
+    def get_preemptions(self, job: Job) -> int:
+        return sum(1 for run in self._runs(job) if run.state == RunState.PREEMPTED)
 
     @extend_schema_field(SizingAdviceSerializer(allow_null=True))
     def get_sizing_advice(self, job: Job) -> dict[str, Any] | None:

@@ -38,6 +38,7 @@ from hpc.types import (
     CANCELLED,
     COMPLETED,
     OWNER_CAUSED_STATES,
+    PREEMPTED,
     REQUEUED,
     RESIZED,
     UNDETERMINED,
@@ -48,6 +49,7 @@ from hpc.types import (
 )
 from marketplace import services as market
 from marketplace.models import Allocation, Cluster, Resource, TenantLease
+from scheduler_bridge import notices, webhook_events
 from scheduler_bridge.models import (
     ACTIVE_STATES,
     ENDED_STATES,
@@ -869,6 +871,9 @@ def _run_charge(
             scheduler_state=run.scheduler_state,
             ended_at=run.end_time or timezone.now(),
         )
+    if run.state == PREEMPTED:
+        webhook_events.job_preempted(job, run)
+        notices.job_preempted(job, run, cluster.preemption_grace_seconds)
     cpu_seconds = Decimal(str(round(run.cpu_seconds, 3)))
     JobRun.objects.create(
         task=task,

@@ -19,7 +19,7 @@ from hpc.slurm.directives import Dependency, DirectiveRefused
 from hpc.types import environment_name_problem
 from marketplace.models import Allocation, Capacity, Cluster, Resource
 from scheduler_bridge import errors
-from scheduler_bridge.job_directives import PartitionFacts
+from scheduler_bridge.job_directives import Overridden, PartitionFacts
 from scheduler_bridge.job_requests import (
     MAX_MEM_PER_CPU_MIB,
     JobPlan,
@@ -77,6 +77,7 @@ def job_request_check(
     _sizes_check(plan, request, problems)
     problems.raise_if_any()
     _partition_check(allocation, plan, problems)
+    _block_check(allocation, plan, problems)
     indices = _array_check(plan, problems)
     _environment_check(request, problems)
     problems.raise_if_any()
@@ -102,7 +103,32 @@ def job_plan(
         raise errors.script_refused(refusal) from None
     if plan.size.exclusive:
         plan = _whole_nodes(allocation, plan)
+    if plan.requeue is False and allocation.capacity == Capacity.PREEMPTIBLE:
+        plan = _requeued_anyway(plan)
     return plan
+
+
+_PREEMPTED_RUNS_REQUEUE = (
+    "On preemptible capacity a run the owner's jobs preempt goes back to the queue: the "
+    "platform requeues the job (a preempted run is not charged)."
+)
+
+
+def _requeued_anyway(plan: JobPlan) -> JobPlan:
+    """A script's --no-requeue on preemptible capacity is overridden: a preempted job must
+    go back to the queue to get the hours the team bought."""
+    report = plan.report
+    moved = [each for each in report.honoured if each.option == "--no-requeue"]
+    overridden = [
+        Overridden(each.option, each.value, each.line, _PREEMPTED_RUNS_REQUEUE) for each in moved
+    ]
+    report = replace(
+        report,
+        honoured=tuple(each for each in report.honoured if each not in moved),
+        overridden=tuple(sorted([*report.overridden, *overridden], key=lambda each: each.line)),
+        effective=tuple(each for each in report.effective if each.field != "requeue"),
+    )
+    return replace(plan, requeue=None, report=report)
 
 
 def _script_check(request: JobRequest) -> None:
@@ -171,6 +197,24 @@ def _partition_check(allocation: Allocation, plan: JobPlan, problems: FieldError
     if size.nodes > size.ntasks:
         problems.add("nodes", "Cannot exceed ntasks: every node runs a task.")
     _memory_and_gpus_check(allocation, plan, problems)
+
+
+def _block_check(allocation: Allocation, plan: JobPlan, problems: FieldErrors) -> None:
+    """A job on a reserved block runs inside it: it asks for no more cores (GPUs) than the
+    block holds, or Slurm would keep it pending for the whole window."""
+    if allocation.block is None:
+        return
+    if allocation.resource == Resource.GPU:
+        if plan.size.gpus > allocation.block:
+            problems.add("gpus", f"The reserved block holds {allocation.block} GPUs.")
+        return
+    cores = plan.size.cores
+    if cores > allocation.block:
+        problems.add(
+            "cpus_per_task",
+            f"ntasks x cpus_per_task is {cores}; the reserved block holds "
+            f"{allocation.block} core{'' if allocation.block == 1 else 's'}.",
+        )
 
 
 def _memory_and_gpus_check(allocation: Allocation, plan: JobPlan, problems: FieldErrors) -> None:

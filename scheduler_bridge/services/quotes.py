@@ -29,6 +29,7 @@ from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.planning import SizedJob, job_request_sized
 from scheduler_bridge.services.submission import (
     _account_for,
+    _qos_for,
     allocation_check_open,
     stream_names_filled,
 )
@@ -100,6 +101,8 @@ def _expected_start(allocation: Allocation, sized: SizedJob) -> tuple[datetime |
         partition=allocation.partition.name,
         time_limit_minutes=plan.size.time_limit_minutes,
         account=_account_for(allocation) or None,
+        qos=_qos_for(allocation) or None,
+        reservation=allocation.reservation or None,
         nodes=plan.size.nodes,
         ntasks=plan.size.ntasks,
         cpus_per_task=plan.size.cpus_per_task,

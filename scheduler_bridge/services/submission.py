@@ -28,7 +28,7 @@ from hpc.errors import BridgeError
 from hpc.slurm import directives, filenames
 from hpc.slurm.jobs import streams
 from hpc.types import Backend, InputFile, JobOptions, JobSpec, Tenant
-from marketplace.models import Allocation, Cluster, SlurmAccount, TenantLease
+from marketplace.models import Allocation, Capacity, Cluster, SlurmAccount, TenantLease
 from marketplace.services import tenant_lease_take, tenant_slurm_join
 from organizations.models import Membership
 from scheduler_bridge import errors, notices, webhook_events
@@ -61,6 +61,21 @@ def _account_for(allocation: Allocation) -> str:
         ).first()
         return account.name if account else ""
     return cluster.slurm_account
+
+
+def _qos_for(allocation: Allocation) -> str:
+    """The QOS a job on the allocation runs under: on preemptible capacity of a fixed-mode
+    cluster, the market's, which the owner's own QOS preempts; elsewhere the association's
+    default (in managed mode the team's own QOS, itself preemptable by the owner's; on a
+    reserved block the tenant's default, since only the team can run on those cores)."""
+    cluster = allocation.cluster
+    if (
+        allocation.capacity != Capacity.PREEMPTIBLE
+        or cluster.backend != Cluster.Backend.SLURM
+        or cluster.account_mode == Cluster.AccountMode.MANAGED
+    ):
+        return ""
+    return cluster.market_qos
 
 
 def job_state_record(job: Job, state: str, reason: str = "", at: datetime | None = None) -> None:
@@ -142,6 +157,8 @@ def job_submit(
         environment=plan.environment,
         secret_environment=plan.secret_environment,
         account=_account_for(allocation),
+        qos=_qos_for(allocation),
+        reservation=allocation.reservation,
         reserved_units=units,
         directives=plan.report.as_json(),
         options=_options_kept(sized),
@@ -203,7 +220,15 @@ def job_spec(job: Job, input_files: tuple[InputFile, ...] = (), dependency: str 
         environment={**job.environment, **job.secret_environment},
         tenant=tenant,
         input_files=input_files,
-        requeue=(job.options or {}).get("requeue"),
+        qos=job.qos or None,
+        reservation=job.reservation or None,
+        # A preempted run goes back to the queue rather than ending the job; elsewhere the
+        # script's --requeue or --no-requeue, else the cluster's default.
+        requeue=(
+            True
+            if job.allocation.capacity == Capacity.PREEMPTIBLE
+            else (job.options or {}).get("requeue")
+        ),
         options=replace(
             stream_names_filled(job.job_options, job.name, tenant), dependency=dependency
         ),

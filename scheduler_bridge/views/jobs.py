@@ -58,7 +58,7 @@ from scheduler_bridge.job_files import (
 )
 from scheduler_bridge.job_requests import DirectiveReport, JobPlan
 from scheduler_bridge.job_templates import JobTemplate, job_template_get, job_templates_for
-from scheduler_bridge.models import Job, JobFile, JobState
+from scheduler_bridge.models import Job, JobFile, JobState, RunState
 from scheduler_bridge.selectors import jobs as selectors
 from scheduler_bridge.serializers.jobs import month_start_of
 from scheduler_bridge.sizing import SizingAdvice
@@ -541,9 +541,10 @@ def job_context(job: Job) -> dict[str, Any]:
         "tasks": tasks,
         "tasks_done": sum(1 for task in tasks if task.is_ended),
         "events": list(job.events.all()),
-        # Shown when a task ran more than once (the job requeued or resized itself): each run
-        # is charged, and the page says which.
+        # Shown when a task ran more than once (the job requeued or resized itself, or the
+        # owner's jobs preempted it): the page says which runs were charged.
         "runs": runs if len({run.task_id for run in runs}) < len(runs) else [],
+        "preemptions": sum(1 for run in runs if run.state == RunState.PREEMPTED),
         "currency": settings.PLATFORM_CURRENCY,
     }
 

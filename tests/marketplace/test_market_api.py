@@ -47,6 +47,8 @@ PUBLIC_CLUSTER_FIELDS = {
     "partitions",
     "verified_at",
     "tenant_accounts",
+    "capacity_kinds",
+    "preemption_grace_seconds",
 }
 OWNER_CLUSTER_FIELDS = {
     "ssh_host",
@@ -61,6 +63,9 @@ OWNER_CLUSTER_FIELDS = {
     "sftp_server",
     "tenant_idle_account",
     "tracks_gpus",
+    "capacity_refusals",
+    "market_qos",
+    "owner_qos",
 }
 
 
@@ -288,6 +293,12 @@ def test_cluster_create_registers_it_unverified_with_the_host_key_pinned(market,
         "sftp_server": "/usr/lib/openssh/sftp-server",
         "tenant_idle_account": "",
         "tracks_gpus": False,
+        # Neither kind of capacity until a verification has read what Slurm holds.
+        "capacity_kinds": [],
+        "preemption_grace_seconds": None,
+        "capacity_refusals": {},
+        "market_qos": "",
+        "owner_qos": [],
     }
     assert cluster.organization == market.owner
     assert cluster.ssh_private_key == keys.private
@@ -387,6 +398,8 @@ def test_owners_see_connection_fields_and_nobody_else_does(market):
         ],
         "verified_at": iso(market.cluster.verified_at),
         "tenant_accounts": {"total": 24, "free": 24},
+        "capacity_kinds": ["preemptible", "reserved"],
+        "preemption_grace_seconds": None,
     }
     assert [set(row) for row in listed_for_team] == [PUBLIC_CLUSTER_FIELDS]
     for text in ("127.0.0.1", "computeshare", host_key.split()[1]):
@@ -720,7 +733,11 @@ def test_offer_create_lists_the_capacity(market):
         "cluster_name": "hopper",
         "partition": "debug",
         "resource": "cpu",
+        "capacity": "preemptible",
         "quantity": "1000",
+        "quantity_unit": "core-hours",
+        "unit_hours": 1,
+        "preemption_grace_seconds": None,
         "remaining": "1000",
         "window_start": body["window_start"],
         "window_end": body["window_end"],
@@ -884,7 +901,11 @@ def test_offer_detail_shows_the_aggregate_demand_and_never_a_bid(market):
         "cluster_name": "hopper",
         "partition": "debug",
         "resource": "cpu",
+        "capacity": "preemptible",
         "quantity": "100",
+        "quantity_unit": "core-hours",
+        "unit_hours": 1,
+        "preemption_grace_seconds": None,
         "remaining": "100",
         "window_start": iso(offer.window_start),
         "window_end": iso(offer.window_end),
@@ -1216,8 +1237,12 @@ def test_buy_now_makes_an_allocation_and_holds_its_price(market):
         "cluster_name": "hopper",
         "partition": "debug",
         "resource": "cpu",
+        "capacity": "preemptible",
         "source": "buy_now",
         "quantity": "40",
+        "block": None,
+        "reservation": "",
+        "reservation_problem": "",
         "used": "0",
         "reserved": "0",
         "remaining": "40",
@@ -1887,8 +1912,12 @@ def test_allocation_detail_shows_units_and_money(market, allocations):
         "cluster_name": "hopper",
         "partition": "debug",
         "resource": "cpu",
+        "capacity": "preemptible",
         "source": "buy_now",
         "quantity": "20",
+        "block": None,
+        "reservation": "",
+        "reservation_problem": "",
         "used": "2.5",
         "reserved": "4.25",
         "remaining": "13.25",
@@ -2017,6 +2046,7 @@ def test_price_history_lists_cleared_offers_oldest_first(market):
             "cluster": str(market.cluster.uuid),
             "partition": "debug",
             "resource": "cpu",
+            "capacity": "preemptible",
             "auction_closed_at": iso(offer.auction_closes_at),
             "cleared_at": iso(offer.cleared_at),
             "clearing_price": price,

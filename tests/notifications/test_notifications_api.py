@@ -118,7 +118,7 @@ def test_preferences_default_to_both_and_change_per_kind():
         format="json",
     )
 
-    assert len(before) == 10
+    assert len(before) == 12
     assert all(row["in_site"] and row["by_email"] for row in before)
     assert before[0] == {
         "kind": "bid_outbid",

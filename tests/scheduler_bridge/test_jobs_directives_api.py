@@ -332,3 +332,16 @@ def test_the_job_templates_carry_their_sizes_in_their_scripts(team, allocation):
 
     assert answer.status_code == 201, answer.json()
     assert (answer.json()["array"], answer.json()["time_limit_minutes"]) == ("0-9%2", 5)
+
+
+def test_requeue_is_the_scripts_except_on_preemptible_capacity(team, allocation):
+    """A preempted run must go back to the queue to get the hours the team bought: on
+    preemptible capacity the platform requeues, and a script's --no-requeue is overridden."""
+    assert allocation.capacity == "preemptible"
+    answer = _post(team, allocation, script="#!/bin/bash\n#SBATCH -t 5 --no-requeue\n")
+
+    assert answer.status_code == 201, answer.json()
+    (overridden,) = answer.json()["directives"]["overridden"]
+    assert (overridden["option"], overridden["line"]) == ("--no-requeue", 2)
+    assert overridden["why"].startswith("On preemptible capacity a run the owner's jobs preempt")
+    assert Job.objects.get().options == {}

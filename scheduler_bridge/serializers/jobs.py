@@ -18,17 +18,26 @@ from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
 from scheduler_bridge.models import Job, JobFile, JobRun, JobState, JobTask, RunState
 from scheduler_bridge.selectors import jobs as selectors
 
-SIZE_HELP = "Optional: left out (or null), the script's #SBATCH line gives it, else {default}."
 
-
-def _size(name: str, minimum: int, maximum: int, default: str) -> WholeNumber:
+def optional_size(minimum: int, maximum: int, help_text: str) -> WholeNumber:
+    """A size a request may leave out (or give as null): the script's #SBATCH line, else the
+    default, gives it then."""
     return WholeNumber(
         min_value=minimum,
         max_value=maximum,
         required=False,
         allow_null=True,
         default=None,
-        help_text=SIZE_HELP.format(default=default) + f" sbatch {name}.",
+        help_text=help_text,
+    )
+
+
+def _size(name: str, minimum: int, maximum: int, default: str) -> WholeNumber:
+    return optional_size(
+        minimum,
+        maximum,
+        f"Optional: left out (or null), the script's #SBATCH line gives it, else {default}. "
+        f"sbatch {name}.",
     )
 
 

@@ -12,6 +12,7 @@ from billing.serializers import Money
 from computeshare.numbers import WholeNumber
 from marketplace.serializers.market import Units
 from scheduler_bridge.models import Job, JobState, Sweep, SweepRow
+from scheduler_bridge.serializers.jobs import optional_size
 
 TABLE_HELP = (
     "CSV: a header of column names, then one row per task. Each column becomes an environment "
@@ -37,21 +38,11 @@ class SweepCreateSerializer(serializers.Serializer):
     table = serializers.CharField(
         trim_whitespace=False, required=False, allow_blank=True, help_text=TABLE_HELP
     )
-    time_limit_minutes = WholeNumber(
-        min_value=1,
-        max_value=525600,
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="Per task; left out, the script's --time (400 when neither gives one).",
+    time_limit_minutes = optional_size(
+        1, 525600, "Per task; left out, the script's --time (400 when neither gives one)."
     )
-    cpus_per_task = WholeNumber(
-        min_value=1,
-        max_value=100000,
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="Per task; left out, the script's --cpus-per-task, else 1.",
+    cpus_per_task = optional_size(
+        1, 100000, "Per task; left out, the script's --cpus-per-task, else 1."
     )
     concurrency = WholeNumber(
         min_value=1,

@@ -87,6 +87,20 @@ def run(
     )
 
 
+def log_in(server: GunicornServer, username: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """`computeshare login` as `username`, its password on stdin."""
+    return run(
+        "login",
+        "--url",
+        server.base_url,
+        "--username",
+        username,
+        "--password-stdin",
+        home=home,
+        stdin=PASSWORD + "\n",
+    )
+
+
 @pytest.mark.timeout(420)
 def test_an_array_with_input_files_from_submit_to_results(
     cli_server, on_testcluster, poller, tmp_path
@@ -110,16 +124,7 @@ def test_an_array_with_input_files_from_submit_to_results(
     script.write_text(JOB_SCRIPT)
 
     # when they log in with the client,
-    login = run(
-        "login",
-        "--url",
-        cli_server.base_url,
-        "--username",
-        member.username,
-        "--password-stdin",
-        home=home,
-        stdin=PASSWORD + "\n",
-    )
+    login = log_in(cli_server, member.username, home)
     assert login.returncode == 0, login.stderr
     config = home / "config.json"
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
@@ -414,16 +419,7 @@ def test_a_batch_script_is_submitted_with_no_resource_flag_and_its_warnings_show
         "#SBATCH --account=elsewhere --mail-user=ada@example.org\n"
         'echo "task $SLURM_ARRAY_TASK_ID"\n'
     )
-    login = run(
-        "login",
-        "--url",
-        cli_server.base_url,
-        "--username",
-        member.username,
-        "--password-stdin",
-        home=home,
-        stdin=PASSWORD + "\n",
-    )
+    login = log_in(cli_server, member.username, home)
     assert login.returncode == 0, login.stderr
 
     submit = run(

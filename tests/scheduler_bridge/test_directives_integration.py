@@ -13,6 +13,7 @@ from scheduler_bridge.models import Job
 from tests.conftest import client_for, tenants_jobs_cancel, wait_for
 from tests.factories import MembershipFactory, allocation_bought, funded_organization
 from tests.scheduler_bridge.test_jobs_integration import ENDED, real_cluster
+from tests.scheduler_bridge.test_jobs_integration import _sacct as sacct
 
 pytestmark = [pytest.mark.celery, pytest.mark.django_db(transaction=True)]
 
@@ -30,19 +31,9 @@ echo "to stderr $SLURM_ARRAY_TASK_ID" >&2
 
 
 def _sacct(testcluster, job_id: str) -> dict[str, list[str]]:
-    with SSHConnection(testcluster.ssh_settings()) as connection:
-        answer = connection.run(
-            [
-                "sacct",
-                "--noheader",
-                "--parsable2",
-                "-X",
-                f"--jobs={job_id}",
-                "--format=JobID,Timelimit,AllocCPUS,State,Account,JobName",
-            ]
-        )
-    rows = [line.split("|") for line in answer.stdout.splitlines() if line]
-    return {row[0]: row[1:] for row in rows}
+    """Each task's time limit, CPUs, state, account and Slurm name as accounting has them."""
+    fields = "JobID,Timelimit,AllocCPUS,State,Account,JobName"
+    return {row[0]: row[1:] for row in sacct(testcluster, job_id, fields)}
 
 
 @pytest.fixture

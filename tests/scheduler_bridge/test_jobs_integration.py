@@ -53,7 +53,9 @@ class Scenario:
 ENDED = {"completed", "failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preempted"}
 
 
-def _sacct(testcluster, job_id: str) -> list[list[str]]:
+def _sacct(
+    testcluster, job_id: str, fields: str = "JobID,State,ElapsedRaw,AllocTRES"
+) -> list[list[str]]:
     with SSHConnection(testcluster.ssh_settings()) as connection:
         answer = connection.run(
             [
@@ -63,7 +65,7 @@ def _sacct(testcluster, job_id: str) -> list[list[str]]:
                 "-X",
                 "-D",
                 f"--jobs={job_id}",
-                "--format=JobID,State,ElapsedRaw,AllocTRES",
+                f"--format={fields}",
             ]
         )
     return [line.split("|") for line in answer.stdout.splitlines() if line]

@@ -22,6 +22,7 @@ from scheduler_bridge import errors
 from scheduler_bridge.job_directives import Overridden, PartitionFacts
 from scheduler_bridge.job_requests import (
     MAX_MEM_PER_CPU_MIB,
+    DirectiveReport,
     JobPlan,
     JobRequest,
     is_platform_job_id,
@@ -372,7 +373,7 @@ _SLURM_ID = re.compile(r"([0-9]+)(?:_([0-9]+))?")
 
 
 def dependency_of_team(
-    allocation: Allocation, dependency: Dependency, report: Any
+    allocation: Allocation, dependency: Dependency, report: DirectiveReport
 ) -> dict[str, Any]:
     """The jobs a dependency names, each one of the team's on the allocation's cluster: by its
     id here (a UUID), or by its Slurm id (an array's task as `id_index`). Returns the

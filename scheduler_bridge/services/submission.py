@@ -424,6 +424,8 @@ def _dependencies_written(jobs: list[Job]) -> tuple[list[Job], list[Job], dict[i
         for condition in (job.options or {}).get("dependency", {}).get("conditions", [])
         for reference in condition["jobs"]
     }
+    if not named:
+        return jobs, [], {}
     others = {
         str(row.uuid): row
         for row in Job.objects.filter(uuid__in=named).only("uuid", "scheduler_job_id", "state")

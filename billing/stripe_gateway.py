@@ -244,6 +244,12 @@ def webhook_event_verify(payload: bytes, signature_header: str | None) -> dict[s
     ]
     if not secrets or not signature_header:
         raise StripeSignatureInvalid("No signature, or no signing secret configured.")
+    try:
+        # Stripe's library decodes the body itself, and raises on bytes that are not UTF-8:
+        # Stripe sends JSON in UTF-8 only, so such a body is no event of its.
+        payload.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise StripeSignatureInvalid("The body is not UTF-8: it is no Stripe event.") from error
     for number, secret in enumerate(secrets, start=1):
         try:
             stripe.WebhookSignature.verify_header(

@@ -187,8 +187,30 @@ class OutboundPolicy:
         return self.check(host, resolve(host, port))
 
 
+def host_name_problem(host: str) -> str | None:
+    """Why `host` cannot be a host name or an address, or None: an empty part (`a..b`), a part
+    longer than 63 characters, a name longer than 253, or one IDNA cannot spell. Python's
+    resolver raises `UnicodeError` on these rather than `socket.gaierror`."""
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        pass
+    else:
+        return None
+    name = host.removesuffix(".")
+    try:
+        spelled = name.encode("idna")
+    except UnicodeError:
+        return "Each part of a host name has 1 to 63 characters (letters, digits, hyphens)."
+    if not name or len(spelled) > 253:
+        return "A host name has 1 to 253 characters."
+    return None
+
+
 def resolve(host: str, port: int) -> tuple[CheckedAddress, ...]:
     """Every TCP address `host` resolves to (duplicates dropped), unchecked."""
+    if problem := host_name_problem(host):
+        raise socket.gaierror(socket.EAI_NONAME, f"{host!r}: {problem}")
     found: dict[tuple[int, tuple[Any, ...]], None] = {}
     for family, _, _, _, sockaddr in socket.getaddrinfo(
         host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP

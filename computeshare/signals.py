@@ -3,10 +3,11 @@ may end an API token's validity mark it stale in the shared cache (computeshare.
 
 from typing import Any
 
+from django.contrib.auth.signals import user_logged_in, user_login_failed
 from django.db.models.signals import post_delete, post_save, pre_delete
 from django.dispatch import receiver
 
-from computeshare import token_cache
+from computeshare import login_throttling, token_cache
 from computeshare.models import ApiToken, User
 
 
@@ -34,3 +35,9 @@ def _user_saved(sender: type[User], instance: User, update_fields: Any = None, *
 def _user_deleted(sender: type[User], instance: User, **_: Any) -> None:
     # Before the deletion reaches the tokens, while their digests can still be read.
     token_cache.forget_user(instance.pk)
+
+
+# Failed and successful log-ins, whichever page or endpoint authenticated (the log-in
+# throttling: computeshare/login_throttling.py).
+user_login_failed.connect(login_throttling.on_login_failed, dispatch_uid="login-throttling-failed")
+user_logged_in.connect(login_throttling.on_logged_in, dispatch_uid="login-throttling-logged-in")

@@ -82,6 +82,12 @@ class TenantUnavailable(BridgeError):
     not the network: retrying does not help until the owner fixes it."""
 
 
+class JobFileUnsafe(BridgeError):
+    """A file in a job's folder that the platform does not open: a symbolic link (to the file or
+    to a folder on its way), a FIFO, a device or a file with other hard links, which the job
+    put there (`hpc.job_folder`). Final: the job's owner sees why."""
+
+
 class ReservationRefused(BridgeError):
     """The scheduler would not hold a reserved block: its cores are already reserved or busy
     for the window, or the platform's user may not make reservations (no operator rights).

@@ -41,6 +41,7 @@ from hpc.errors import (
     RemoteCommandFailed,
     RemoteCommandTimeout,
     TenantUnavailable,
+    UnexpectedOutput,
 )
 
 DEFAULT_COMMAND_TIMEOUT = 60.0
@@ -576,6 +577,59 @@ class SSHConnection:
             raise RemoteCommandFailed(shown, exit_status, result.stdout, result.stderr)
         return result
 
+    @contextmanager
+    def stream(
+        self,
+        arguments: Sequence[str] | str,
+        *,
+        stdin: bytes,
+        timeout: float = DEFAULT_COMMAND_TIMEOUT,
+        as_user: str | None = None,
+    ) -> Iterator[RemoteOutput]:
+        """Runs one command as `run` does, but hands its stdout over as it comes (`RemoteOutput`,
+        read in pieces: a whole job's files need not fit in memory), each read waiting at most
+        `timeout` for data. On leaving the block the rest is drained and the exit status read:
+        `RemoteCommandFailed` when it is not 0, with the command's stderr."""
+        command = remote_command(arguments, as_user=as_user)
+        shown = arguments if isinstance(arguments, str) else shlex.join(arguments)
+        if as_user is not None:
+            shown = f"({as_user}) {shown}"
+        with self._channel_slot(timeout, shown):
+            self.open()
+            client = self._client
+            assert client is not None
+            try:
+                transport = client.get_transport()
+                if transport is None or not transport.is_active():
+                    raise ClusterUnreachable("the SSH connection is closed")
+                channel = transport.open_session(
+                    timeout=min(timeout, self.settings.connect_timeout)
+                )
+            except (OSError, EOFError, paramiko.SSHException) as error:
+                self.close()
+                raise ClusterUnreachable(f"cannot start `{shown}`: {error}") from error
+            try:
+                output = RemoteOutput(channel, shown, timeout)
+                try:
+                    channel.settimeout(timeout)
+                    channel.exec_command(command)
+                    channel.sendall(stdin)
+                    channel.shutdown_write()
+                    yield output
+                    exit_status = output.finish()
+                except TimeoutError as error:
+                    raise RemoteCommandTimeout(shown, timeout) from error
+                except (OSError, EOFError, paramiko.SSHException) as error:
+                    self.close()
+                    raise ClusterUnreachable(
+                        f"the SSH connection failed during `{shown}`: {error}"
+                    ) from error
+            finally:
+                channel.close()
+        if exit_status != 0:
+            stderr = output.stderr.decode("utf-8", "replace")
+            raise RemoteCommandFailed(shown, exit_status, "", stderr)
+
     def _execute(
         self,
         client: paramiko.SSHClient,
@@ -646,6 +700,78 @@ class SSHConnection:
                 select.select([channel], [], [], min(remaining, 0.5))
             except (OSError, ValueError):  # the channel closed under us
                 time.sleep(0.01)
+
+
+class RemoteOutput:
+    """The stdout of a command `SSHConnection.stream` runs, read as it arrives; its stderr is
+    kept aside (at most MAX_CAPTURED_BYTES)."""
+
+    def __init__(self, channel: paramiko.Channel, shown: str, timeout: float) -> None:
+        self.channel = channel
+        self.shown = shown
+        self.timeout = timeout
+        self.stderr = bytearray()
+        self._buffer = bytearray()
+        self._ended = False
+
+    def _fill(self) -> bool:
+        """Reads what comes next into the buffer; False at the end of stdout."""
+        if self._ended:
+            return False
+        self._drain_stderr()
+        chunk = self.channel.recv(_READ_CHUNK)
+        self._drain_stderr()
+        if not chunk:
+            self._ended = True
+            return False
+        self._buffer.extend(chunk)
+        return True
+
+    def _drain_stderr(self) -> None:
+        while self.channel.recv_stderr_ready():
+            chunk = self.channel.recv_stderr(_READ_CHUNK)
+            if len(self.stderr) < MAX_CAPTURED_BYTES:
+                self.stderr.extend(chunk)
+
+    def read(self, size: int) -> bytes:
+        """Up to `size` bytes (fewer only at the end)."""
+        while len(self._buffer) < size and self._fill():
+            pass
+        data = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return data
+
+    def read_exactly(self, size: int) -> bytes:
+        data = self.read(size)
+        if len(data) != size:
+            raise UnexpectedOutput(f"`{self.shown}` ended in the middle of its answer")
+        return data
+
+    def readline(self) -> bytes:
+        """One line with its line break; b"" at the end of stdout."""
+        while b"\n" not in self._buffer and self._fill():
+            pass
+        end = self._buffer.find(b"\n")
+        end = len(self._buffer) if end < 0 else end + 1
+        line = bytes(self._buffer[:end])
+        del self._buffer[:end]
+        return line
+
+    def finish(self) -> int:
+        """Drains what is left and returns the exit status."""
+        while self._fill():
+            self._buffer.clear()
+        deadline = time.monotonic() + self.timeout
+        while not self.channel.exit_status_ready():
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"`{self.shown}` closed its output but did not exit")
+            self._drain_stderr()
+            select.select([self.channel], [], [], 0.1)
+        self._drain_stderr()
+        status = self.channel.recv_exit_status()
+        if status == -1:
+            raise EOFError("the connection closed before the command's exit status came")
+        return status
 
 
 def _drain_stderr(channel: paramiko.Channel) -> str:

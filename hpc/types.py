@@ -102,11 +102,14 @@ class InputFile:
 
 @dataclass(frozen=True)
 class ResultFile:
-    """A regular file the job left in its folder: its path there, size and modification time."""
+    """A regular file the job left in its folder: its path there, size and modification time.
+    With a `problem`, something there that is not read (a link, a FIFO, a file with other hard
+    links: `hpc.job_folder`), listed so that its owner learns why it is missing."""
 
     name: str
     size: int
     modified_at: datetime | None
+    problem: str | None = None
 
 
 @dataclass(frozen=True)
@@ -353,8 +356,9 @@ class Backend(Protocol):
         ...
 
     def result_files(self, tenant: Tenant | None, directory: str) -> list[ResultFile]:
-        """Every regular file in the job's directory and its subfolders (symbolic links and
-        the platform's script and environment files left out), read as `tenant`."""
+        """Every regular file in the job's directory and its subfolders (the platform's script
+        and environment files left out), read as `tenant` without following a link; links,
+        FIFOs and the like listed with their `problem`."""
         ...
 
     def result_fetch(
@@ -363,9 +367,10 @@ class Backend(Protocol):
         directory: str,
         names: Sequence[str],
         save: Callable[[str, BinaryIO], None],
-    ) -> None:
-        """Opens each named result file as `tenant` and hands it to `save`, which reads it
-        in chunks; one session for the lot."""
+    ) -> dict[str, str]:
+        """Opens each named result file as `tenant`, without following a link, and hands it to
+        `save`, which reads it in chunks; one session for the lot. Returns the names not read,
+        each with the reason (gone, or no longer a regular file since the listing)."""
         ...
 
     def reservation_create(self, spec: ReservationSpec) -> Reservation:

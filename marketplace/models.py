@@ -506,6 +506,10 @@ class Offer(BaseModel):
         number of hours."""
         return window_hours(self.window_start, self.window_end) if self.is_reserved else 1
 
+    @property
+    def quantity_unit(self) -> str:
+        return quantity_unit(self.resource, self.capacity)
+
     def resource_noun(self, count: int) -> str:
         """ "core"/"cores" or "GPU"/"GPUs": what one unit of a reserved offer is."""
         noun = "GPU" if self.resource == Resource.GPU else "core"
@@ -620,6 +624,14 @@ class Bid(BaseModel):
     @property
     def is_open(self) -> bool:
         return self.status == self.Status.OPEN
+
+
+def quantity_unit(resource: str, capacity: str) -> str:
+    """What an offer's quantity counts: core-hours or GPU-hours of preemptible capacity, cores
+    or GPUs (each for the whole window) of reserved capacity."""
+    if capacity == Capacity.RESERVED:
+        return "GPUs" if resource == Resource.GPU else "cores"
+    return "GPU-hours" if resource == Resource.GPU else "core-hours"
 
 
 def window_hours(start: datetime, end: datetime) -> int:

@@ -46,6 +46,7 @@ from marketplace.models import (
     TenantAccount,
     TenantLease,
     backend_runs_jobs_as_tenants,
+    quantity_unit,
     window_hours,
 )
 from organizations.models import Membership, Organization
@@ -393,14 +394,6 @@ def offer_list_for_organization(organization: Organization) -> QuerySet[Offer]:
     return offer_list().filter(cluster__organization=organization).order_by("-created_at", "-id")
 
 
-def quantity_unit(resource: str, capacity: str) -> str:
-    """What an offer's quantity counts: core-hours or GPU-hours of preemptible capacity, cores
-    or GPUs (each for the whole window) of reserved capacity."""
-    if capacity == Capacity.RESERVED:
-        return "GPUs" if resource == Resource.GPU else "cores"
-    return "GPU-hours" if resource == Resource.GPU else "core-hours"
-
-
 def price_history(
     *,
     cluster: Cluster | None = None,
@@ -720,7 +713,10 @@ def owner_capacity_by_day(
                     "sold": {},
                 },
             )
-            shares = spread_over_days(row["quantity"], row["window_start"], row["window_end"], days)
+            units = row["quantity"]
+            if row.get("capacity") == Capacity.RESERVED:  # an offer's cores, each for the window
+                units *= window_hours(row["window_start"], row["window_end"])
+            shares = spread_over_days(units, row["window_start"], row["window_end"], days)
             for day, share in shares.items():
                 entry[kind][day] = entry[kind].get(day, Decimal(0)) + share
 
@@ -728,7 +724,7 @@ def owner_capacity_by_day(
     add(
         Offer.objects.filter(cluster__organization=organization, **overlapping)
         .exclude(status=Offer.Status.CANCELLED)
-        .values(*fields, "window_start", "window_end")
+        .values(*fields, "window_start", "window_end", "capacity")
         .order_by(),
         "offered",
     )
@@ -739,6 +735,29 @@ def owner_capacity_by_day(
         "sold",
     )
     return series
+
+
+def owner_reserved_cores_by_day(
+    organization: Organization, days: list[datetime.date]
+) -> dict[datetime.date, Decimal]:
+    """The cores (GPUs) the organization's clusters held in reserved blocks for teams, on
+    average over each UTC day of `days` (a block of 4 cores for 6 hours is 1 that day). One
+    query."""
+    if not days:
+        return {}
+    first = datetime.datetime.combine(days[0], datetime.time(), tzinfo=datetime.UTC)
+    last = datetime.datetime.combine(days[-1], datetime.time(), tzinfo=datetime.UTC) + ONE_DAY
+    held: dict[datetime.date, Decimal] = {}
+    rows = Allocation.objects.filter(
+        cluster__organization=organization,
+        capacity=Capacity.RESERVED,
+        window_start__lt=last,
+        window_end__gt=first,
+    ).values_list("quantity", "window_start", "window_end")
+    for core_hours, start, end in rows:
+        for day, share in spread_over_days(core_hours, start, end, days).items():
+            held[day] = held.get(day, Decimal(0)) + share / 24
+    return held
 
 
 # --- The owners' track record: computed from what the platform saw, never typed in ---------------

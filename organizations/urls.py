@@ -3,7 +3,7 @@ from django.urls import path
 from django.views.generic import RedirectView
 
 from organizations.forms.organizations import LoginForm
-from organizations.views import organizations, tokens, webhooks
+from organizations.views import login_unlock, organizations, tokens, webhooks
 
 urlpatterns = [
     path("", organizations.HomeView.as_view(), name="home"),
@@ -16,6 +16,16 @@ urlpatterns = [
         name="login",
     ),
     path("logout/", auth_views.LogoutView.as_view(), name="logout"),
+    path(
+        "login/unlock/",
+        login_unlock.LoginUnlockRequestView.as_view(),
+        name="login-unlock-request",
+    ),
+    path(
+        "login/unlock/<str:uidb64>/<str:token>/",
+        login_unlock.LoginUnlockView.as_view(),
+        name="login-unlock",
+    ),
     path(
         "organizations/new/",
         organizations.OrganizationCreateView.as_view(),

@@ -119,6 +119,14 @@ class OutputUnavailable(ApplicationError):
     default_detail = "The job's output could not be read from the cluster."
 
 
+class OutputNotReadable(Conflict):
+    code = "output_not_readable"
+    default_detail = (
+        "The job replaced this output file by a symbolic link, a FIFO or another file's hard "
+        "link: the platform does not read through those (`extra.reason` says which)."
+    )
+
+
 class OutputNotKept(Conflict):
     code = "output_not_kept"
     default_detail = (

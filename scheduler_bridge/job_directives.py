@@ -1,4 +1,4 @@
-"""What the platform does with each `#SBATCH` option of a team's script (ADR 0020): the
+"""What the platform does with each `#SBATCH` option of a team's script (ADR 0021): the
 options that ask for resources become the job's request, those that would reach outside what
 the team bought are overridden with a warning, and the few the platform cannot honour are
 refused with a stable code. sbatch's own reading is `hpc.slurm.directives`; this module is the

@@ -41,6 +41,8 @@ _OUTPUT_NAME = re.compile(r"(stdout|stderr)(-[0-9]+)?\.txt")
 # What of a job's folder is the platform's, not the job's result.
 RESULT_EXCLUDED = _PLATFORM_NAMES
 MAX_NAME_LENGTH = 1000
+# A file or folder name's length in bytes on Linux file systems (the parts are ASCII).
+MAX_PART_LENGTH = 255
 
 
 def job_files_storage() -> FileSystemStorage:
@@ -66,6 +68,10 @@ def input_name_problem(name: str) -> str | None:
         return "Each part of a name is made of letters, digits, `.`, `_` and `-` only."
     if len(parts) > depth:
         return f"A name is at most {depth} levels deep."
+    if any(len(part) > MAX_PART_LENGTH for part in parts):
+        return (
+            f"Each part of a name has at most {MAX_PART_LENGTH} characters (a file system's limit)."
+        )
     if len(parts) == 1 and (name in _PLATFORM_NAMES or _OUTPUT_NAME.fullmatch(name)):
         return f"`{name}` is one of the platform's own files in the job's folder."
     return None

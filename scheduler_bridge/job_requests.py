@@ -4,7 +4,7 @@ one rule of its reservation. Plain, below the services and the selectors, which 
 
 A request may give only its script: each size comes from the request's own field when it gives
 one, else from the script's directive, else from the platform's default, as sbatch's command
-line overrides a script's `#SBATCH` lines (ADR 0020). `job_request_resolve` says where each
+line overrides a script's `#SBATCH` lines (ADR 0021). `job_request_resolve` says where each
 effective value came from (`request`, `script`, `default`) and what became of every directive:
 honoured, or overridden and why."""
 

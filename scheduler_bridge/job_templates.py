@@ -211,6 +211,33 @@ else:
 PYTHON
 """
 
+_CHECKPOINT = """#!/bin/bash
+#SBATCH --job-name="checkpointed run"
+#SBATCH --time=5
+# Survives preemption. On preemptible capacity the owner's own jobs may take the cores back:
+# Slurm then sends this script SIGTERM, lets it run for the cluster's grace period (the offer
+# shows it), stops it and queues it again under the same id. That run is not charged; the next
+# one starts from the state saved here. A job that exits during the grace has ended for good
+# (Slurm does not run it again), so on SIGTERM this one saves and waits to be stopped.
+set -uo pipefail
+state=state.txt
+step=$(cat "$state" 2>/dev/null || echo 0)
+echo "run ${SLURM_RESTART_COUNT:-0} starts at step $step"
+stopping=0
+trap 'stopping=1' TERM
+while (( step < 120 )); do
+    if (( stopping )); then
+        echo "$step" > "$state"
+        echo "SIGTERM: saved step $step; Slurm will run the job again from here"
+        while true; do sleep 1; done
+    fi
+    sleep 1  # one step of the work
+    step=$((step + 1))
+done
+echo "$step" > "$state"
+echo "done after $step steps"
+"""
+
 JOB_TEMPLATES: tuple[JobTemplate, ...] = (
     JobTemplate(
         slug="python-sweep",
@@ -233,6 +260,14 @@ JOB_TEMPLATES: tuple[JobTemplate, ...] = (
         technique="Several processes, possibly on several nodes, work on one problem: ntasks "
         "sets how many, nodes how many machines, and srun starts one per task.",
         script=_MPI,
+    ),
+    JobTemplate(
+        slug="checkpoint",
+        title="A long run that survives preemption",
+        technique="On preemptible capacity the owner's jobs may take the cores back: the job "
+        "gets SIGTERM and the cluster's grace period to save its state, then Slurm queues it "
+        "again and its next run resumes from what it saved (the preempted run is not charged).",
+        script=_CHECKPOINT,
     ),
     JobTemplate(
         slug="gpu",

@@ -255,6 +255,9 @@ class Job(Progress):
     )
     results_truncated = models.BooleanField(default=False)
     results_detail = models.CharField(max_length=500, blank=True)
+    # What was in the folder but not fetched, each {"name", "reason"} (a link, a FIFO, a name
+    # that cannot be served: `services.files`), at most RESULTS_SKIPPED_SHOWN of them.
+    results_skipped = models.JSONField(default=list, blank=True)
     # When a worker last took the collection, and how many times: a crashed worker's is taken
     # again after a while, a failed one is tried again with backoff, then marked `failed`.
     results_claimed_at = models.DateTimeField(null=True, blank=True)

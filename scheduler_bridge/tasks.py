@@ -2,11 +2,15 @@
 service. Losing a task is harmless: the periodic poll submits what is still queued and follows
 what is on the clusters."""
 
+import logging
+
 from celery import shared_task
 
 from hpc.errors import BridgeError
 from scheduler_bridge import services
 from scheduler_bridge.selectors import jobs as selectors
+
+logger = logging.getLogger(__name__)
 
 
 @shared_task(time_limit=600, soft_time_limit=570)
@@ -78,6 +82,14 @@ def job_results_collect_task(job_id: int) -> int | None:
         return None
     except OSError as error:  # a file the cluster would not give, the storage full
         services.job_results_retry_or_fail(job_id=job_id, reason=str(error), transient=True)
+        services.sweep_results_gather(job_id=job_id)
+        return None
+    except Exception as error:
+        # Whatever else stopped it is tried again within RESULT_ATTEMPTS_MAX, never forever.
+        logger.exception("the collection of job %s's results failed", job_id)
+        services.job_results_retry_or_fail(
+            job_id=job_id, reason=f"{type(error).__name__}: {error}", transient=True
+        )
         services.sweep_results_gather(job_id=job_id)
         return None
     # A sweep's job: its rows' results are read from the files just fetched.

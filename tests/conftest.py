@@ -42,7 +42,7 @@ def _stripe_is_local(localstripe: "LocalStripe", settings: Any) -> None:
 
 @pytest.fixture(autouse=True)
 def _no_failed_log_ins_counted() -> None:
-    """Every test starts with no failed log-in counted: django-axes keeps its counts in Redis,
+    """Every test starts with no failed log-in counted: the log-in throttling counts in Redis,
     which outlives a test, and every test client logs in from 127.0.0.1."""
     from computeshare.login_throttling import failures_forget_all
 

@@ -26,7 +26,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from computeshare.errors import AddressNotAllowed, ValidationFailed
-from computeshare.outbound import AddressDenied, OutboundPolicy
+from computeshare.outbound import AddressDenied, OutboundPolicy, host_name_problem
 from computeshare.queue import enqueue_after_commit
 from hpc.batches import batched
 from webhooks import sending
@@ -170,6 +170,8 @@ def _clean_url(url: Any) -> str:
         raise ValidationFailed(
             fields={"url": ["An http:// or https:// URL with a host."]}
         ) from None
+    if problem := host_name_problem(host):
+        raise ValidationFailed(fields={"url": [problem]})
     if "@" in text.split("//", 1)[1].split("/", 1)[0]:
         raise ValidationFailed(fields={"url": ["No user name or password in the URL."]})
     if len(text) > 2000:

@@ -36,7 +36,6 @@ INSTALLED_APPS = [
     "django_filters",
     "drf_spectacular",
     "django_htmx",
-    "axes",
     "computeshare",
     "webhooks",
     "notifications",
@@ -57,8 +56,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     "computeshare.middleware.ApplicationErrorMiddleware",
-    # Last, as django-axes asks: it turns a locked-out log-in's answer into the lockout page.
-    "axes.middleware.AxesMiddleware",
+    # Last: it turns the answer to a locked log-in on a page into the page that says so.
+    "computeshare.login_throttling.LockoutMiddleware",
 ]
 
 ROOT_URLCONF = "computeshare.urls"
@@ -86,9 +85,9 @@ DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=0)
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_USER_MODEL = "computeshare.User"
-# django-axes first: it refuses a locked-out log-in before any password is checked.
+# The throttle first: it refuses a locked log-in before any password is checked.
 AUTHENTICATION_BACKENDS = [
-    "axes.backends.AxesStandaloneBackend",
+    "computeshare.login_throttling.ThrottleBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AUTH_PASSWORD_VALIDATORS = [
@@ -288,10 +287,10 @@ if REDIS_URL:
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
         },
-        "axes": {
+        "logins": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": REDIS_URL,
-            "KEY_PREFIX": "axes",
+            "KEY_PREFIX": "logins",
         },
     }
 else:
@@ -300,48 +299,33 @@ else:
     # which requires REDIS_URL).
     CACHES = {
         "default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"},
-        "axes": {
+        "logins": {
             "BACKEND": "django.core.cache.backends.filebased.FileBasedCache",
             "LOCATION": str(BASE_DIR / "var" / "login-failures"),
         },
     }
 
 # --- Log-in throttling -------------------------------------------------------------------------
-# django-axes counts failed log-ins (the log-in page, the admin's, POST /api/v1/auth/token/) in
-# the cache `axes` (its own key prefix in Redis), shared by every process: by account and by
-# client address separately. Past LOGIN_FAILURE_LIMIT failures either is refused, even with the
-# right password, for LOGIN_COOLOFF_SECONDS after the failure that reached the limit (failures
-# during a lockout do not extend it). A successful log-in forgets its account's failures.
-# Unlock: `manage.py axes_reset_username <name>`, `axes_reset_ip <address>`, `axes_reset`.
-# Why the cache and these changes to axes: computeshare/login_throttling.py.
-AXES_HANDLER = "computeshare.login_throttling.LoginFailureCacheHandler"
-AXES_CACHE = "axes"
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
-AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
-AXES_COOLOFF_TIME = timedelta(seconds=env.int("LOGIN_COOLOFF_SECONDS", default=900))
-AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
-AXES_RESET_ON_SUCCESS = False  # the handler forgets the account's failures, not the address's
-AXES_USERNAME_CALLABLE = "computeshare.login_throttling.counted_username"
-AXES_LOCKOUT_CALLABLE = "computeshare.login_throttling.lockout_response"
-AXES_ENABLE_ADMIN = False  # the cache handler keeps no attempt rows to show
+# Failed log-ins (the log-in page, the admin's, POST /api/v1/auth/token/) are counted in the cache
+# `logins` (its own key prefix in Redis), shared by every process: a name from one address (its
+# lock backs off exponentially), a name from everywhere (a ceiling only a distributed guess
+# reaches) and an address whatever the names. The owner of a locked name gets in by a one-time
+# link by mail. Why and how: computeshare/login_throttling.py. Unlock: `manage.py login_unlock`.
+LOGIN_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+LOGIN_BACKOFF_SECONDS = env.int("LOGIN_BACKOFF_SECONDS", default=60)
+LOGIN_BACKOFF_MAX_SECONDS = env.int("LOGIN_BACKOFF_MAX_SECONDS", default=86400)
+LOGIN_ACCOUNT_FAILURE_LIMIT = env.int("LOGIN_ACCOUNT_FAILURE_LIMIT", default=200)
+LOGIN_ACCOUNT_WINDOW_SECONDS = env.int("LOGIN_ACCOUNT_WINDOW_SECONDS", default=3600)
+LOGIN_ADDRESS_FAILURE_LIMIT = env.int("LOGIN_ADDRESS_FAILURE_LIMIT", default=50)
+LOGIN_COOLOFF_SECONDS = env.int("LOGIN_COOLOFF_SECONDS", default=900)
+LOGIN_UNLOCK_SECONDS = env.int("LOGIN_UNLOCK_SECONDS", default=1800)
+LOGIN_UNLOCK_TRIES = 3
+LOGIN_UNLOCK_MAIL_SECONDS = 300
 # How many reverse proxies in front of gunicorn append to X-Forwarded-For (0: none, the client
 # is REMOTE_ADDR and the header is ignored). With N, the client is the address the outermost
 # trusted proxy appended (the N-th entry from the right); whatever a client wrote to the left
-# of it counts for nothing. The log-in throttling (ipware) and DRF's throttles agree on it.
+# of it counts for nothing. The log-in throttling and DRF's throttles read it the same way.
 TRUSTED_PROXY_COUNT = env.int("TRUSTED_PROXY_COUNT", default=0)
-AXES_IPWARE_META_PRECEDENCE_ORDER: tuple[str, ...]
-AXES_IPWARE_PROXY_COUNT: int | None
-if TRUSTED_PROXY_COUNT:
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ("HTTP_X_FORWARDED_FOR", "REMOTE_ADDR")
-    # ipware counts the proxies inside the header; the last one is REMOTE_ADDR.
-    AXES_IPWARE_PROXY_COUNT = TRUSTED_PROXY_COUNT - 1
-else:
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ("REMOTE_ADDR",)
-    AXES_IPWARE_PROXY_COUNT = None
-AXES_IPWARE_PROXY_ORDER = "left-most"
-# Not strict: a client's own X-Forwarded-For makes the chain longer than the proxies, and the
-# client is still found at its fixed place from the right.
-IPWARE_STRICT = False
 
 # --- Secrets at rest ---------------------------------------------------------------------------
 # A Fernet key (32 url-safe base64 bytes); several keys separated by commas rotate: the first
@@ -462,9 +446,21 @@ REST_FRAMEWORK = {
     "NUM_PROXIES": TRUSTED_PROXY_COUNT,
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }
+# gunicorn's own limits (its defaults, which the deployments keep): past them it answers itself.
+GUNICORN_REQUEST_LINE_LIMIT = 4094
+GUNICORN_HEADER_FIELD_LIMIT = 8190
 SPECTACULAR_SETTINGS = {
     "TITLE": "ComputeShare API",
-    "DESCRIPTION": "Buy idle HPC time on Slurm clusters and run jobs on it.",
+    "DESCRIPTION": (
+        "Buy idle HPC time on Slurm clusters and run jobs on it.\n\n"
+        "Every error the application answers has the shape `{detail, code, extra}` with a "
+        "stable `code`. Two answers come from the web server (gunicorn) before a request "
+        "reaches the application, in its own short HTML rather than that shape: **414** "
+        "(Request-URI Too Long) for a request line (method, path and query) longer than "
+        f"{GUNICORN_REQUEST_LINE_LIMIT} bytes, and **400** for a header line longer than "
+        f"{GUNICORN_HEADER_FIELD_LIMIT} bytes or more than 100 headers. Send long filters in "
+        "several requests, never in one URL."
+    ),
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
     "SERVE_PERMISSIONS": ["rest_framework.permissions.AllowAny"],
@@ -475,6 +471,7 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": f"/{STATIC_URL}favicon.svg",
     # Several models have a `status`; each set of values gets its own name in the schema.
     "ENUM_NAME_OVERRIDES": {
+        "CapacityEnum": "marketplace.models.Capacity",
         "ClusterStatusEnum": "marketplace.models.Cluster.Status",
         "OfferStatusEnum": "marketplace.models.Offer.Status",
         "BidStatusEnum": "marketplace.models.Bid.Status",

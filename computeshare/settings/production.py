@@ -32,15 +32,15 @@ FIELD_ENCRYPTION_KEY = env("FIELD_ENCRYPTION_KEY")
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS")
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 DATABASES = {"default": env.db("DATABASE_URL")}
-# The cache every process shares: the log-in throttling (django-axes) and DRF's throttles count
+# The cache every process shares: the log-in throttling and DRF's throttles count
 # in it, so it is Redis, never a process's own memory.
 REDIS_URL = env("REDIS_URL")
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL},
-    "axes": {
+    "logins": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "axes",
+        "KEY_PREFIX": "logins",
     },
 }
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("CONN_MAX_AGE", default=60)

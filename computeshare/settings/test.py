@@ -53,10 +53,10 @@ CELERY_BROKER_TRANSPORT = None
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CACHES = {
     "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL},
-    "axes": {
+    "logins": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "axes",
+        "KEY_PREFIX": "logins",
     },
 }
 EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.locmem.EmailBackend")

@@ -29,15 +29,15 @@ import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Literal
 
+from hpc import job_folder
 from hpc.arrays import parse_array
 from hpc.backends import local_state
 from hpc.backends.local_reservations import LocalReservations
@@ -62,12 +62,11 @@ from hpc.backends.sandbox import (
     SandboxCheck,
     sandbox_check,
 )
-from hpc.errors import BridgeError
-from hpc.slurm import filenames
+from hpc.errors import BridgeError, JobFileUnsafe
 
 # The local backend spells its states as Slurm does, and reads them with Slurm's one table.
 from hpc.slurm.accounting import api_state
-from hpc.slurm.jobs import result_file_excluded, stream_folders, stream_names
+from hpc.slurm.jobs import SCRIPT_FILE, result_listing, stream_folders, stream_names
 from hpc.types import (
     InputFile,
     JobSpec,
@@ -89,6 +88,9 @@ FIND_WINDOW = timedelta(days=7)
 LAUNCH_TIMEOUT_SECONDS = 30.0
 _REPOSITORY = Path(__file__).resolve().parents[2]
 _JOB_ID = re.compile(r"([0-9]+)(?:_([0-9]+))?")
+# As on Slurm: at most this many result files are listed, this many folders deep.
+MAX_RESULT_FILES = 10001
+MAX_RESULT_DEPTH = 16
 
 
 logger = logging.getLogger(__name__)
@@ -300,13 +302,19 @@ class LocalBackend:
         """Writes the script and the job's records; the name goes last, so that a job `find`
         can see is a job that exists. A job that must be sandboxed and cannot be is recorded
         all the same, with the refusal its supervisor fails every task with."""
-        directory = self._job_directory(spec.directory)
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
-        for folder in stream_folders(spec):
-            (directory / folder).mkdir(mode=0o700, parents=True, exist_ok=True)
-        for input_file in spec.input_files:
-            _stage_input(directory, input_file)
-        local_state.write_atomically(directory / "job.sh", spec.script.encode(), mode=0o700)
+        self._job_directory(spec.directory)
+        folder = job_folder.open_folder(self.root, spec.directory, create=True)
+        try:
+            for name in stream_folders(spec):
+                # The folders the job's output goes in, which the supervisor does not make.
+                os.close(job_folder.open_folder(self.root, f"{spec.directory}/{name}", create=True))
+            for input_file in spec.input_files:
+                _stage_input(folder, input_file)
+            script = job_folder.open_for_writing(folder, SCRIPT_FILE, mode=0o700)
+            with os.fdopen(script, "wb") as file:
+                file.write(spec.script.encode())
+        finally:
+            os.close(folder)
         submit_time = now_utc()
         tasks = tuple((first_id + offset, index) for offset, index in enumerate(plan.indices))
         job = JobRecord(
@@ -478,37 +486,41 @@ class LocalBackend:
         tail_bytes: int,
         name: str | None = None,
     ) -> bytes:
-        """Read as the platform's user: `tenant` is ignored (None here)."""
-        if name == filenames.DEV_NULL:
-            return b""
-        path = self._job_directory(directory) / (name or output_file_name(stream, array_task_id))
+        """Read as the platform's user (`tenant` is ignored, None here), without following a
+        link (`hpc.job_folder`): raises `JobFileUnsafe` when the job replaced the file by one,
+        or by anything but a regular file."""
+        self._job_directory(directory)
         try:
-            if filenames.WILDCARD in path.name:
-                path = _newest_match(path)
-            with open(path, "rb") as file:
-                size = os.fstat(file.fileno()).st_size
-                file.seek(max(0, size - max(0, tail_bytes)))
-                return file.read(max(0, tail_bytes))
-        except FileNotFoundError:
-            return b""
+            return job_folder.read_tail(
+                self.root,
+                directory,
+                name or output_file_name(stream, array_task_id),
+                max(0, tail_bytes),
+            )
+        except job_folder.JobFileRefused as error:
+            raise JobFileUnsafe(f"{error.filename}: {error.strerror}") from None
 
     # Files ---------------------------------------------------------------------------------------
 
     def result_files(self, tenant: Tenant | None, directory: str) -> list[ResultFile]:
-        """Every regular file under the job's directory (links are not followed); `tenant` is
-        ignored (None here)."""
-        root = self._job_directory(directory)
-        found: list[ResultFile] = []
-        for folder, folders, files in os.walk(root):
-            folders.sort()
-            for file_name in sorted(files):
-                path = Path(folder) / file_name
-                name = path.relative_to(root).as_posix()
-                details = path.lstat()
-                if stat.S_ISREG(details.st_mode) and not result_file_excluded(name):
-                    modified = datetime.fromtimestamp(details.st_mtime, UTC)
-                    found.append(ResultFile(name, details.st_size, modified))
-        return sorted(found, key=lambda result: result.name)
+        """Every regular file under the job's directory, each subfolder entered from its
+        parent's descriptor without following a link; what is there but not read (links,
+        FIFOs, files with other hard links) is listed with its `problem`. `tenant` is ignored
+        (None here)."""
+        self._job_directory(directory)
+        try:
+            folder = job_folder.open_folder(self.root, directory)
+        except FileNotFoundError:
+            return []
+        except job_folder.JobFileRefused as error:
+            raise JobFileUnsafe(f"{error.filename}: {error.strerror}") from None
+        try:
+            files, skipped = job_folder.list_files(
+                folder, max_files=MAX_RESULT_FILES, max_depth=MAX_RESULT_DEPTH
+            )
+        finally:
+            os.close(folder)
+        return result_listing(files, skipped)
 
     def result_fetch(
         self,
@@ -516,14 +528,28 @@ class LocalBackend:
         directory: str,
         names: Sequence[str],
         save: Callable[[str, BinaryIO], None],
-    ) -> None:
-        root = self._job_directory(directory)
-        for name in names:
-            path = root / name
-            # Opened without following a link, in case the job replaced the file by one.
-            descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-            with os.fdopen(descriptor, "rb") as handle:
-                save(name, handle)
+    ) -> dict[str, str]:
+        """Each file opened from the job folder's descriptor without following a link: a name
+        that became a link, or anything but a regular file, since the listing (a folder on its
+        way swapped for a link included) is not read and comes back with the reason."""
+        self._job_directory(directory)
+        refused: dict[str, str] = {}
+        try:
+            folder = job_folder.open_folder(self.root, directory)
+        except (FileNotFoundError, job_folder.JobFileRefused) as error:
+            return dict.fromkeys(names, job_folder.refusal_reason(error))
+        try:
+            for name in names:
+                try:
+                    descriptor, _ = job_folder.open_for_reading(folder, name)
+                except OSError as error:
+                    refused[name] = job_folder.refusal_reason(error)
+                    continue
+                with os.fdopen(descriptor, "rb") as handle:
+                    save(name, handle)
+        finally:
+            os.close(folder)
+        return refused
 
     def expected_start(self, spec: JobSpec) -> datetime | None:
         """The local scheduler gives no estimate."""
@@ -672,23 +698,9 @@ def _options_refused(spec: JobSpec) -> str | None:
     return None
 
 
-def _newest_match(path: Path) -> Path:
-    """The newest regular file of `path`'s folder that its name, with wildcards, matches."""
-    regular = {
-        entry.name: entry.stat(follow_symlinks=False).st_mtime
-        for entry in os.scandir(path.parent)
-        if entry.is_file(follow_symlinks=False)
-    }
-    found = filenames.matches(path.name, list(regular))
-    if not found:
-        raise FileNotFoundError(path)
-    return path.parent / max(found, key=lambda leaf: (regular[leaf], leaf))
-
-
-def _stage_input(directory: Path, input_file: InputFile) -> None:
-    """Copies one input file into the job's directory (the API checked its name), in chunks."""
-    path = directory / input_file.name
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    with input_file.open() as source, open(path, "wb") as target:
-        os.fchmod(target.fileno(), 0o600)
+def _stage_input(folder: int, input_file: InputFile) -> None:
+    """Copies one input file into the job's folder (the API checked its name), in chunks, as a
+    new file made without following a link (`hpc.job_folder`)."""
+    descriptor = job_folder.open_for_writing(folder, input_file.name, create_folders=True)
+    with input_file.open() as source, os.fdopen(descriptor, "wb") as target:
         shutil.copyfileobj(source, target, 1024 * 1024)

@@ -55,8 +55,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any
 
+from hpc import job_folder
 from hpc.backends.local_state import (
     _PR_SET_CHILD_SUBREAPER,
     CANCELLED,
@@ -392,27 +392,41 @@ class Supervisor:
         }
         return {stream: name_with(pattern, values) for stream, pattern in streams.items()}
 
-    def _stream_files(
-        self, task: _Task, directory: Path, files: contextlib.ExitStack
-    ) -> tuple[Any, Any, Any]:
-        """The task's stdin, stdout and stderr, opened in the job's directory: stderr shares
-        stdout's file when they have one name; /dev/null and no input give DEVNULL."""
+    def _stream_files(self, task: _Task) -> tuple[int | None, int | None, int | None]:
+        """The task's stdin, stdout and stderr as descriptors (None for /dev/null, and for no
+        input), opened in the job's folder without following a link (`hpc.job_folder`):
+        another task of the array may have left a link, a FIFO or a hard link under a name,
+        and the supervisor writes only into a new file of its own, or appends (`--open-mode`)
+        only to a regular file of the folder. stderr shares stdout's file when the script sent
+        both there. The caller closes them."""
         names = self._stream_names(task)
-        mode = "ab" if self.job.open_mode == "append" else "wb"
-        opened: dict[str, Any] = {}
+        opened: dict[str, int] = {}
+        folder = job_folder.open_folder(self.state.root, self.job.directory)
+        try:
 
-        def output(name: str) -> Any:
-            if name == DEV_NULL:
-                return subprocess.DEVNULL
-            if name not in opened:
-                # Closed with the ExitStack once the task's process has them.
-                opened[name] = files.enter_context(open(directory / name, mode))  # noqa: SIM115
-            return opened[name]
+            def output(name: str) -> int | None:
+                if name == DEV_NULL:
+                    return None
+                if name not in opened:
+                    opening = (
+                        job_folder.open_for_appending
+                        if self.job.open_mode == "append"
+                        else job_folder.open_for_writing
+                    )
+                    opened[name] = opening(folder, name)
+                return opened[name]
 
-        stdin: Any = subprocess.DEVNULL
-        if names.get("stdin", DEV_NULL) != DEV_NULL:
-            stdin = files.enter_context(open(directory / names["stdin"], "rb"))  # noqa: SIM115
-        return stdin, output(names["stdout"]), output(names["stderr"])
+            stdout, stderr = output(names["stdout"]), output(names["stderr"])
+            stdin = None
+            if names.get("stdin", DEV_NULL) != DEV_NULL:
+                stdin, _ = job_folder.open_for_reading(folder, names["stdin"])
+        except BaseException:
+            for descriptor in opened.values():
+                os.close(descriptor)
+            raise
+        finally:
+            os.close(folder)
+        return stdin, stdout, stderr
 
     def _start(self, task: _Task, slots: list[int]) -> None:
         task.slots = slots
@@ -425,19 +439,24 @@ class Supervisor:
                 self.job.sandbox, directory, command, info_descriptor=info_write
             )
         try:
-            with contextlib.ExitStack() as files:
-                stdin, stdout, stderr = self._stream_files(task, directory, files)
+            stdin, stdout, stderr = self._stream_files(task)
+            try:
                 task.popen = subprocess.Popen(
                     command,
                     cwd=directory,
                     env=self._environment(task, directory),
-                    stdin=stdin,
-                    stdout=stdout,
-                    stderr=stderr,
+                    stdin=subprocess.DEVNULL if stdin is None else stdin,
+                    stdout=subprocess.DEVNULL if stdout is None else stdout,
+                    stderr=subprocess.DEVNULL if stderr is None else stderr,
                     start_new_session=True,  # the task's own session and process group
                     close_fds=True,
                     pass_fds=() if info_write is None else (info_write,),
                 )
+            finally:
+                # The task's process has its own copies now.
+                for descriptor in {stdin, stdout, stderr}:
+                    if descriptor is not None:
+                        os.close(descriptor)
         except (OSError, ValueError) as error:
             if info_read is not None:
                 os.close(info_read)

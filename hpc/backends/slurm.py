@@ -13,24 +13,28 @@ tenants, accounting is one sacct per chunk of ids."""
 
 from __future__ import annotations
 
+import os
 import posixpath
 import shutil
 import stat
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import BinaryIO
 
 import paramiko
 
+from hpc import job_folder
 from hpc.batches import batched
 from hpc.errors import (
+    JobFileUnsafe,
     RemoteCommandFailed,
     SchedulerUnavailable,
     SubmissionUnclear,
     UnexpectedOutput,
 )
-from hpc.slurm import filenames, reservations
+from hpc.slurm import reservations
 from hpc.slurm.accounting import (
     NAME_CHUNK,
     SACCT_CHUNK,
@@ -53,8 +57,10 @@ from hpc.slurm.jobs import (
     only_ended_jobs_refused,
     parse_submission_output,
     parse_test_only,
+    reader_arguments,
+    reader_source,
     refusal_reason,
-    result_file_excluded,
+    result_listing,
     sbatch_arguments,
     scancel_arguments,
     spec_problem,
@@ -63,7 +69,7 @@ from hpc.slurm.jobs import (
     test_only_arguments,
 )
 from hpc.slurm.parsers import parse_sbatch_parsable
-from hpc.ssh import CommandResult, SSHConnection
+from hpc.ssh import CommandResult, RemoteOutput, SSHConnection
 from hpc.types import (
     InputFile,
     JobSpec,
@@ -290,58 +296,34 @@ class SlurmBackend:
         tail_bytes: int,
         name: str | None = None,
     ) -> bytes:
-        problem = job_directory_problem(directory)
-        if problem is not None:
-            raise ValueError(problem)
-        if tail_bytes <= 0 or name == filenames.DEV_NULL:
+        """Read by the job-folder reader as the tenant, without following a link: raises
+        `JobFileUnsafe` when the job replaced the file by a link or anything but a regular
+        file."""
+        if tail_bytes <= 0:
+            _directory_check(directory)
             return b""
-        # Without a tenant: a job submitted before jobs ran as tenants, in the service user's
-        # home.
-        home = tenant.home if tenant is not None else self.connection.home
-        user = tenant.user if tenant is not None else None
         name = name or output_file_name(stream, array_task_id)
-        path = posixpath.join(home, directory, name)
-        with self.connection.sftp(self.command_timeout, as_user=user) as sftp:
-            try:
-                if filenames.WILDCARD in name:
-                    path = _newest_match(sftp, path)
-                with sftp.open(path, "rb") as handle:
-                    size = handle.stat().st_size or 0
-                    handle.seek(max(0, size - tail_bytes))
-                    return handle.read(min(size, tail_bytes))
-            except FileNotFoundError:
-                return b""
+        with self._reader(tenant, directory, ["tail", _hex(name), str(tail_bytes)]) as output:
+            return output.read(tail_bytes)
 
     # --- Files ----------------------------------------------------------------------------------
 
     def result_files(self, tenant: Tenant | None, directory: str) -> list[ResultFile]:
-        """Walks the job's directory over SFTP as the tenant: regular files only (a symbolic
-        link is never followed: it could point at another job's files or the tenant's home)."""
-        root, user = self._job_root(tenant, directory)
-        found: list[ResultFile] = []
-        with self.connection.sftp(self.command_timeout, as_user=user) as sftp:
-            pending = [""]
-            while pending and len(found) < MAX_RESULT_FILES:
-                relative = pending.pop()
-                try:
-                    entries = sftp.listdir_attr(
-                        posixpath.join(root, relative) if relative else root
-                    )
-                except FileNotFoundError:
-                    continue
-                for entry in sorted(entries, key=lambda entry: entry.filename):
-                    name = posixpath.join(relative, entry.filename) if relative else entry.filename
-                    mode = entry.st_mode or 0
-                    if stat.S_ISDIR(mode) and name.count("/") < MAX_RESULT_DEPTH:
-                        pending.append(name)
-                    elif stat.S_ISREG(mode) and not result_file_excluded(name):
-                        modified = (
-                            datetime.fromtimestamp(entry.st_mtime, UTC)
-                            if entry.st_mtime is not None
-                            else None
-                        )
-                        found.append(ResultFile(name, entry.st_size or 0, modified))
-        return sorted(found[:MAX_RESULT_FILES], key=lambda result: result.name)
+        """Walks the job's directory as the tenant with the job-folder reader: each folder
+        entered from its parent's descriptor without following a link (a link could point at
+        another job's files or the tenant's home, a FIFO would hold the read forever); what is
+        not read is listed with its `problem`."""
+        files: list[tuple[str, int, float]] = []
+        skipped: list[tuple[str, str]] = []
+        arguments = ["list", str(MAX_RESULT_FILES), str(MAX_RESULT_DEPTH)]
+        with self._reader(tenant, directory, arguments) as output:
+            while line := output.readline():
+                kind, name, *values = line.decode().split()
+                if kind == "F":
+                    files.append((_unhex(name), int(values[0]), float(values[1])))
+                else:
+                    skipped.append((_unhex(name), bytes.fromhex(values[0]).decode()))
+        return result_listing(files, skipped)
 
     def result_fetch(
         self,
@@ -349,17 +331,33 @@ class SlurmBackend:
         directory: str,
         names: Sequence[str],
         save: Callable[[str, BinaryIO], None],
-    ) -> None:
-        root, user = self._job_root(tenant, directory)
-        with self.connection.sftp(self.command_timeout, as_user=user) as sftp:
+    ) -> dict[str, str]:
+        """One run of the job-folder reader as the tenant streams every named file, each opened
+        from the job folder's descriptor without following a link; `save` reads each in chunks
+        as it arrives. A name that is gone, or is no longer a regular file since the listing (a
+        folder on its way swapped for a link included), comes back with the reason."""
+        if not names:
+            _directory_check(directory)
+            return {}
+        refused: dict[str, str] = {}
+        request = "".join(f"{_hex(name)}\n" for name in names).encode()
+        with self._reader(tenant, directory, ["read"], request) as output:
+            answered: set[str] = set()
+            while line := output.readline():
+                text = line.decode().rstrip("\n")
+                hex_name, _, reason = text[1:].partition(" ")
+                name = _unhex(hex_name)
+                answered.add(name)
+                if text.startswith("-"):
+                    refused[name] = bytes.fromhex(reason).decode()
+                    continue
+                frames = _Frames(output)
+                save(name, frames)  # type: ignore[arg-type]
+                frames.skip_rest()
             for name in names:
-                with sftp.open(posixpath.join(root, name), "rb") as handle:
-                    # Read ahead, a bounded number of requests at a time: the whole file is
-                    # never in memory, and the round trips overlap.
-                    handle.prefetch(
-                        handle.stat().st_size, max_concurrent_requests=_PREFETCH_REQUESTS
-                    )
-                    save(name, handle)  # type: ignore[arg-type]
+                if name not in answered:
+                    refused[name] = "it is no longer in the job's folder"
+        return refused
 
     def expected_start(self, spec: JobSpec) -> datetime | None:
         """`sbatch --test-only` as the tenant, the script on stdin: Slurm's own estimate of
@@ -391,12 +389,32 @@ class SlurmBackend:
     def reservations(self) -> list[Reservation]:
         return reservations.reservations_list(self.connection, timeout=self.command_timeout)
 
-    def _job_root(self, tenant: Tenant | None, directory: str) -> tuple[str, str | None]:
-        problem = job_directory_problem(directory)
-        if problem is not None:
-            raise ValueError(problem)
+    @contextmanager
+    def _reader(
+        self,
+        tenant: Tenant | None,
+        directory: str,
+        arguments: list[str],
+        request: bytes = b"",
+    ) -> Iterator[RemoteOutput]:
+        """Runs the job-folder reader (`hpc.job_folder`, sent on stdin) on the login node as
+        the tenant, in the job's directory of its home, and hands over its output as it comes.
+        Without a tenant: a job submitted before jobs ran as tenants, in the service user's
+        home. A refusal of the reader raises `JobFileUnsafe`."""
+        _directory_check(directory)
         home = tenant.home if tenant is not None else self.connection.home
-        return posixpath.join(home, directory), tenant.user if tenant is not None else None
+        try:
+            with self.connection.stream(
+                reader_arguments(home, directory, arguments),
+                stdin=reader_source() + request,
+                timeout=self.command_timeout,
+                as_user=tenant.user if tenant is not None else None,
+            ) as output:
+                yield output
+        except RemoteCommandFailed as error:
+            if error.exit_status == job_folder.EXIT_REFUSED:
+                raise JobFileUnsafe(error.stderr.strip().removeprefix("refused: ")) from None
+            raise
 
     def close(self) -> None:
         """Closes the connection. A pooled connection opens again on its next use."""
@@ -409,6 +427,50 @@ class SlurmBackend:
         if result.exit_status != 0:
             raise _command_error(result)
         return result
+
+
+def _directory_check(directory: str) -> None:
+    problem = job_directory_problem(directory)
+    if problem is not None:
+        raise ValueError(problem)
+
+
+def _hex(name: str) -> str:
+    return os.fsencode(name).hex()
+
+
+def _unhex(text: str) -> str:
+    return os.fsdecode(bytes.fromhex(text))
+
+
+class _Frames:
+    """One file of the reader's `read` answer, as a file object `save` reads: its frames (a
+    4-byte length, then that many bytes) until the empty one."""
+
+    def __init__(self, output: RemoteOutput) -> None:
+        self.output = output
+        self.left = 0
+        self.ended = False
+
+    def read(self, size: int = -1) -> bytes:
+        chunks = []
+        wanted = size if size >= 0 else 1 << 62
+        while wanted > 0 and not self.ended:
+            if self.left == 0:
+                header = self.output.read_exactly(job_folder.FRAME_HEADER_BYTES)
+                self.left = int.from_bytes(header, "big")
+                if self.left == 0:
+                    self.ended = True
+                    break
+            chunk = self.output.read_exactly(min(self.left, wanted, _COPY_CHUNK))
+            self.left -= len(chunk)
+            wanted -= len(chunk)
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def skip_rest(self) -> None:
+        while not self.ended:
+            self.read(_COPY_CHUNK)
 
 
 def _command_error(result: CommandResult) -> RemoteCommandFailed:
@@ -429,22 +491,6 @@ def outcome_result(name: str, outcome: SubmissionOutcome) -> SubmitResult:
     except UnexpectedOutput as error:
         # sbatch said yes but no id can be read: the job may exist, so this is no refusal.
         raise SubmissionUnclear(f"sbatch accepted {name} without a readable id: {error}") from error
-
-
-def _newest_match(sftp: paramiko.SFTPClient, path: str) -> str:
-    """The newest regular file of `path`'s folder that its name, with wildcards, matches;
-    `FileNotFoundError` when none does."""
-    folder, _ = filenames.parent_and_leaf(path)
-    entries = {
-        entry.filename: entry
-        for entry in sftp.listdir_attr(folder)
-        if stat.S_ISREG(entry.st_mode or 0)
-    }
-    found = filenames.matches(path, list(entries))
-    if not found:
-        raise FileNotFoundError(path)
-    newest = max(found, key=lambda leaf: (entries[leaf].st_mtime or 0, leaf))
-    return posixpath.join(folder, newest)
 
 
 def _make_directories(sftp: paramiko.SFTPClient, directory: str, created: set[str]) -> None:

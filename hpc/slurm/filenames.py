@@ -13,7 +13,6 @@ Slurm sees the name (`name_with`), and fills the rest when it reads the files ba
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Mapping, Sequence
 
@@ -124,17 +123,3 @@ def safe_name_part(text: str) -> str:
     """`text` (a job's name for `%x`) with every character a file name here cannot hold made
     an underscore."""
     return re.sub(r"[^A-Za-z0-9._+,=@-]", "_", text) or "_"
-
-
-def parent_and_leaf(name: str) -> tuple[str, str]:
-    folder, _, leaf = name.rpartition("/")
-    return folder, leaf
-
-
-def matches(name: str, candidates: Sequence[str]) -> list[str]:
-    """The candidates (leaf names of `name`'s folder) that `name`'s leaf, with its wildcards,
-    matches."""
-    _, leaf = parent_and_leaf(name)
-    if WILDCARD not in leaf:
-        return [leaf] if leaf in candidates else []
-    return [candidate for candidate in candidates if fnmatch.fnmatchcase(candidate, leaf)]

@@ -4,12 +4,15 @@ jobs (squeue, sacct) is read in `accounting`."""
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 
+from hpc import job_folder
 from hpc.arrays import InvalidArray, parse_array
 from hpc.batches import batched
 from hpc.errors import UnexpectedOutput
@@ -18,6 +21,7 @@ from hpc.slurm.accounting import valid_job_ids
 from hpc.types import (
     JobOptions,
     JobSpec,
+    ResultFile,
     Stream,
     environment_name_problem,
     output_file_name,
@@ -149,6 +153,38 @@ def result_file_excluded(name: str) -> bool:
     """Whether a file of a job's folder is the platform's own rather than a result: the script
     and the environment files (stdout and stderr are results)."""
     return name in (SCRIPT_FILE, ENVIRONMENT_FILE, EXPORT_FILE)
+
+
+def result_listing(
+    files: Sequence[tuple[str, int, float]], skipped: Sequence[tuple[str, str]]
+) -> list[ResultFile]:
+    """`job_folder.list_files`'s answer as the backends give it: the files (the platform's
+    own left out) and, with their `problem`, what will not be read, by name."""
+    found = [
+        ResultFile(name, size, datetime.fromtimestamp(mtime, UTC))
+        for name, size, mtime in files
+        if not result_file_excluded(name)
+    ]
+    found += [ResultFile(name, 0, None, problem=reason) for name, reason in skipped]
+    return sorted(found, key=lambda result: result.name)
+
+
+@functools.cache
+def reader_source() -> bytes:
+    """The job-folder reader's program (`hpc.job_folder`), sent on the reader's stdin."""
+    return Path(job_folder.__file__).read_bytes()
+
+
+def reader_arguments(home: str, directory: str, arguments: Sequence[str]) -> list[str]:
+    """The command that runs the job-folder reader on the login node (as the tenant, through
+    `remote_command`): `python3` in isolated mode without `site`, so that nothing of the
+    tenant's (PYTHONPATH, a `site-packages` of its own, a module in its home) is imported; its
+    source comes first on stdin (`reader_source`), the request after it."""
+    return [
+        "python3",
+        *("-I", "-S", "-c", job_folder.BOOTSTRAP, str(len(reader_source()))),
+        *(home, directory, *arguments),
+    ]
 
 
 def test_only_arguments(spec: JobSpec) -> list[str]:

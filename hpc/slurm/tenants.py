@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hpc.errors import RemoteCommandFailed, UnexpectedOutput
+from hpc.slurm.jobs import reader_arguments, reader_source
 from hpc.ssh import SSHConnection, tenant_name
 
 # The group name as `getent` takes it: nothing a shell or getent could read otherwise.
@@ -187,18 +188,28 @@ def _tenant_probe(user: str, status: int, body: list[str]) -> TenantProbe:
 
 
 def sftp_probe(connection: SSHConnection, user: str, *, timeout: float = 30.0) -> None:
-    """Writes, reads back and removes a file in the tenant's home over an SFTP session started
-    as the tenant: what every job's script and output go through. Raises what the session
-    raises (`TenantUnavailable` when the server program does not start as the tenant)."""
+    """Writes a file in the tenant's home over an SFTP session started as the tenant (what
+    input files go through), reads it back with the job-folder reader as the tenant (what
+    every job's output and results go through: `python3` on the login node) and removes it.
+    Raises what the session raises (`TenantUnavailable` when the server program does not
+    start as the tenant), `RemoteCommandFailed` when the reader cannot run."""
     name = f".computeshare-probe-{uuid.uuid4().hex}"
     content = b"computeshare sftp probe\n"
     with connection.sftp(timeout, as_user=user) as sftp:
         with sftp.open(name, "wb") as handle:
             handle.chmod(0o600)
             handle.write(content)
-        with sftp.open(name, "rb") as handle:
-            read = handle.read()
-        sftp.remove(name)
+        try:
+            # Read back by the job-folder reader, as jobs' output and results are read.
+            with connection.stream(
+                reader_arguments(".", "", ["tail", name.encode().hex(), str(len(content))]),
+                stdin=reader_source(),
+                timeout=timeout,
+                as_user=user,
+            ) as output:
+                read = output.read(len(content) + 1)
+        finally:
+            sftp.remove(name)
     if read != content:
         raise UnexpectedOutput(f"the SFTP probe read back {read!r}")
 

@@ -12,7 +12,7 @@ from django.utils import timezone
 from computeshare.forms import StyledFormMixin
 from computeshare.numbers import MICRO_PLACES
 from marketplace.filters import OfferFilter
-from marketplace.models import Cluster, Offer, Resource
+from marketplace.models import Capacity, Cluster, Offer, Resource
 
 UTC = datetime.UTC
 DATETIME_LOCAL = "%Y-%m-%dT%H:%M"
@@ -81,6 +81,8 @@ class OfferBrowseFilter(OfferFilter):
             form: forms.Form = super().form
             fields = form.fields
             fields["resource"].widget = _styled_select([("", "Any resource"), *Resource.choices])
+            fields["capacity"].label = "Kind"
+            fields["capacity"].widget = _styled_select([("", "Any kind"), *Capacity.choices])
             fields["cluster"].label = "Cluster"
             fields["partition"].label = "Partition"
             fields["cluster"].widget = _styled_select(self.cluster_choices)
@@ -162,6 +164,12 @@ class PriceHistoryForm(StyledFormMixin, forms.Form):
     resource = forms.ChoiceField(
         label="Resource", choices=[("", "Any resource"), *Resource.choices], required=False
     )
+    capacity = forms.ChoiceField(
+        label="Kind",
+        choices=Capacity.choices,
+        required=False,
+        help_text="One kind at a time: a reserved core-hour is dearer than a preemptible one.",
+    )
 
     def __init__(self, *args: Any, clusters: Iterable[Cluster] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -242,19 +250,31 @@ class OfferCreateForm(StyledFormMixin, forms.Form):
     cluster = forms.UUIDField(label="Cluster")
     partition = forms.CharField(label="Partition", max_length=64)
     resource = forms.ChoiceField(label="Resource", choices=Resource.choices)
+    capacity = forms.ChoiceField(
+        label="Kind",
+        choices=Capacity.choices,
+        initial=Capacity.PREEMPTIBLE,
+        required=False,
+        help_text="Preemptible: core-hours (GPU-hours) on idle cores; your own users' jobs "
+        "preempt them and your users notice nothing. Reserved: whole cores (GPUs, whole "
+        "nodes' worth) held for the buyer by a Slurm reservation for the whole window, which "
+        "is whole hours and starts when the auction closes.",
+    )
     quantity = forms.IntegerField(
-        label="Units for sale", widget=forms.NumberInput(attrs={"min": "1", "step": "1"})
+        label="Units for sale",
+        help_text="Core-hours (GPU-hours) if preemptible; cores (GPUs) if reserved.",
+        widget=forms.NumberInput(attrs={"min": "1", "step": "1"}),
     )
     window_start = UtcDateTimeField(label="Window starts (UTC)")
     window_end = UtcDateTimeField(label="Window ends (UTC)")
     reserve_price = forms.DecimalField(
-        label="Reserve price per unit",
+        label="Reserve price per core-hour (GPU-hour)",
         max_digits=20,
         decimal_places=MICRO_PLACES,
         widget=forms.NumberInput(attrs={"min": "0", "step": "any", "inputmode": "decimal"}),
     )
     buy_now_price = forms.DecimalField(
-        label="Buy-now price per unit",
+        label="Buy-now price per core-hour (GPU-hour)",
         max_digits=20,
         decimal_places=MICRO_PLACES,
         required=False,
@@ -268,6 +288,10 @@ class OfferCreateForm(StyledFormMixin, forms.Form):
         help_text="Empty for no cap.",
         widget=forms.NumberInput(attrs={"min": "1", "step": "1"}),
     )
+
+    def clean_capacity(self) -> str:
+        # Left out (an older form), it is what every offer was before there were two kinds.
+        return str(self.cleaned_data["capacity"] or Capacity.PREEMPTIBLE)
 
     def __init__(self, *args: Any, clusters: Iterable[Cluster] = (), **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

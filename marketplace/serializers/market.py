@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
+from computeshare.moments import BoundedDateTimeField
 from computeshare.numbers import (
     MICRO_PLACES,
     DecimalString,
@@ -631,8 +632,9 @@ class AllocationFilterSerializer(serializers.Serializer):
 
 class CalendarFilterSerializer(serializers.Serializer):
     resource = serializers.ChoiceField(choices=Resource.choices, required=False, default="cpu")
-    start = serializers.DateTimeField(
-        required=False, help_text="The first hour (rounded down to the hour); now by default."
+    start = BoundedDateTimeField(
+        required=False,
+        help_text="The first hour (rounded down to the hour), from 2000 to 2999; now by default.",
     )
     hours = serializers.IntegerField(
         required=False, default=168, min_value=1, max_value=24 * 35, help_text="1 to 840."

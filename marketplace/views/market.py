@@ -37,7 +37,7 @@ from computeshare.errors import (
 )
 from computeshare.forms import form_add_service_error
 from computeshare.models import User
-from marketplace import selectors, services
+from marketplace import errors, selectors, services
 from marketplace.charts import price_chart, price_text
 from marketplace.forms.market import (
     UTC,
@@ -48,7 +48,7 @@ from marketplace.forms.market import (
     OfferCreateForm,
     PriceHistoryForm,
 )
-from marketplace.models import Cluster, Offer
+from marketplace.models import Capacity, Cluster, Offer
 from organizations import selectors as organization_selectors
 from organizations.models import Membership, Organization
 
@@ -67,7 +67,7 @@ FIELD_OF_REFUSAL = {
 }
 # What a page catches and shows on the form; any other refusal (by role: 403) reaches the
 # error page through the middleware.
-SHOWN_ON_FORM = (ValidationFailed, Conflict, PaymentRequired)
+SHOWN_ON_FORM = (ValidationFailed, Conflict, PaymentRequired, errors.ClusterUnreachable)
 
 
 def cents(value: Any) -> str:
@@ -94,6 +94,8 @@ def refusal_text(error: ApplicationError) -> str:
             )
         if error.code == "insufficient_quantity":
             return f"Only {extra['remaining']} units are left for sale."
+        if error.code in ("reservation_refused", "cluster_unreachable"):
+            return f"{error.detail} The cluster said: {extra['reason']}"
         if error.code == "tenant_accounts_exhausted":
             return (
                 f"{error.detail} This cluster serves up to {extra['tenant_accounts']} teams at "
@@ -382,9 +384,16 @@ class OfferBuyView(LoginRequiredMixin, View):
                 form_add_refusal(form, error)
                 status = error.status_code
             else:
+                what = (
+                    f"a block of {allocation.block} {offer.quantity_unit}, held by the cluster "
+                    f"for the whole window ({allocation.quantity} "
+                    f"{offer.get_resource_display().lower()})"
+                    if allocation.is_reserved
+                    else f"{allocation.quantity} units"
+                )
                 messages.success(
                     request,
-                    f"{actor.organization.name} bought {allocation.quantity} units; "
+                    f"{actor.organization.name} bought {what}; "
                     f"{cents(allocation.hold.amount)} "
                     f"{settings.PLATFORM_CURRENCY} is held for the window.",
                 )
@@ -454,6 +463,7 @@ class PriceHistoryView(View):
                 cluster=cluster,
                 partition=form.cleaned_data["partition"] or None,
                 resource=form.cleaned_data["resource"] or None,
+                capacity=form.cleaned_data["capacity"] or Capacity.PREEMPTIBLE,
             )
             # The latest points, shown oldest first.
             history = list(offers.reverse()[:HISTORY_LIMIT])[::-1]
@@ -462,6 +472,8 @@ class PriceHistoryView(View):
             "cluster": cluster,
             "partition": form.cleaned_data.get("partition") if form.is_valid() else "",
             "resource": form.cleaned_data.get("resource") if form.is_valid() else "",
+            "capacity": (form.cleaned_data.get("capacity") if form.is_valid() else "")
+            or Capacity.PREEMPTIBLE,
             "history": history,
             "chart": price_chart(history),
             "currency": settings.PLATFORM_CURRENCY,

@@ -48,7 +48,7 @@ class AuthTokenApi(APIView):
     def post(self, request: Request) -> Response:
         payload = TokenRequestSerializer(data=request.data)
         payload.is_valid(raise_exception=True)
-        # Counted by django-axes by account and by address, in the cache every process shares;
+        # Counted by name from this address, by name and by address, in the shared cache;
         # a locked-out log-in is refused with 429 even with the right password.
         user = login_authenticate(
             request._request,

@@ -1,6 +1,12 @@
 """Every write of organizations, memberships and invitations. Views, serializers, tasks and
 commands call these by name."""
 
+from organizations.services.login_unlock import (
+    login_unlock_authenticate,
+    login_unlock_mail,
+    login_unlock_request,
+    login_unlock_user,
+)
 from organizations.services.memberships import (
     invitation_accept,
     invitation_cancel,
@@ -20,6 +26,10 @@ __all__ = [
     "invitation_decline",
     "invitation_expiry",
     "invitation_notify",
+    "login_unlock_authenticate",
+    "login_unlock_mail",
+    "login_unlock_request",
+    "login_unlock_user",
     "membership_remove",
     "membership_role_change",
     "organization_create",

@@ -423,6 +423,11 @@ RESULTS_STATE_HELP = (
 )
 
 
+class SkippedResultSerializer(serializers.Serializer[Any]):
+    name = serializers.CharField()
+    reason = serializers.CharField()
+
+
 class JobFilesApi(APIView):
     @extend_schema(
         operation_id="jobs_files_list",
@@ -443,13 +448,22 @@ class JobFilesApi(APIView):
                         "the files past it (by name) were not kept."
                     ),
                     "detail": serializers.CharField(),
+                    "skipped": SkippedResultSerializer(
+                        many=True,
+                        help_text="What was in the folder but was not fetched, with the reason: "
+                        "symbolic links (never followed), FIFOs and devices, files with other "
+                        "hard links, files swapped since the listing, and names that cannot be "
+                        "served (not UTF-8, a control character such as a line break). Names "
+                        "are shown with such bytes escaped (`\\xff`, `\\n`). At most 100.",
+                    ),
                 },
             ),
             **LIST_ERRORS,
         },
         description="The files the job wrote in its folder (stdout and stderr among them, the "
         "platform's script and environment files left out), fetched once it has ended. Before "
-        "that the list is empty and `state` says why (never a 409): a client waits for `ready`.",
+        "that the list is empty and `state` says why (never a 409): a client waits for `ready`. "
+        "Nothing is read through a symbolic link: what was not fetched is in `skipped`.",
     )
     def get(self, request: Request, job_id: str) -> Response:
         job = selectors.job_get_for_user(request_user(request), job_id)
@@ -458,6 +472,7 @@ class JobFilesApi(APIView):
         response.data["state"] = job.results_state
         response.data["truncated"] = job.results_truncated
         response.data["detail"] = job.results_detail
+        response.data["skipped"] = job.results_skipped
         return response
 
 

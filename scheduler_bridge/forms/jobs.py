@@ -5,12 +5,13 @@ their refusals beside these fields."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 from django import forms
 
 from computeshare.forms import StyledFormMixin
+from computeshare.moments import month_start
 from computeshare.numbers import WholeNumberFormField
 from hpc.arrays import InvalidArray, parse_array
 from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
@@ -319,6 +320,7 @@ class MonthForm(StyledFormMixin, forms.Form):
         if not text:
             return None
         year, month = (int(part) for part in text.split("-"))
-        if year < 2000:
-            raise forms.ValidationError("A month from 2000 on.")
-        return datetime(year, month, 1, tzinfo=UTC)
+        try:
+            return month_start(year, month)
+        except ValueError as error:
+            raise forms.ValidationError(str(error)) from None

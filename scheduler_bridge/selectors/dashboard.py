@@ -23,7 +23,7 @@ from billing import selectors as billing_selectors
 from marketplace import selectors as market_selectors
 from marketplace.models import Allocation, Cluster, Resource
 from organizations.models import Membership
-from scheduler_bridge.models import ACTIVE_STATES, ENDED_STATES, Job, JobRun, JobState
+from scheduler_bridge.models import ACTIVE_STATES, ENDED_STATES, Job, JobRun, JobState, RunState
 
 DAYS = 30
 LISTED = 10
@@ -128,6 +128,7 @@ class Dashboard:
     clusters: list[Cluster] = field(default_factory=list)
     earnings: Chart | None = None
     utilization: list[Chart] = field(default_factory=list)
+    capacity_kinds: Chart | None = None
     cluster_jobs: list[JobProgress] = field(default_factory=list)
     cluster_job_count: int = 0
 
@@ -136,6 +137,8 @@ class Dashboard:
         charts = [self.spending]
         if self.earnings is not None:
             charts.append(self.earnings)
+        if self.capacity_kinds is not None:
+            charts.append(self.capacity_kinds)
         return charts + self.utilization
 
 
@@ -232,6 +235,7 @@ def _add_owner_view(dashboard: Dashboard, clusters: list[Cluster]) -> None:
                 ],
             )
         )
+    dashboard.capacity_kinds = _kinds_chart(organization, dashboard.since, days)
     jobs = _unfinished(Job.objects.filter(cluster__organization=organization))
     dashboard.cluster_jobs = [
         JobProgress(
@@ -242,6 +246,39 @@ def _add_owner_view(dashboard: Dashboard, clusters: list[Cluster]) -> None:
         for job in jobs[:LISTED]
     ]
     dashboard.cluster_job_count = jobs.count()
+
+
+def _kinds_chart(organization: Any, since: datetime.datetime, days: list[datetime.date]) -> Chart:
+    """What each kind of capacity cost the owner's own users, per day: how often their jobs
+    took cores back from the market's (runs preempted, one query), and the cores held in
+    reserved blocks for teams (on average over the day)."""
+    preempted = {
+        row["day"]: row["runs"]
+        for row in JobRun.objects.filter(
+            cluster__organization=organization, ended_at__gte=since, state=RunState.PREEMPTED
+        )
+        .annotate(day=TruncDate("ended_at", tzinfo=datetime.UTC))
+        .values("day")
+        .annotate(runs=Count("id"))
+        .order_by()
+    }
+    reserved = market_selectors.owner_reserved_cores_by_day(organization, days)
+    return Chart(
+        key="capacity-kinds",
+        title="Preemptions and reserved cores per day",
+        unit="runs / cores",
+        days=days,
+        series=[
+            Series(
+                "Market runs preempted by your users",
+                [Decimal(preempted.get(day, 0)) for day in days],
+            ),
+            Series(
+                "Cores reserved for teams (average)",
+                [rounded(reserved.get(day, Decimal(0))) for day in days],
+            ),
+        ],
+    )
 
 
 def _used_by_day(

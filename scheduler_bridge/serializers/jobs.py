@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
+from computeshare.moments import month_start
 from computeshare.numbers import WholeNumber
 from marketplace.serializers.market import Units, units_text
 from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
@@ -648,9 +649,10 @@ class MonthQuerySerializer(serializers.Serializer):
 
     def validate_month(self, value: str) -> datetime:
         year, month = (int(part) for part in value.split("-"))
-        if year < 2000:
-            raise serializers.ValidationError("A month from 2000 on.")
-        return datetime(year, month, 1, tzinfo=UTC)
+        try:
+            return month_start(year, month)
+        except ValueError as error:
+            raise serializers.ValidationError(str(error)) from None
 
 
 def month_start_of(moment: datetime) -> datetime:

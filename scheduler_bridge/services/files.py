@@ -10,7 +10,9 @@ JOB_RESULT_TOTAL_MAX_BYTES, and kept JOB_RESULT_RETENTION_DAYS."""
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import unicodedata
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -22,8 +24,8 @@ from django.core.files import File
 from django.db import transaction
 from django.utils import timezone
 
-from hpc.errors import BridgeError
-from hpc.types import InputFile
+from hpc.errors import BridgeError, JobFileUnsafe
+from hpc.types import InputFile, ResultFile
 from scheduler_bridge.job_files import InputUpload, job_files_storage, stored_name
 from scheduler_bridge.models import ENDED_STATES, Job, JobFile
 from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
@@ -32,8 +34,17 @@ logger = logging.getLogger(__name__)
 
 # The most result files kept of a job (past it, the listing says `truncated`).
 RESULT_FILES_MAX = 10000
-# Tries of a collection that fails for want of the cluster (backoff up to 30 min: about 4 h).
+# Tries of a collection that fails for want of the cluster (backoff up to 30 min: about 4 h),
+# or whose worker never finished it.
 RESULT_ATTEMPTS_MAX = 14
+# The most files a job's listing names as skipped (a link, a FIFO, a name that cannot be served).
+RESULTS_SKIPPED_SHOWN = 100
+# A result's name is stored in JobFile.name.
+RESULT_NAME_MAX = 1024
+# Characters no served name may hold: a file name is a URL's last part and a download's
+# Content-Disposition, where a line break or a control character cannot go (and a direction
+# override would show a name that is not the file's).
+_UNSERVABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
 def job_inputs_store(job: Job, uploads: Sequence[InputUpload]) -> None:
@@ -164,6 +175,12 @@ def _claim(job_id: int) -> Job | None:
         )
         if job is None or job.state not in ENDED_STATES or not job.are_results_due(now):
             return None
+        if job.results_attempts >= RESULT_ATTEMPTS_MAX:
+            # Its collectors keep dying (a worker killed, a crash): no more tries.
+            job.results_state = Job.ResultsState.FAILED
+            job.results_detail = f"the collection did not finish in {job.results_attempts} tries"
+            job.save(update_fields=["results_state", "results_detail", "updated_at"])
+            return None
         if job.is_from_tenant:
             job.results_state = Job.ResultsState.NOT_KEPT
             job.save(update_fields=["results_state", "updated_at"])
@@ -177,24 +194,54 @@ def _claim(job_id: int) -> Job | None:
     return job
 
 
+def result_name_problem(name: str) -> str | None:
+    """Why a result named `name` (as `os.fsdecode` gives it) cannot be served, or None: a name
+    that is not UTF-8, that holds a control character, or that is too long to keep."""
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return "its name is not UTF-8, so it cannot be named in a link or a download"
+    if any(unicodedata.category(character) in _UNSERVABLE_CATEGORIES for character in name):
+        return "its name holds a control character (a line break, a tab...), so it cannot be served"
+    if len(name) > RESULT_NAME_MAX:
+        return f"its name is longer than {RESULT_NAME_MAX} characters"
+    return None
+
+
+def shown_name(name: str) -> str:
+    """A file name as a person can read it: bytes that are not UTF-8 as `\\xNN`, control
+    characters escaped (`\\n`)."""
+    text = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return "".join(
+        repr(character)[1:-1]
+        if unicodedata.category(character) in _UNSERVABLE_CATEGORIES
+        else character
+        for character in text
+    )
+
+
 def job_results_collect(*, job_id: int) -> Collected | None:
     """Fetches the files an ended job left in its folder into storage, as its tenant: every
     regular file but the platform's script and environment files, by name, within
-    JOB_RESULT_TOTAL_MAX_BYTES and RESULT_FILES_MAX (the rest left: `truncated`). Raises the
-    bridge's error when the cluster cannot be read (the task records it: `retry_or_fail`)."""
+    JOB_RESULT_TOTAL_MAX_BYTES and RESULT_FILES_MAX (the rest left: `truncated`). What is there
+    but is not fetched (links, FIFOs, files the job swapped since the listing, names that
+    cannot be served) is recorded in `results_skipped` with the reason, and the rest served.
+    Raises the bridge's error when the cluster cannot be read (the task records it:
+    `retry_or_fail`)."""
     job = _claim(job_id)
     if job is None:
         return None
     if not job.scheduler_job_id:  # it never reached the cluster: nothing was written
-        _results_record(job, [], truncated=False)
+        _results_record(job, [], truncated=False, skipped=[])
         return Collected(0, 0, False)
     backend = backend_for(job.cluster)
     tenant = job_tenant(job)
     try:
         listed = backend.result_files(tenant, job.directory)
-        truncated = len(listed) > RESULT_FILES_MAX
+        skipped, servable = _servable(listed)
+        truncated = len(servable) > RESULT_FILES_MAX
         kept, total = [], 0
-        for result in listed[:RESULT_FILES_MAX]:
+        for result in servable[:RESULT_FILES_MAX]:
             if total + result.size > settings.JOB_RESULT_TOTAL_MAX_BYTES:
                 truncated = True
                 continue
@@ -210,10 +257,14 @@ def job_results_collect(*, job_id: int) -> Collected | None:
             )
             saved[name] = (stored, storage.size(stored))
 
-        backend.result_fetch(tenant, job.directory, [result.name for result in kept], save)
+        refused = backend.result_fetch(
+            tenant, job.directory, [result.name for result in kept], save
+        )
     except BridgeError as error:
-        backend_failed(job.cluster, error)
+        if not isinstance(error, JobFileUnsafe):
+            backend_failed(job.cluster, error)
         raise
+    skipped += sorted(refused.items())
     rows = [
         JobFile(
             job=job,
@@ -226,18 +277,41 @@ def job_results_collect(*, job_id: int) -> Collected | None:
         for result in kept
         if result.name in saved
     ]
-    _results_record(job, rows, truncated=truncated)
+    _results_record(job, rows, truncated=truncated, skipped=skipped)
     return Collected(len(rows), sum(row.size for row in rows), truncated)
 
 
+def _servable(listed: Sequence[ResultFile]) -> tuple[list[tuple[str, str]], list[ResultFile]]:
+    """The listing split into what is not fetched, each `(name, reason)`, and what is."""
+    skipped: list[tuple[str, str]] = []
+    servable: list[ResultFile] = []
+    for result in listed:
+        problem = result.problem or result_name_problem(result.name)
+        if problem is None:
+            servable.append(result)
+        else:
+            skipped.append((result.name, problem))
+    return skipped, servable
+
+
 @transaction.atomic
-def _results_record(job: Job, rows: list[JobFile], *, truncated: bool) -> None:
+def _results_record(
+    job: Job, rows: list[JobFile], *, truncated: bool, skipped: list[tuple[str, str]]
+) -> None:
     JobFile.objects.filter(job=job, kind=JobFile.Kind.RESULT).delete()
     JobFile.objects.bulk_create(rows)
     Job.objects.filter(pk=job.pk).update(
         results_state=Job.ResultsState.READY,
         results_truncated=truncated,
-        results_detail="",
+        results_detail=(
+            f"{len(skipped)} files were not fetched (the first {RESULTS_SKIPPED_SHOWN} are listed)"
+            if len(skipped) > RESULTS_SKIPPED_SHOWN
+            else ""
+        ),
+        results_skipped=[
+            {"name": shown_name(name), "reason": reason}
+            for name, reason in skipped[:RESULTS_SKIPPED_SHOWN]
+        ],
         updated_at=timezone.now(),
     )
 

@@ -24,7 +24,7 @@ from django.utils import timezone
 from computeshare.errors import ValidationFailed
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move, status_move_all
-from hpc.errors import BridgeError
+from hpc.errors import BridgeError, JobFileUnsafe
 from hpc.slurm import directives, filenames
 from hpc.slurm.jobs import streams
 from hpc.types import Backend, InputFile, JobOptions, JobSpec, Tenant
@@ -670,6 +670,9 @@ def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | N
         if task is None:
             raise ValidationFailed(fields={"task": ["The job has no such task."]})
     tenant = job_tenant(job)
+    name = job_output_name(job, stream, task, tenant)
+    if name == filenames.DEV_NULL:
+        return b""  # the script sent this stream nowhere
     try:
         return backend_for(job.cluster).output_tail(
             tenant,
@@ -677,8 +680,10 @@ def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | N
             "stderr" if stream == "stderr" else "stdout",
             array_task_id,
             tail_bytes,
-            name=job_output_name(job, stream, task, tenant),
+            name=name,
         )
+    except JobFileUnsafe as error:
+        raise errors.OutputNotReadable(extra={"reason": str(error)}) from error
     except BridgeError as error:
         backend_failed(job.cluster, error)
         raise errors.OutputUnavailable(str(error)) from error

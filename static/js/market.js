@@ -1,5 +1,6 @@
 // The offer page's order forms: as the user types, show the hold the order will place
-// (price x units) beside the selected organization's available balance. Money is counted in
+// (price x units, x the window's hours for a reserved block, whose price is per core-hour)
+// beside the selected organization's available balance. Money is counted in
 // millionths with BigInt, as the server counts it, so that 0.1 x 3 is 0.30 and not
 // 0.30000000000000004. The server still decides: this only saves a refused round trip.
 (function () {
@@ -42,6 +43,7 @@
     const preview = form.querySelector("[data-hold-preview]");
     const amount = preview.querySelector("[data-hold-amount]");
     const note = preview.querySelector("[data-hold-note]");
+    const unitHours = BigInt(form.dataset.unitHours || "1");
 
     function update() {
       const units = wholeUnits(quantity.value);
@@ -55,7 +57,7 @@
         preview.classList.remove("text-danger");
         return;
       }
-      const hold = units * unitPrice;
+      const hold = units * unitHours * unitPrice;
       amount.textContent = `${money(hold)} ${currency}`;
       if (!wallet) {
         note.textContent = "";

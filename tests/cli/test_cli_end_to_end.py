@@ -450,3 +450,61 @@ def test_a_batch_script_is_submitted_with_no_resource_flag_and_its_warnings_show
     assert f"Job {job.uuid} completed (2 completed)" in submit.stderr
     output = run("jobs", "output", str(job.uuid), "--task", "1", home=home)
     assert output.stdout == "task 1\n"
+
+
+def test_offers_and_the_price_history_say_their_kind(cli_server, tmp_path):
+    """Issue 27: the client lists offers of one kind or the other, with what their quantity
+    counts, and the price history of one kind at a time."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from marketplace.models import Offer
+    from tests.factories import OfferFactory
+
+    team = funded_organization("100", name="Kind Team")
+    member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) + timedelta(days=1)
+    block = OfferFactory(
+        capacity="reserved",
+        quantity=4,
+        auction_closes_at=start,
+        window_start=start,
+        window_end=start + timedelta(hours=6),
+    )
+    hours = OfferFactory(quantity=500)
+    cleared = OfferFactory(
+        capacity="reserved",
+        quantity=2,
+        auction_closes_at=start - timedelta(days=3),
+        window_start=start - timedelta(days=3),
+        window_end=start - timedelta(days=3) + timedelta(hours=2),
+        status=Offer.Status.CLEARED,
+        clearing_price="0.750000",
+        units_sold=2,
+        cleared_at=start - timedelta(days=3),
+    )
+    home = tmp_path / "home"
+    login = log_in(cli_server, member.username, home)
+    assert login.returncode == 0, login.stderr
+
+    reserved = run("--json", "offers", "list", "--capacity", "reserved", home=home)
+    table = run("offers", "list", "--status", "open", home=home)
+    history = run("--json", "offers", "price-history", "--capacity", "reserved", home=home)
+    preemptible_history = run("--json", "offers", "price-history", home=home)
+
+    assert reserved.returncode == 0, reserved.stderr
+    # Every status, ordered by the auction's close: the cleared block first.
+    listed = json.loads(reserved.stdout)
+    assert [(row["id"], row["quantity_unit"], row["unit_hours"]) for row in listed] == [
+        (str(cleared.uuid), "cores", 2),
+        (str(block.uuid), "cores", 6),
+    ]
+    assert table.returncode == 0, table.stderr
+    assert "reserved" in table.stdout and "preemptible" in table.stdout
+    assert "core-hours" in table.stdout and "cores" in table.stdout
+    assert str(hours.uuid) in table.stdout
+    assert [
+        (row["offer"], row["capacity"], row["clearing_price"]) for row in json.loads(history.stdout)
+    ] == [(str(cleared.uuid), "reserved", "0.750000")]
+    assert json.loads(preemptible_history.stdout) == []

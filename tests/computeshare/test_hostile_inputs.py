@@ -32,12 +32,12 @@ from urllib.parse import quote, urljoin, urlsplit
 
 import pytest
 import requests
-from django.apps import apps
 from django.conf import settings
 from django.db import connection
 from django.urls import URLPattern, URLResolver, get_resolver
 from django.utils import timezone
 
+from computeshare.login_throttling import failures_forget_all
 from computeshare.models import User
 from organizations.models import Membership, Organization
 from tests.factories import (
@@ -69,8 +69,8 @@ EXCLUDED_TABLES = {
     # for the next page, a rotated CSRF token), refused form or not; it is no domain record.
     "django_session": "sessions change on any visit",
 }
-# django-axes records every failed log-in, which is what a hostile log-in is, by design: the
-# records are what throttles the next attempts.
+# Tables of django-axes, which counted failed log-ins before issue 29 (a database migrated then
+# may still hold them).
 EXCLUDED_TABLE_PREFIXES = ("axes_",)
 # Columns that change on any authenticated request, refused or not: when a token was last used.
 EXCLUDED_COLUMNS = ("last_used_at", "last_used")
@@ -321,13 +321,43 @@ JSON_KINDS: list[list[tuple[str, Any]]] = [
         ("backslash", "..\\x"),
     ],
     [("empty", "")],
+    [
+        ("right-to-left override", "lab\u202etxt.exe"),
+        ("zero-width joiner", "a\u200db"),
+        ("line separator", "a\u2028b"),
+        ("CRLF", "a\r\nb"),
+        ("emoji", "\U0001f680 lab"),
+        ("combining marks", "e" + "\u0301" * 200),
+        ("C1 control", "a\x85b"),
+    ],
+    [
+        ("URL with an empty host label", "http://a..b/"),
+        ("URL with a 70-character label", "http://" + "a" * 70 + ".example/"),
+    ],
 ]
+# Issue 29: every time and month, at the ends of what Python's datetime holds, in every query
+# parameter and in every body field that takes one.
+TIME_EXTREMES: list[tuple[str, str]] = [
+    ("year 9999", "9999-12-31T23:59:59Z"),
+    ("year 1", "0001-01-01T00:00:00Z"),
+    ("date 9999", "9999-12-31"),
+    ("month 9999", "9999-12"),
+    ("month 0", "0000-01"),
+    ("month 13", "2026-13"),
+]
+TIME_FIELD = re.compile(r"(^|_)(at|start|end|from|to|month|date|before|after|since|until)$")
 # Sent once per operation, in its first field: they cost the most to send.
 JSON_HEAVY: list[tuple[str, Any]] = [
     ("1 MB", "x" * 1_000_000),
     ("1 MB of digits", Raw("9" * 1_000_000)),
 ]
 
+# A file part whose name is past a file system's 255 bytes (issue 29: was a 500).
+LONG_FILE_NAME = (
+    b'--b\r\nContent-Disposition: form-data; name="input_files"; filename="'
+    + b"a" * 300
+    + b'"\r\n\r\nx\r\n--b--\r\n'
+)
 # Whole bodies, for every operation that takes one.
 BIG = settings.DATA_UPLOAD_MAX_MEMORY_SIZE + 1024
 BODIES: list[tuple[str, str | None, bytes]] = [
@@ -355,6 +385,19 @@ BODIES: list[tuple[str, str | None, bytes]] = [
         b'name="file"; filename="../../etc/passwd"\r\n\r\nroot\r\n--b--\r\n',
     ),
     ("no content type", None, b'{"name": "x"}'),
+    # Issue 29: bodies that are not UTF-8 in every type an endpoint may read, and a file name
+    # past a file system's 255 bytes.
+    ("invalid UTF-8 form", "application/x-www-form-urlencoded", b"name=\xff\xfe&q=%FF"),
+    ("invalid UTF-8 text", "text/plain; charset=utf-8", b"\xff\xfe\xc0\xaf"),
+    ("latin-1 JSON", "application/json; charset=latin-1", b'{"name": "caf\xe9"}'),
+    (
+        "invalid UTF-8 multipart",
+        "multipart/form-data; boundary=b",
+        b'--b\r\nContent-Disposition: form-data; name="name"\r\n\r\n\xff\xfe\r\n'
+        b'--b\r\nContent-Disposition: form-data; name="input_files"; filename="\xff.txt"'
+        b"\r\n\r\nx\r\n--b--\r\n",
+    ),
+    ("multipart file name of 300 bytes", "multipart/form-data; boundary=b", LONG_FILE_NAME),
 ]
 
 # Query and form values, by kind as above: text, URL-encoded (those in RAW_TEXT already are).
@@ -379,6 +422,16 @@ TEXT_KINDS: list[list[tuple[str, str]]] = [
         ("a/b", "a/b"),
     ],
     [("empty", "")],
+    [
+        ("right-to-left override", "lab\u202etxt"),
+        ("zero-width joiner", "a\u200db"),
+        ("CRLF", "a\r\nb"),
+        ("emoji", "\U0001f680"),
+    ],
+    [
+        ("URL with an empty host label", "http://a..b/"),
+        ("URL with a 70-character label", "http://" + "a" * 70 + ".example/"),
+    ],
 ]
 RAW_TEXT = {"lone surrogate", "invalid UTF-8"}
 FORM_EXTRA_VALUES = [("10 kB", "9" * 10_000)]
@@ -692,16 +745,23 @@ def api_attack(attack: Attack, schema: dict[str, Any], market: Market, token: st
                 send(f"{path}?{query_string([(name, value)], raw)}", f"?{name} {label}")
             if name == "page_size":
                 send(f"{path}?{query_string([(name, '1'), (name, '2')])}", f"?{name} twice")
+            for label, value in TIME_EXTREMES:
+                send(f"{path}?{query_string([(name, value)])}", f"?{name} {label}")
         # The body, one field at a time, then whole bodies.
         if json_schema:
             for index, name in enumerate(properties):
                 values = one_of_each(JSON_KINDS, number + index) + (
                     JSON_HEAVY if index == 0 else []
                 )
+                if TIME_FIELD.search(name):
+                    values += TIME_EXTREMES
                 for label, value in values:
                     send(path, f"{name} {label}", json_body({**base, name: value}))
             for label, content_type, body in BODIES:
                 headers = {"Content-Type": content_type} if content_type else {}
+                # A signature header of the right form takes the body past the Stripe
+                # webhook's first check; no other endpoint reads it.
+                headers["Stripe-Signature"] = "t=1,v1=00"
                 send(path, f"body {label}", body, **headers)
             if any(item["name"] == "Idempotency-Key" for item in parameters):
                 for label, key in [("300 characters", "k" * 300), ("latin-1", "clé")]:
@@ -884,6 +944,8 @@ def forms_attack(attack: Attack, market: Market, signed_in: requests.Session) ->
             values = one_of_each(TEXT_KINDS, index + len(action)) + (
                 FORM_EXTRA_VALUES + FORM_HEAVY if index == 0 else []
             )
+            if TIME_FIELD.search(name):
+                values += TIME_EXTREMES
             for label, value in values:
                 pairs = [(other, base[other]) for other in names if other != name] + [(name, value)]
                 raw = {len(pairs) - 1} if label in RAW_TEXT else set()
@@ -909,6 +971,12 @@ def forms_attack(attack: Attack, market: Market, signed_in: requests.Session) ->
                     b"root\r\n--b--\r\n",
                 ),
                 ("no CSRF token", "", query_string(pairs).encode()),
+                ("invalid UTF-8", None, query_string(pairs).encode() + b"&x=\xff\xfe"),
+                (
+                    "multipart file name of 300 bytes",
+                    "multipart/form-data; boundary=b",
+                    LONG_FILE_NAME,
+                ),
             ]:
                 headers = _csrf(session) if content_type != "" else {}
                 headers["Content-Type"] = content_type or "application/x-www-form-urlencoded"
@@ -1003,11 +1071,8 @@ def live_server_hostile(
     server.wait_ready()
     yield server
     server.stop()
-    if apps.is_installed("axes"):
-        # The hostile log-ins must not lock the next tests out.
-        from axes.utils import reset
-
-        reset()
+    # The hostile log-ins must not lock the next tests out.
+    failures_forget_all()
 
 
 def log_in(server: LiveServer, username: str) -> requests.Session:
@@ -1024,6 +1089,8 @@ def log_in(server: LiveServer, username: str) -> requests.Session:
     return session
 
 
+# More than 4,000 requests, each between two sums of every table, on a shared 2-core machine.
+@pytest.mark.timeout(1500)
 def test_hostile_input_never_fails_and_refusals_write_nothing(
     live_server_hostile: LiveServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -1058,6 +1125,24 @@ def test_hostile_input_never_fails_and_refusals_write_nothing(
             *server_errors(server.log()),
         ]
     )
+
+
+def test_an_over_long_request_line_gets_gunicorns_414_as_the_schema_says(
+    live_server_hostile: LiveServer,
+) -> None:
+    server = live_server_hostile
+    schema = requests.get(f"{server.base_url}/api/v1/schema/?format=json", timeout=60).json()
+    limit = settings.GUNICORN_REQUEST_LINE_LIMIT
+    path = "/api/v1/offers/?q=" + "x" * limit
+
+    answer = requests.get(f"{server.base_url}{path}", timeout=30)
+    within = requests.get(f"{server.base_url}/api/v1/offers/?q=" + "x" * 3000, timeout=30)
+
+    assert answer.status_code == 414
+    assert "414" in schema["info"]["description"]
+    assert f"longer than {limit} bytes" in schema["info"]["description"]
+    # A line within the limit reaches the application, which answers in the API's shape.
+    assert within.status_code == 401 and within.json()["code"] == "not_authenticated"
 
 
 def server_errors(log: str) -> list[str]:

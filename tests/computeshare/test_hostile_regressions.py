@@ -3,12 +3,14 @@ refusal now, and writes nothing."""
 
 import pytest
 from django.test import Client
+from django.urls import reverse
 from rest_framework.test import APIClient
 
-from billing.models import TopUp
+from billing.models import StripeEvent, TopUp
 from computeshare.models import User
 from organizations.models import Membership, Organization
-from tests.factories import ClusterFactory, MembershipFactory
+from tests.factories import ClusterFactory, MembershipFactory, PartitionFactory
+from webhooks.models import WebhookEndpoint
 
 pytestmark = pytest.mark.django_db
 
@@ -106,3 +108,86 @@ def test_an_offers_page_past_any_offset_postgresql_takes_is_not_found(admin):
 
     assert answer.status_code == 404
     assert answer.json()["code"] == "not_found"
+
+
+# --- Issue 29: the last 500s found from outside -------------------------------------------------
+
+
+def test_a_stripe_webhook_body_that_is_not_utf8_is_refused_without_logging_in(settings):
+    settings.STRIPE_WEBHOOK_SECRET = "whsec_test"
+    answer = Client().post(
+        "/api/v1/billing/stripe/webhook/",
+        b'{"id": "evt_\xff\xfe"}',
+        content_type="application/json",
+        HTTP_STRIPE_SIGNATURE="t=1,v1=00",
+    )
+
+    assert answer.status_code == 400
+    assert answer.json()["code"] == "invalid_signature"
+    assert StripeEvent.objects.count() == 0
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [
+        ("http://a..b/", "Each part of a host name has 1 to 63 characters"),
+        ("http://" + "a" * 70 + ".example/", "Each part of a host name has 1 to 63 characters"),
+        ("http://" + "a." * 130 + "example/", "A host name has 1 to 253 characters."),
+    ],
+)
+def test_a_webhook_url_whose_host_cannot_be_a_name_is_refused_on_post_patch_and_the_form(
+    admin, settings, url, message
+):
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    organization = admin.organization
+    base = f"/api/v1/organizations/{organization.uuid}/webhook-endpoints/"
+    client = api(admin.user)
+    made = client.post(base, {"url": "http://127.0.0.1:9/", "events": ["job.ended"]}, format="json")
+    assert made.status_code == 201
+    endpoint = WebhookEndpoint.objects.get()
+
+    posted = client.post(base, {"url": url, "events": ["job.ended"]}, format="json")
+    patched = client.patch(f"{base}{endpoint.uuid}/", {"url": url}, format="json")
+    page = Client()
+    page.force_login(admin.user)
+    formed = page.post(
+        reverse("organization-webhooks", args=[organization.uuid]),
+        {"url": url, "events": ["job.ended"], "enabled": "on"},
+    )
+
+    for answer in (posted, patched):
+        assert answer.status_code == 400
+        assert answer.json()["code"] == "invalid"
+        assert message in answer.json()["extra"]["fields"]["url"][0]
+    assert formed.status_code == 400 and message in formed.content.decode()
+    assert list(WebhookEndpoint.objects.values_list("url", flat=True)) == ["http://127.0.0.1:9/"]
+
+
+@pytest.mark.parametrize("start", ["9999-12-31T23:59:59Z", "0001-01-01T00:00:00Z"])
+def test_a_calendar_start_at_the_ends_of_time_is_refused(admin, start):
+    partition = PartitionFactory(cluster=ClusterFactory(organization=admin.organization))
+
+    answer = api(admin.user).get(
+        f"/api/v1/clusters/{partition.cluster.uuid}/partitions/{partition.name}/calendar/",
+        {"start": start, "hours": 840},
+    )
+
+    assert answer.status_code == 400
+    assert answer.json()["extra"]["fields"]["start"] == ["A time from 2000 to 2999."]
+
+
+@pytest.mark.parametrize("month", ["9999-12", "3000-01", "1999-12"])
+def test_an_efficiency_month_at_the_ends_of_time_is_refused_by_the_api_and_the_page(admin, month):
+    organization = admin.organization
+
+    answer = api(admin.user).get(
+        f"/api/v1/organizations/{organization.uuid}/efficiency/", {"month": month}
+    )
+    page = Client()
+    page.force_login(admin.user)
+    shown = page.get(reverse("organization-efficiency", args=[organization.uuid]), {"month": month})
+
+    assert answer.status_code == 400
+    assert answer.json()["extra"]["fields"]["month"] == ["A month from 2000 to 2999."]
+    assert shown.status_code == 400
+    assert "A month from 2000 to 2999." in shown.content.decode()

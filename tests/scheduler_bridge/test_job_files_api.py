@@ -117,6 +117,8 @@ def test_input_files_are_stored_under_their_paths_and_listed_on_the_job(
         "job.sh",
         "stdout-3.txt",
         "stderr.txt",
+        "a" * 256,  # one part past a file system's 255 bytes (issue 29: was a 500)
+        "data/" + "b" * 300 + ".csv",
     ],
 )
 def test_a_name_that_breaks_a_rule_is_refused_and_nothing_is_written(

@@ -234,9 +234,10 @@ def test_templates_are_listed_and_a_gpu_template_says_it_needs_gpus(api_client, 
 
     answer = client_for(user).get("/api/v1/job-templates/").json()
 
-    assert answer["count"] == 4
+    assert answer["count"] == 5
     by_id = {row["id"]: row for row in answer["results"]}
-    assert list(by_id) == ["python-sweep", "openmp", "mpi-srun", "gpu"]
+    assert list(by_id) == ["python-sweep", "openmp", "mpi-srun", "checkpoint", "gpu"]
+    assert "trap" in by_id["checkpoint"]["script"] and "SIGTERM" in by_id["checkpoint"]["technique"]
     assert by_id["openmp"]["cpus_per_task"] == 2 and by_id["openmp"]["needs_gpus"] is False
     assert by_id["mpi-srun"]["ntasks"] == 2 and "srun" in by_id["mpi-srun"]["script"]
     assert by_id["python-sweep"]["array"] == "0-9%2"

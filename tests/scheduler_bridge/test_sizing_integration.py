@@ -111,7 +111,7 @@ def test_advice_and_templates_on_the_real_cluster(client_and_allocation, testclu
         return answer.json()["id"]
 
     templates = {row["id"]: row for row in client.get("/api/v1/job-templates/").json()["results"]}
-    assert set(templates) == {"python-sweep", "openmp", "mpi-srun", "gpu"}
+    assert set(templates) == {"python-sweep", "openmp", "mpi-srun", "checkpoint", "gpu"}
 
     def from_template(slug: str, **changes) -> str:
         fields = {

@@ -237,8 +237,9 @@ def test_the_offers_page_lists_open_offers_with_their_figures(client, buyer, own
         "hpc1 Clean record, 90 days",
         "debug",
         "Core-hours",
+        "Preemptible",
         "64 CPUs , 256 GB , 2 GPUs (a100) avx2 ib",
-        "100 / 100",
+        "100 / 100 core-hours",
         window,
         "1.00",
         "3.00",
@@ -433,15 +434,17 @@ def test_the_offer_page_shows_hardware_window_prices_and_only_aggregate_demand(
         "Cluster": "hpc1 by Owner Lab",
         "Partition": "debug: 4 nodes, 256 CPUs, 8 GPUs, jobs up to 1440 minutes",
         "Each node": "64 CPUs , 256 GB , 2 GPUs (a100) avx2 ib",
-        "Units left": "100 of 100 core-hours",
+        "Kind": facts["Kind"],
+        "Left": "100 of 100 core-hours",
         "Window (UTC)": f"{offer.window_start:%Y-%m-%d %H:%M} → {offer.window_end:%Y-%m-%d %H:%M}",
-        "Reserve price": "1.00 USD per unit",
-        "Buy-now price": "3.00 USD per unit",
+        "Reserve price": "1.00 USD per core-hour",
+        "Buy-now price": "3.00 USD per core-hour",
         "Auction closes (UTC)": facts["Auction closes (UTC)"],
         "Teams at once": "This cluster serves up to 24 teams at once; 24 accounts are free now.",
         "Owner's track record": facts["Owner's track record"],
         "Demand": "1 bid for 40 units",
     }
+    assert facts["Kind"].startswith("Preemptible: core-hours on cores the owner's own users")
     assert facts["Auction closes (UTC)"].startswith(
         f"{offer.auction_closes_at:%Y-%m-%d %H:%M} (in "
     )
@@ -927,14 +930,16 @@ def test_the_price_history_lists_and_charts_each_clearing(client, user, owner, h
 
     assert response.status_code == 200
     page = html(response)
-    assert page.find("h1").text() == "Price history of hpc1/debug, core-hours"
+    assert page.find("h1").text() == (
+        "Price history of hpc1/debug, core-hours: preemptible capacity"
+    )
     rows = [cell_texts(row) for row in body_rows(page, "price-history")]
     assert rows == [
         [f"{offer.auction_closes_at:%Y-%m-%d %H:%M}", "hpc1", "debug", "Core-hours", price, sold]
         for offer, price, sold in [
-            (history[0], "1.80", "10 / 10"),
-            (history[1], "2.50", "10 / 10"),
-            (history[2], "no sale", "0 / 100"),
+            (history[0], "1.80", "10 / 10 core-hours"),
+            (history[1], "2.50", "10 / 10 core-hours"),
+            (history[2], "no sale", "0 / 100 core-hours"),
         ]
     ]
     # Chart.js draws the chart on the canvas from the points the page carries.
@@ -1394,7 +1399,7 @@ def test_an_admin_lists_an_offer_with_times_read_as_utc(client, owner, times):
     row = body_rows(page, "organization-offers")[0]
     assert row.attrs["data-offer"] == str(offer.uuid)
     texts = cell_texts(row)
-    assert texts[:3] == ["hpc1/debug", "Core-hours", "0 / 500"]
+    assert texts[:3] == ["hpc1/debug", "Core-hours Preemptible", "0 / 500"]
     assert texts[4:6] == ["1.25", "3.00"]
     assert texts[7:10] == ["0 / 0", "Open", "—"]
     assert row.find("form").attrs["action"] == reverse("offer-cancel", args=[offer.uuid])

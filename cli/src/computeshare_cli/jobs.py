@@ -415,7 +415,13 @@ def _job_fields_print(job: dict[str, Any]) -> None:
         part["text"] for part in (advice.get(key) for key in ("cores", "time", "memory")) if part
     )
     fields_print(
-        {**job, "tasks_by_state": _tasks_summary(job), "sizes": sizes, "advice": advice_text},
+        {
+            **job,
+            "tasks_by_state": _tasks_summary(job),
+            "sizes": sizes,
+            "advice": advice_text,
+            "runs_text": _runs_summary(job),
+        },
         [
             ("name", "name"),
             ("state", "state"),
@@ -424,6 +430,11 @@ def _job_fields_print(job: dict[str, Any]) -> None:
             ("allocation", "allocation"),
             ("cluster", "cluster_name"),
             ("partition", "partition"),
+            ("capacity", "capacity"),
+            ("qos", "qos"),
+            ("reservation", "reservation"),
+            ("preemptions", "preemptions"),
+            ("runs", "runs_text"),
             ("array", "array"),
             ("tasks", "tasks_by_state"),
             ("sizes", "sizes"),
@@ -443,6 +454,23 @@ def _job_fields_print(job: dict[str, Any]) -> None:
         ],
         title=f"Job {job['id']}",
     )
+
+
+def _runs_summary(job: dict[str, Any]) -> str | None:
+    """Each run on a line when a task ran more than once: how it ended, when, and whether it
+    was charged (a preempted run is not)."""
+    runs = job.get("runs") or []
+    if len(runs) <= len(job.get("tasks") or []) or len(runs) < 2:
+        return None
+    lines = []
+    for run in runs:
+        task = "" if run["task"] is None else f"task {run['task']}: "
+        charged = f"{run['cost']} charged" if run["charged"] else "not charged"
+        lines.append(
+            f"{task}{run['state']} after {run['elapsed_seconds']} s "
+            f"(started {run['started_at'] or '-'}), {charged}"
+        )
+    return "\n".join(lines)
 
 
 def _tasks_summary(job: dict[str, Any]) -> str | None:

@@ -156,7 +156,9 @@ OFFER_COLUMNS = [
     ("cluster", "cluster_name"),
     ("partition", "partition"),
     ("resource", "resource"),
+    ("kind", "capacity"),
     ("remaining", "remaining"),
+    ("unit", "quantity_unit"),
     ("reserve", "reserve_price"),
     ("buy now", "buy_now_price"),
     ("window start", "window_start"),
@@ -174,11 +176,16 @@ def offers() -> None:
 
 @offers.command("list")
 @click.option("--resource", type=click.Choice(["cpu", "gpu"]))
+@click.option(
+    "--capacity",
+    type=click.Choice(["preemptible", "reserved"]),
+    help="Preemptible hours, or reserved blocks of whole cores (GPUs) for the whole window.",
+)
 @click.option("--cluster", help="A cluster id.")
 @click.option("--partition")
 @click.option("--status", type=click.Choice(["open", "cleared", "cancelled"]))
 @click.option("--min-quantity")
-@click.option("--max-price", help="Highest reserve price per unit.")
+@click.option("--max-price", help="Highest reserve price per core-hour (GPU-hour).")
 @click.option("--window-starts-before", help="ISO 8601.")
 @click.option("--window-ends-after", help="ISO 8601.")
 @click.option(
@@ -210,6 +217,8 @@ def offers_show(state: State, offer_id: str) -> None:
         [
             *OFFER_COLUMNS,
             ("quantity", "quantity"),
+            ("core-hours per unit", "unit_hours"),
+            ("preemption grace (s)", "preemption_grace_seconds"),
             ("units bid", "units_bid"),
             ("max per buyer", "max_per_buyer"),
             ("clearing price", "clearing_price"),
@@ -219,11 +228,48 @@ def offers_show(state: State, offer_id: str) -> None:
     )
 
 
+PRICE_HISTORY_COLUMNS = [
+    ("closed", "auction_closed_at"),
+    ("offer", "offer"),
+    ("partition", "partition"),
+    ("resource", "resource"),
+    ("kind", "capacity"),
+    ("clearing price", "clearing_price"),
+    ("sold", "quantity_sold"),
+    ("offered", "quantity"),
+]
+
+
+@offers.command("price-history")
+@click.option("--cluster", help="A cluster id.")
+@click.option("--partition")
+@click.option("--resource", type=click.Choice(["cpu", "gpu"]))
+@click.option(
+    "--capacity",
+    type=click.Choice(["preemptible", "reserved"]),
+    default="preemptible",
+    show_default=True,
+    help="One kind at a time: their prices are not mixed.",
+)
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@pass_state
+def offers_price_history(state: State, /, limit: int, **filters: str | None) -> None:
+    """Cleared auctions, oldest first: the price every winner paid per core-hour (GPU-hour)."""
+    rows = list(state.client().paginate("/offers/price-history/", filters, limit=limit))
+    if state.as_json:
+        json_print(rows)
+        return
+    table_print(rows, PRICE_HISTORY_COLUMNS, empty="No auction has cleared here yet.")
+
+
 ALLOCATION_COLUMNS = [
     ("id", "id"),
     ("cluster", "cluster_name"),
     ("partition", "partition"),
     ("resource", "resource"),
+    ("kind", "capacity"),
+    ("block", "block"),
+    ("reservation", "reservation"),
     ("quantity", "quantity"),
     ("used", "used"),
     ("reserved", "reserved"),
@@ -237,7 +283,12 @@ ALLOCATION_COLUMNS = [
 
 @cli.command()
 @click.argument("offer_id")
-@click.option("--quantity", required=True, help="Units to buy at the buy-now price.")
+@click.option(
+    "--quantity",
+    required=True,
+    help="Units to buy at the buy-now price: core-hours (GPU-hours), or for a reserved offer "
+    "whole cores (GPUs).",
+)
 @org_option
 @pass_state
 def buy(state: State, offer_id: str, quantity: str, organization: str | None) -> None:
@@ -269,7 +320,9 @@ BID_COLUMNS = [
 @cli.command()
 @click.argument("offer_id")
 @click.option("--quantity", required=True)
-@click.option("--price", required=True, help="Per unit, at least the reserve price.")
+@click.option(
+    "--price", required=True, help="Per core-hour (GPU-hour), at least the reserve price."
+)
 @click.option("--min-quantity", help="The least you accept at clearing.")
 @org_option
 @pass_state

@@ -143,6 +143,22 @@ class Command(BaseCommand):
                 buy_now_price=buy_now,
                 auction_closes_at=closes,
             )
+        # A reserved block of one core for the 8 hours from the next hour but one: the demo's
+        # local scheduler keeps its reservation.
+        block_start = now.replace(minute=0, second=0, microsecond=0) + timedelta(hours=2)
+        services.offer_create(
+            actor=owner,
+            cluster=cluster,
+            partition=partition,
+            resource="cpu",
+            capacity="reserved",
+            quantity=1,
+            window_start=block_start,
+            window_end=block_start + timedelta(hours=8),
+            reserve_price="0.04",
+            buy_now_price="0.06",
+            auction_closes_at=block_start,
+        )
         # Windows of the past auctions have ended: close them as the periodic task would.
         for allocation_id in selectors.allocations_due():
             services.allocation_close(allocation_id=allocation_id)

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('scheduler_bridge', '0009_jobs_qos_and_reservation'),
+        ('scheduler_bridge', '0010_job_results_skipped'),
     ]
 
     operations = [

@@ -294,3 +294,45 @@ def test_an_exclusive_job_reserves_its_nodes_whole() -> None:
         )
         == 2
     )
+
+
+def test_a_scripts_output_is_appended_to_only_as_a_regular_file_of_its_folder(tmp_path) -> None:
+    """--open-mode=append on the demo's cluster: the supervisor appends to the file the job's
+    earlier task wrote, never through a link the job left in its place."""
+    import os
+
+    from hpc import job_folder
+
+    (tmp_path / "job").mkdir()
+    (tmp_path / "job" / "out.log").write_text("task 0\n")
+    (tmp_path / "elsewhere.txt").write_text("not the job's\n")
+    os.symlink(tmp_path / "elsewhere.txt", tmp_path / "job" / "linked.log")
+    folder = job_folder.open_folder(tmp_path, "job")
+    try:
+        descriptor = job_folder.open_for_appending(folder, "out.log")
+        os.write(descriptor, b"task 1\n")
+        os.close(descriptor)
+        os.close(job_folder.open_for_appending(folder, "new.log"))
+        with pytest.raises(job_folder.JobFileRefused, match="links are not followed"):
+            job_folder.open_for_appending(folder, "linked.log")
+    finally:
+        os.close(folder)
+    assert (tmp_path / "job" / "out.log").read_text() == "task 0\ntask 1\n"
+    assert (tmp_path / "job" / "new.log").read_text() == ""
+    assert (tmp_path / "elsewhere.txt").read_text() == "not the job's\n"
+
+
+def test_a_name_with_a_wildcard_is_read_from_the_newest_regular_file_it_matches(tmp_path) -> None:
+    import os
+
+    from hpc import job_folder
+
+    job = tmp_path / "job"
+    job.mkdir()
+    (job / "run-57.vm.out").write_text("old\n")
+    os.utime(job / "run-57.vm.out", (1, 1))
+    (job / "run-57.other.out").write_text("new\n")
+    os.symlink(tmp_path, job / "run-57.zz.out")
+
+    assert job_folder.read_tail(tmp_path, "job", "run-57.*.out", 100) == b"new\n"
+    assert job_folder.read_tail(tmp_path, "job", "run-99.*.out", 100) == b""

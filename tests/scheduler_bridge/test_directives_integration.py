@@ -132,7 +132,12 @@ def test_a_dependency_on_the_teams_job_waits_for_it_on_the_cluster(team_on_the_c
 
     first = submit("#!/bin/bash\n#SBATCH -t 2 -J first\nsleep 3\n")
     # Submitted in the same moment: its sbatch needs the first's Slurm id, so it goes after.
-    second = submit(f"#!/bin/bash\n#SBATCH -t 2 -J second\n#SBATCH -d afterok:{first}\nsleep 2\n")
+    # Its output in a folder the platform makes, named after the node Slurm runs it on (%N),
+    # which the platform does not know: read back as the file that matches.
+    second = submit(
+        "#!/bin/bash\n#SBATCH -t 2 -J second -o logs/%x-%N.out\n"
+        f"#SBATCH -d afterok:{first}\nsleep 2\necho after the first\n"
+    )
 
     def ended(job_id: str) -> dict:
         return wait_for(
@@ -145,3 +150,5 @@ def test_a_dependency_on_the_teams_job_waits_for_it_on_the_cluster(team_on_the_c
     assert (before["state"], after["state"]) == ("completed", "completed"), (before, after)
     assert after["started_at"] >= before["ended_at"], (before, after)
     assert Job.objects.get(uuid=second).options["dependency"]["conditions"][0]["kind"] == "afterok"
+    output = api.get(f"/api/v1/jobs/{second}/output/").content.decode()
+    assert output == "after the first\n"

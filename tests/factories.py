@@ -122,8 +122,12 @@ class ClusterFactory(factory.django.DjangoModelFactory):
     verified_at = factory.LazyFunction(timezone.now)
     tenant_group = "computeshare-fixed"
     tracks_gpus = True
-    # As a verification of a cluster set up with `cluster-setup --preemption --reservations`.
+    # Both kinds of capacity, as a verification of a cluster set up with
+    # `cluster-setup --preemption normal --reservations` records them: most tests list offers.
     sells_preemptible = True
+    market_qos = "computeshare-market"
+    owner_qos = factory.LazyFunction(lambda: ["normal"])
+    preemption_grace_seconds = 120
     sells_reserved = True
 
     @factory.post_generation
@@ -231,7 +235,8 @@ def allocation_bought(
 
 def cluster_on_testcluster(testcluster, *, pool: str = "fixed", **fields: object) -> Cluster:
     """A cluster row for the real Slurm test cluster, `online` with its `debug` partition and the
-    named pool of tenant accounts (`fixed` or `managed`), as a verification would record them."""
+    named pool of tenant accounts (`fixed` or `managed`), as a verification would record them:
+    selling both kinds of capacity, preempted by the owner's QOS after the market QOS's grace."""
     tenant_pool = testcluster.tenant_pool(pool)
     values: dict[str, object] = {
         "name": f"test-{pool}-{uuid.uuid4().hex[:8]}",
@@ -245,6 +250,9 @@ def cluster_on_testcluster(testcluster, *, pool: str = "fixed", **fields: object
         "sftp_server": testcluster.sftp_server,
         "tracks_gpus": False,
         "tenants": [(tenant.user, tenant.home) for tenant in tenant_pool.tenants],
+        "market_qos": testcluster.market_qos,
+        "owner_qos": [testcluster.owner.qos],
+        "preemption_grace_seconds": testcluster.preemption_grace_seconds,
     }
     if tenant_pool.mode == "managed":
         values |= {

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,44 @@ class TenantPool:
 
 
 @dataclass(frozen=True)
+class OwnerSide:
+    """The owner's own researcher on the test cluster: a Unix user, not a tenant (the service
+    user cannot act as it), in the owner's Slurm account, whose jobs run under the owner's QOS,
+    which preempts the market's. Tests act as it through root, on this machine (`run`)."""
+
+    user: str
+    account: str
+    qos: str
+
+    def run(self, *command: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+        """Runs `command` as the owner's user from its home (`runuser`, as root), unchecked."""
+        home = Path("~" + self.user).expanduser()
+        return subprocess.run(
+            ["runuser", "-u", self.user, "--", *command],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=home,
+        )
+
+    def submit(self, script: str, *, cpus: int, time_limit_minutes: int = 5) -> str:
+        """Submits `script` as the owner's user with `cpus` CPUs, output discarded; the job id."""
+        done = self.run(
+            "sbatch",
+            "--parsable",
+            f"--cpus-per-task={cpus}",
+            f"--time={time_limit_minutes}",
+            "--output=/dev/null",
+            "--job-name=owner-job",
+            stdin=script,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"sbatch as {self.user} failed: {done.stdout}{done.stderr}")
+        return done.stdout.strip().split(";")[0]
+
+
+@dataclass(frozen=True)
 class TestCluster:
     __test__ = False  # not a test class, whatever its name
 
@@ -71,6 +110,11 @@ class TestCluster:
     """The OpenSSH sftp-server program, which the platform starts as a tenant under sudo."""
     tenant_pools: dict[str, TenantPool] = field(hash=False)
     """The pools by name: "managed" and "fixed"."""
+    owner_side: OwnerSide | None = None
+    market_qos: str = ""
+    """The QOS the teams' jobs run under in fixed mode, which `owner_side.qos` preempts."""
+    preemption_grace_seconds: int = 0
+    """The market QOS's GraceTime."""
 
     @property
     def private_key(self) -> str:
@@ -83,6 +127,15 @@ class TestCluster:
     @property
     def fixed_pool(self) -> TenantPool:
         return self.tenant_pool("fixed")
+
+    @property
+    def owner(self) -> OwnerSide:
+        if self.owner_side is None:
+            raise LookupError(
+                f"{CONNECTION_FILE} has no owner's user: it was written by an older "
+                "scripts/testcluster; run `scripts/testcluster up`"
+            )
+        return self.owner_side
 
     def tenant_pool(self, name: str) -> TenantPool:
         try:
@@ -109,12 +162,17 @@ class TestCluster:
 def testcluster_read() -> TestCluster:
     """The cluster from its connection file; `FileNotFoundError` when it was never set up."""
     config = json.loads(CONNECTION_FILE.read_text())
-    added_with_the_pools = {"sftp_server", "tenant_pools"}
-    values = {
-        each.name: config[each.name]
-        for each in fields(TestCluster)
-        if each.name not in added_with_the_pools
+    added_later = {
+        "sftp_server",
+        "tenant_pools",
+        "owner_side",
+        "market_qos",
+        "preemption_grace_seconds",
     }
+    values = {
+        each.name: config[each.name] for each in fields(TestCluster) if each.name not in added_later
+    }
+    owner = config.get("owner")
     # A file from before the pools still describes the service user's login: the tests that
     # need a pool fail on `tenant_pool`, the others run.
     return TestCluster(
@@ -124,4 +182,7 @@ def testcluster_read() -> TestCluster:
             name: TenantPool.from_json(pool)
             for name, pool in config.get("tenant_pools", {}).items()
         },
+        owner_side=OwnerSide(**owner) if owner else None,
+        market_qos=config.get("market_qos", ""),
+        preemption_grace_seconds=config.get("preemption_grace_seconds", 0),
     )

@@ -195,7 +195,7 @@ def account_ensure(
     `organization` are free text: see `sacctmgr_text`. `timeout` is the deadline of each
     command. Raises `AdminLevelTooLow` when the service user may not manage QOS."""
     for kind, name in (("cluster", cluster_name), ("account", account)):
-        _require_slurm_name(kind, name)
+        require_slurm_name(kind, name)
     qos = _qos_get(connection, account, timeout)
     changed = False
     if qos is None:
@@ -203,7 +203,7 @@ def account_ensure(
         changed |= _add(connection, arguments, timeout)
     elif qos.flags != QOS_FLAGS:
         settings = [f"flags={_flags_text(QOS_FLAGS)}"]
-        result = _modify(connection, "qos", [f"name={account}"], settings, timeout)
+        result = sacctmgr_modify(connection, "qos", [f"name={account}"], settings, timeout)
         _require_modified(result, account)
         changed = True
     own = _account_row(_associations(connection, cluster_name, account=account, timeout=timeout))
@@ -223,7 +223,7 @@ def account_ensure(
         settings.append(f"GrpTRESMins={cleared}")
     if settings:
         where = [f"name={account}", f"cluster={cluster_name}"]
-        result = _modify(connection, "account", where, settings, timeout)
+        result = sacctmgr_modify(connection, "account", where, settings, timeout)
         _require_modified(result, account, cluster_name=cluster_name)
         changed = True
     return changed
@@ -234,8 +234,8 @@ def account_limit_get(
 ) -> AccountLimit | None:
     """The GrpTRESMins of the account's QOS, or None when the QOS does not exist. (The QOS is
     the same on every cluster of the Slurm database; `cluster_name` is checked, not used.)"""
-    _require_slurm_name("cluster", cluster_name)
-    _require_slurm_name("account", account)
+    require_slurm_name("cluster", cluster_name)
+    require_slurm_name("account", account)
     qos = _qos_get(connection, account, timeout)
     if qos is None:
         return None
@@ -278,7 +278,7 @@ def account_limit_set(
     if not changes:
         return False
     settings = [f"GrpTRESMins={','.join(changes)}"]
-    result = _modify(connection, "qos", [f"name={account}"], settings, timeout)
+    result = sacctmgr_modify(connection, "qos", [f"name={account}"], settings, timeout)
     _require_modified(result, account, cluster_name=cluster_name)
     return True
 
@@ -289,8 +289,8 @@ def account_max_jobs_get(
     """The MaxJobs of the account's own association (None when unlimited): verification checks
     that the idle account runs nothing (0). Raises `AccountMissing` when the account has no
     association on the cluster."""
-    _require_slurm_name("cluster", cluster_name)
-    _require_slurm_name("account", account)
+    require_slurm_name("cluster", cluster_name)
+    require_slurm_name("account", account)
     own = _account_row(_associations(connection, cluster_name, account=account, timeout=timeout))
     if own is None:
         raise AccountMissing(f"account {account} does not exist on cluster {cluster_name}")
@@ -317,7 +317,7 @@ def tenant_join(
     exist or does not carry its QOS yet (`account_ensure` first), and `TenantInAnotherAccount`
     when the user is still in another team's account."""
     for kind, name in (("cluster", cluster_name), ("user", user), ("account", account)):
-        _require_slurm_name(kind, name)
+        require_slurm_name(kind, name)
     tenant = slurm_user_get(connection, cluster_name=cluster_name, user=user, timeout=timeout)
     others = sorted(
         {
@@ -361,7 +361,7 @@ def tenant_join(
             # jobs could escape the team's limit.
             where = [f"name={user}", f"account={account}", f"cluster={cluster_name}"]
             settings = [f"qos={account}", f"defaultqos={account}"]
-            result = _modify(connection, "user", where, settings, timeout)
+            result = sacctmgr_modify(connection, "user", where, settings, timeout)
             _require_modified(result, account, cluster_name=cluster_name)
             changed = True
     if tenant.default_account != account:
@@ -394,7 +394,7 @@ def tenant_leave(
         ("account", account),
         ("account", idle_account),
     ):
-        _require_slurm_name(kind, name)
+        require_slurm_name(kind, name)
     if idle_account == account:
         raise ValueError(f"the idle account cannot be the team's account {account}")
     tenant = slurm_user_get(connection, cluster_name=cluster_name, user=user, timeout=timeout)
@@ -424,6 +424,16 @@ def tenant_leave(
     return changed
 
 
+def associations_get(
+    connection: SSHConnection, *, cluster_name: str, account: str, timeout: float = 30.0
+) -> list[Association]:
+    """Every association of `account` on the cluster, in one command: the account's own (`user`
+    empty) and each of its users'. (Verification reads a fixed pool's QOS from them.)"""
+    require_slurm_name("cluster", cluster_name)
+    require_slurm_name("account", account)
+    return _associations(connection, cluster_name, account=account, timeout=timeout)
+
+
 def association_delete(
     connection: SSHConnection,
     *,
@@ -436,7 +446,7 @@ def association_delete(
     when it has any. Returns whether it deleted one. Raises `AssociationInUse` while jobs of the
     association are pending or running."""
     for kind, name in (("cluster", cluster_name), ("user", user), ("account", account)):
-        _require_slurm_name(kind, name)
+        require_slurm_name(kind, name)
     if not _associations(connection, cluster_name, account=account, user=user, timeout=timeout):
         return False
     return _association_delete(connection, cluster_name, user, account, timeout)
@@ -452,12 +462,12 @@ def default_accounts_get(
     """The default account of each user (on `cluster_name` when given: sacctmgr keeps one per
     cluster). Users unknown to Slurm, or without a default there, are left out."""
     for user in users:
-        _require_slurm_name("user", user)
+        require_slurm_name("user", user)
     if not users:
         return {}
     conditions = [f"name={','.join(sorted(set(users)))}"]
     if cluster_name is not None:
-        _require_slurm_name("cluster", cluster_name)
+        require_slurm_name("cluster", cluster_name)
         conditions.append(f"cluster={cluster_name}")
     result = connection.run(
         [
@@ -489,8 +499,8 @@ def slurm_user_get(
 ) -> SlurmUser:
     """The user's default account and associations on the cluster, in one command (verification
     uses it too: an idle tenant is in the idle account only)."""
-    _require_slurm_name("cluster", cluster_name)
-    _require_slurm_name("user", user)
+    require_slurm_name("cluster", cluster_name)
+    require_slurm_name("user", user)
     result = connection.run(
         [
             "sacctmgr",
@@ -527,7 +537,7 @@ def admin_level_get(connection: SSHConnection, *, user: str, timeout: float = 30
     """The Slurm admin level of `user` (`none`, `operator` or `administrator`, lowercased);
     managing the teams' QOS (managed mode) needs one of `QOS_ADMIN_LEVELS`. An unknown user is
     `none`."""
-    _require_slurm_name("user", user)
+    require_slurm_name("user", user)
     result = connection.run(
         ["sacctmgr", "--noheader", "--parsable2", "show", "user", user, "format=AdminLevel"],
         timeout=timeout,
@@ -651,21 +661,22 @@ def _flags_text(flags: frozenset[str]) -> str:
     return ",".join(sorted(flags))
 
 
+def sacctmgr_show(
+    connection: SSHConnection,
+    entity: str,
+    conditions: Sequence[str],
+    fields: Sequence[str],
+    timeout: float,
+) -> str:
+    """The rows of `sacctmgr --noheader --parsable2 show ENTITY [where CONDITIONS]
+    format=FIELDS`, as it printed them."""
+    where = ["where", *conditions] if conditions else []
+    arguments = ["sacctmgr", "--noheader", "--parsable2", "show", entity, *where]
+    return connection.run([*arguments, f"format={','.join(fields)}"], timeout=timeout).stdout
+
+
 def _qos_get(connection: SSHConnection, name: str, timeout: float) -> Qos | None:
-    result = connection.run(
-        [
-            "sacctmgr",
-            "--noheader",
-            "--parsable2",
-            "show",
-            "qos",
-            "where",
-            f"name={name}",
-            f"format={','.join(QOS_FIELDS)}",
-        ],
-        timeout=timeout,
-    )
-    records = parse_qos(result.stdout)
+    records = parse_qos(sacctmgr_show(connection, "qos", [f"name={name}"], QOS_FIELDS, timeout))
     if any(record.name != name for record in records) or len(records) > 1:
         raise UnexpectedOutput(f"sacctmgr listed {[r.name for r in records]} for QOS {name}")
     return records[0] if records else None
@@ -725,10 +736,10 @@ def _default_account_set(
     connection: SSHConnection, cluster_name: str, user: str, account: str, timeout: float
 ) -> None:
     where = [f"name={user}", f"cluster={cluster_name}"]
-    result = _modify(connection, "user", where, [f"defaultaccount={account}"], timeout)
+    result = sacctmgr_modify(connection, "user", where, [f"defaultaccount={account}"], timeout)
     # sacctmgr explains a refusal (no association with the account) on stdout, exit 1.
     if result.exit_status != 0:
-        raise _failed(result)
+        raise sacctmgr_failure(result)
 
 
 def _association_delete(
@@ -751,7 +762,7 @@ def _association_delete(
     return _deleted(result, user=user, account=account)
 
 
-def _modify(
+def sacctmgr_modify(
     connection: SSHConnection,
     entity: str,
     where: Sequence[str],
@@ -782,7 +793,7 @@ def _added(result: CommandResult) -> bool:
         return False
     if result.exit_status == 0:
         return True
-    raise _failed(result)
+    raise sacctmgr_failure(result)
 
 
 def _deleted(result: CommandResult, *, user: str, account: str) -> bool:
@@ -794,7 +805,7 @@ def _deleted(result: CommandResult, *, user: str, account: str) -> bool:
         return False
     if _JOBS_ACTIVE in result.stderr:
         raise AssociationInUse(result, user=user, account=account)
-    raise _failed(result)
+    raise sacctmgr_failure(result)
 
 
 def _require_modified(result: CommandResult, account: str, *, cluster_name: str = "") -> None:
@@ -811,15 +822,18 @@ def _require_modified(result: CommandResult, account: str, *, cluster_name: str 
     if _NOTHING_MODIFIED in result.stdout and not result.stderr.strip():
         where = f" from cluster {cluster_name}" if cluster_name else ""
         raise AccountMissing(f"account {account} or its QOS disappeared{where}")
-    raise _failed(result)
+    raise sacctmgr_failure(result)
 
 
-def _failed(result: CommandResult) -> RemoteCommandFailed:
+def sacctmgr_failure(result: CommandResult) -> RemoteCommandFailed:
+    """The error of a failed sacctmgr command: `AdminLevelTooLow` when slurmdbd refused it to
+    the service user's admin level."""
     if _ACCESS_DENIED in result.stderr:
         return AdminLevelTooLow(result)
     return RemoteCommandFailed(result.command, result.exit_status, result.stdout, result.stderr)
 
 
-def _require_slurm_name(kind: str, name: str) -> None:
+def require_slurm_name(kind: str, name: str) -> None:
+    """Raises ValueError unless `name` can go into a sacctmgr condition as it is."""
     if not _SLURM_NAME.fullmatch(name):
         raise ValueError(f"not a Slurm {kind} name (lowercase letters, digits, -_.): {name!r}")

@@ -14,8 +14,9 @@ Slurm command with TZ=UTC."""
 from __future__ import annotations
 
 import re
+import secrets
 from collections.abc import Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from hpc.errors import RemoteCommandFailed, ReservationRefused, SchedulerUnavailable
 from hpc.slurm.jobs import is_transient_message
@@ -31,6 +32,12 @@ _NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _USER = re.compile(r"[a-z_][a-z0-9_.-]{0,31}")
 _PARTITION = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 _TIME_FORMAT = "%Y-%m-%dT%H:%M:%S"
+# The probe of verification: a day ahead, so that it never begins, and whatever runs or is
+# reserved then (IGNORE_JOBS, OVERLAP): it asks Slurm about the right to reserve, not about room.
+PROBE_PREFIX = f"{PLATFORM_PREFIX}verify-"
+PROBE_LEAD = timedelta(days=1)
+PROBE_LENGTH = timedelta(minutes=1)
+PROBE_FLAGS = "Flags=IGNORE_JOBS,OVERLAP"
 
 
 def _slurm_time(moment: datetime) -> str:
@@ -200,3 +207,41 @@ def reservations_list(connection: SSHConnection, *, timeout: float) -> list[Rese
         for reservation in parse_reservations(output)
         if reservation.name.startswith(PLATFORM_PREFIX)
     ]
+
+
+def reservation_probe(
+    connection: SSHConnection,
+    *,
+    partition: str,
+    user: str,
+    timeout: float,
+    now: datetime | None = None,
+) -> Reservation:
+    """Creates a one-minute reservation of one core of `partition` for `user`, a day ahead, reads
+    it back and deletes it: what verification asks to know that the service user may manage
+    reservations. Returns the reservation as Slurm held it. `ReservationRefused` with Slurm's
+    words when it will not create it (without operator rights Slurm 22.05 answers "Invalid
+    user id"); a reservation that could not be deleted is a `ReservationRefused` naming it."""
+    start = (now or datetime.now(UTC)).replace(microsecond=0) + PROBE_LEAD
+    spec = ReservationSpec(
+        name=PROBE_PREFIX + secrets.token_hex(6),
+        partition=partition,
+        start=start,
+        end=start + PROBE_LENGTH,
+        users=(user,),
+        cpus=1,
+    )
+    arguments = [*reservation_arguments(spec, now=start - PROBE_LEAD), PROBE_FLAGS]
+    try:
+        _scontrol(connection, ["scontrol", "create", "reservation", *arguments], timeout)
+    except RemoteCommandFailed as error:
+        raise _refusal_or_error(error) from error
+    try:
+        return _read_back(connection, spec.name, timeout)
+    finally:
+        try:
+            reservation_delete(connection, spec.name, timeout=timeout)
+        except ReservationRefused as error:
+            raise ReservationRefused(
+                f"the test reservation {spec.name} was made but could not be deleted: {error}"
+            ) from error

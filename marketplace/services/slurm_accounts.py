@@ -2,6 +2,11 @@
 account per team and cluster, with a NoDecay QOS of the same name whose `GrpTRESMins` follows
 what the team may still use there, and the team's leased tenant moved in and out of it.
 
+A job has one QOS, and a team's jobs run under the team's: on a cluster that sells preemptible
+capacity that QOS is also made preemptable, as the market QOS of a fixed cluster is (requeued
+after the same GraceTime, preempted by each of the owner's QOS that verification found:
+`hpc.slurm.preemption`), before any tenant of the team runs in it.
+
 No transaction is open while SSH talks to a cluster: each service reads what it needs, lets go
 of the database, talks to the cluster, then writes the result in one short transaction."""
 
@@ -15,6 +20,7 @@ from django.utils import timezone
 
 from hpc.errors import BridgeError
 from hpc.slurm import accounts as slurm_accounts
+from hpc.slurm import preemption as slurm_preemption
 from hpc.ssh import SSHConnection
 from marketplace.models import Allocation, Cluster, Resource, SlurmAccount, TenantLease
 from marketplace.services.clusters import ssh_settings_for
@@ -125,6 +131,9 @@ def _account_sync(connection: SSHConnection, cluster: Cluster, account: SlurmAcc
         description=f"ComputeShare buyer {account.organization.uuid}",
         organization=account.organization.name,
     )
+    preemption = cluster_preemption(cluster)
+    if preemption is not None:
+        slurm_preemption.team_qos_preemptable(connection, qos=account.name, preemption=preemption)
     cpu_minutes, gpu_minutes = _limits(cluster, account)
     slurm_accounts.account_limit_set(
         connection,
@@ -146,6 +155,17 @@ def _account_sync(connection: SSHConnection, cluster: Cluster, account: SlurmAcc
         synced_at=now,
         last_error="",
         updated_at=now,
+    )
+
+
+def cluster_preemption(cluster: Cluster) -> slurm_preemption.Preemption | None:
+    """How the cluster preempts the teams' jobs, as its last verification found it; None when
+    it sells no preemptible capacity (the teams' QOS are then left as they are)."""
+    if not cluster.sells_preemptible or not cluster.owner_qos:
+        return None
+    return slurm_preemption.Preemption(
+        owner_qos=tuple(cluster.owner_qos),
+        grace_seconds=cluster.preemption_grace_seconds or 0,
     )
 
 

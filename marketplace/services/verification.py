@@ -8,6 +8,13 @@ check is a step with its outcome and, when it fails, the reason in words an owne
 the owner's page shows them as they run and the API returns them. Nothing is written unless
 every step passed: the stored inventory and pool are always ones a whole verification read.
 
+The last two steps are the two kinds of capacity (docs/design.md): `preemption` (the owner's
+QOS preempt the market's, whose jobs are requeued: `hpc.slurm.preemption`) and `reservations`
+(the service user may make Slurm reservations). Either may fail while the other passes: the
+cluster is then online and sells the other kind only, and the failed step's reason is what the
+owner reads on the cluster's card. Only when neither kind can be sold is the cluster
+misconfigured.
+
 Every verification runs in a Celery worker (`cluster_verification_start` queues it), never in a
 web process: connecting can take as long as the connect timeout, and a web process waiting on
 an owner's cluster serves nobody else meanwhile.
@@ -39,15 +46,18 @@ from hpc.errors import (
     BridgeError,
     ClusterUnreachable,
     RemoteCommandFailed,
+    ReservationRefused,
 )
 from hpc.errors import HostKeyMismatch as BridgeHostKeyMismatch
 from hpc.slurm import accounts as slurm_accounts
+from hpc.slurm import preemption as slurm_preemption
 from hpc.slurm.inventory import (
     ClusterInventory,
     config_list,
     config_read,
     inventory_read,
 )
+from hpc.slurm.reservations import reservation_probe
 from hpc.slurm.tenants import (
     PoolAccount,
     PoolProbe,
@@ -104,6 +114,8 @@ class Steps:
 
     on_change: Callable[[list[dict[str, str]]], None] | None = None
     steps: list[Step] = field(default_factory=list)
+    # The steps of a kind of capacity that failed while the other kind can be sold.
+    kind_failures: list[str] = field(default_factory=list)
 
     def as_list(self) -> list[dict[str, str]]:
         return [asdict(step) for step in self.steps]
@@ -133,9 +145,35 @@ class Steps:
         if self.on_change is not None:
             self.on_change(self.as_list())
 
+    @contextmanager
+    def check_kind(self, key: str, title: str) -> Iterator[Step]:
+        """Runs the step of one kind of capacity: like `check`, except that a `CheckFailed`
+        marks the step failed and the verification goes on (the cluster may sell the other
+        kind). `failed` passes over such a step until `kind_failures_count` makes it count."""
+        try:
+            with self.check(key, title) as step:
+                yield step
+        except CheckFailed:
+            self.kind_failures.append(key)
+
+    def kind_failures_count(self) -> None:
+        """The steps of the kinds that failed now fail the verification (neither kind can be
+        sold)."""
+        self.kind_failures.clear()
+
     @property
     def failed(self) -> Step | None:
-        return next((step for step in self.steps if step.status == FAILED), None)
+        return next(
+            (
+                step
+                for step in self.steps
+                if step.status == FAILED and step.key not in self.kind_failures
+            ),
+            None,
+        )
+
+    def step(self, key: str) -> Step | None:
+        return next((step for step in self.steps if step.key == key), None)
 
 
 @dataclass
@@ -146,6 +184,10 @@ class _Findings:
     pool: tuple[PoolAccount, ...] = ()
     idle_account: str = ""
     tracks_gpus: bool = False
+    market_qos: str = ""
+    preemption: slurm_preemption.Preemption | None = None
+    preemptible_refusal: str = ""
+    reserved_refusal: str = ""
 
 
 def cluster_verify(
@@ -168,7 +210,7 @@ def cluster_verify(
     if cluster.backend == Cluster.Backend.LOCAL:
         with steps.check("partitions", "Read this machine's CPUs"):
             pass
-        return cluster_inventory_store(cluster, local_inventory()), steps.as_list()
+        return _local_verification_store(cluster), steps.as_list()
     findings = _Findings()
     try:
         _verify_steps(cluster, steps, findings)
@@ -359,6 +401,103 @@ def _verify_steps(cluster: Cluster, steps: Steps, findings: _Findings) -> None:
                     "outlive the job on its node, where no scrub reaches. proctrack/cgroup "
                     "ends them all."
                 )
+        _verify_kinds(connection, cluster, steps, findings, config, partition.name, tenant)
+
+
+def _verify_kinds(
+    connection: SSHConnection,
+    cluster: Cluster,
+    steps: Steps,
+    findings: _Findings,
+    config: dict[str, str],
+    partition: str,
+    tenant: str,
+) -> None:
+    """The steps of the two kinds of capacity; when neither can be sold, the verification
+    fails at the first of them."""
+    timeout = VERIFY_TIMEOUT_SECONDS
+    market_qos = findings.market_qos = cluster.market_qos or slurm_preemption.DEFAULT_MARKET_QOS
+    title = f"Preemptible capacity: your QOS preempt {market_qos}, whose jobs are requeued"
+    with steps.check_kind("preemption", title) as step:
+        findings.preemption = _check_preemption(
+            connection, cluster, config, market_qos, findings.pool, timeout
+        )
+        owners = ", ".join(findings.preemption.owner_qos)
+        step.detail = (
+            f"{owners} {'preempts' if len(findings.preemption.owner_qos) == 1 else 'preempt'} "
+            f"{market_qos}; a preempted job gets SIGTERM "
+            f"{findings.preemption.grace_seconds} s before it is requeued."
+        )
+    title = "Reserved capacity: the service user may make Slurm reservations"
+    with steps.check_kind("reservations", title) as step:
+        step.detail = _check_reservations(connection, cluster, partition, tenant, timeout)
+    preemption_step, reservations_step = steps.step("preemption"), steps.step("reservations")
+    if preemption_step is not None and preemption_step.status == FAILED:
+        findings.preemptible_refusal = preemption_step.detail
+    if reservations_step is not None and reservations_step.status == FAILED:
+        findings.reserved_refusal = reservations_step.detail
+    if findings.preemptible_refusal and findings.reserved_refusal:
+        steps.kind_failures_count()
+        raise CheckFailed(
+            f"{findings.preemptible_refusal} Reserved capacity cannot be sold either: "
+            f"{findings.reserved_refusal}"
+        )
+
+
+def _check_preemption(
+    connection: SSHConnection,
+    cluster: Cluster,
+    config: dict[str, str],
+    market_qos: str,
+    pool: tuple[PoolAccount, ...],
+    timeout: float,
+) -> slurm_preemption.Preemption:
+    """How the teams' jobs are preempted (see `hpc.slurm.preemption`), read live; in fixed
+    mode the pool's tenants must also be allowed the market QOS."""
+    qos = slurm_preemption.qos_preemption_read(connection, timeout=timeout)
+    assessment = slurm_preemption.preemption_assess(config, qos, market_qos=market_qos)
+    if assessment.preemption is None:
+        raise CheckFailed(assessment.refusal)
+    if cluster.account_mode == Cluster.AccountMode.FIXED and cluster.slurm_account:
+        associations = slurm_accounts.associations_get(
+            connection,
+            cluster_name=cluster.slurm_cluster_name or config.get("ClusterName", ""),
+            account=cluster.slurm_account,
+            timeout=timeout,
+        )
+        refused = slurm_preemption.tenants_without_qos(
+            associations, [account.user for account in pool], market_qos
+        )
+        if refused:
+            raise CheckFailed(
+                f"the tenants {', '.join(refused)} may not run jobs under {market_qos} in the "
+                f"Slurm account {cluster.slurm_account}, so Slurm would refuse the teams' jobs: "
+                "run scripts/cluster-setup --preemption for this pool."
+            )
+    return assessment.preemption
+
+
+def _check_reservations(
+    connection: SSHConnection, cluster: Cluster, partition: str, tenant: str, timeout: float
+) -> str:
+    """Creates and deletes a one-minute reservation a day ahead, as the service user, for the
+    first tenant (`reservation_probe`); the step's detail."""
+    try:
+        probe = reservation_probe(connection, partition=partition, user=tenant, timeout=timeout)
+    except ReservationRefused as refusal:
+        words = str(refusal)
+        if "invalid user id" in words.lower() or "access" in words.lower():
+            raise CheckFailed(
+                f"Slurm refused {cluster.ssh_user} a reservation ({words}): making and removing "
+                f"reservations takes operator rights. Run `sacctmgr modify user "
+                f"{cluster.ssh_user} set adminlevel=operator` (scripts/cluster-setup "
+                "--reservations does)."
+            ) from refusal
+        raise CheckFailed(f"Slurm refused a test reservation: {words}") from refusal
+    return (
+        f"Made and removed a one-minute reservation of {probe.cpus} core on {partition} for "
+        f"{tenant}."
+    )
 
 
 def _check_sudo(probe: PoolProbe) -> None:
@@ -437,6 +576,17 @@ def _check_idle_account(
     return account
 
 
+CAPACITY_FIELDS = [
+    "sells_preemptible",
+    "preemptible_refusal",
+    "market_qos",
+    "owner_qos",
+    "preemption_grace_seconds",
+    "sells_reserved",
+    "reserved_refusal",
+]
+
+
 @transaction.atomic
 def _verification_store(cluster: Cluster, findings: _Findings) -> Cluster:
     assert findings.inventory is not None
@@ -444,7 +594,38 @@ def _verification_store(cluster: Cluster, findings: _Findings) -> Cluster:
     tenant_accounts_record(cluster=cluster, accounts=findings.pool)
     cluster.tenant_idle_account = findings.idle_account
     cluster.tracks_gpus = findings.tracks_gpus
-    cluster.save(update_fields=["tenant_idle_account", "tracks_gpus", "updated_at"])
+    preemption = findings.preemption
+    cluster.sells_preemptible = preemption is not None
+    cluster.preemptible_refusal = findings.preemptible_refusal[:500]
+    cluster.market_qos = findings.market_qos
+    cluster.owner_qos = list(preemption.owner_qos) if preemption else []
+    cluster.preemption_grace_seconds = preemption.grace_seconds if preemption else None
+    cluster.sells_reserved = not findings.reserved_refusal
+    cluster.reserved_refusal = findings.reserved_refusal[:500]
+    cluster.save(
+        update_fields=["tenant_idle_account", "tracks_gpus", *CAPACITY_FIELDS, "updated_at"]
+    )
+    if preemption is not None and cluster.account_mode == Cluster.AccountMode.MANAGED:
+        # The teams' QOS made before preemption was set up (or before the owner QOS changed)
+        # become preemptable now rather than at the next reconciliation.
+        enqueue_after_commit(
+            "marketplace.tasks.slurm_accounts_sync_task",
+            cluster.pk,
+            recovered_by="the periodic reconciliation of Slurm accounts syncs them",
+        )
+    return cluster
+
+
+@transaction.atomic
+def _local_verification_store(cluster: Cluster) -> Cluster:
+    """The `local` backend sells both kinds: its jobs are the demo's, and its reservations
+    the backend's own bookkeeping."""
+    cluster = cluster_inventory_store(cluster, local_inventory())
+    cluster.sells_preemptible = cluster.sells_reserved = True
+    cluster.preemptible_refusal = cluster.reserved_refusal = cluster.market_qos = ""
+    cluster.owner_qos = []
+    cluster.preemption_grace_seconds = None
+    cluster.save(update_fields=[*CAPACITY_FIELDS, "updated_at"])
     return cluster
 
 

@@ -190,6 +190,8 @@ def test_verifying_with_the_pinned_host_key_stores_the_partitions_slurm_reports(
         ("sbatch", "passed"),
         ("gpus", "passed"),
         ("proctrack", "warning"),
+        ("preemption", "passed"),
+        ("reservations", "passed"),
     ]
     assert body == {
         "id": cluster_id,
@@ -211,6 +213,12 @@ def test_verifying_with_the_pinned_host_key_stores_the_partitions_slurm_reports(
         "sftp_server": testcluster.sftp_server,
         "tenant_idle_account": pool.idle_account,
         "tracks_gpus": False,
+        # Set up with `cluster-setup --preemption normal --reservations`.
+        "capacity_kinds": ["preemptible", "reserved"],
+        "capacity_refusals": {},
+        "market_qos": testcluster.market_qos,
+        "owner_qos": [testcluster.owner.qos],
+        "preemption_grace_seconds": testcluster.preemption_grace_seconds,
     }
     assert expected_partition == {
         "name": "debug",

@@ -399,7 +399,7 @@ def test_owners_see_connection_fields_and_nobody_else_does(market):
         "verified_at": iso(market.cluster.verified_at),
         "tenant_accounts": {"total": 24, "free": 24},
         "capacity_kinds": ["preemptible", "reserved"],
-        "preemption_grace_seconds": None,
+        "preemption_grace_seconds": 120,
     }
     assert [set(row) for row in listed_for_team] == [PUBLIC_CLUSTER_FIELDS]
     for text in ("127.0.0.1", "computeshare", host_key.split()[1]):
@@ -625,6 +625,8 @@ def test_verify_reads_the_partitions_of_the_real_cluster(market, testcluster):
         "sbatch",
         "gpus",
         "proctrack",
+        "preemption",
+        "reservations",
     ]
     assert {key for key, step in steps.items() if step["status"] != "passed"} == {"proctrack"}
     assert steps["pool"]["detail"] == f"{len(pool.tenants)} accounts: " + ", ".join(
@@ -737,7 +739,7 @@ def test_offer_create_lists_the_capacity(market):
         "quantity": "1000",
         "quantity_unit": "core-hours",
         "unit_hours": 1,
-        "preemption_grace_seconds": None,
+        "preemption_grace_seconds": 120,
         "remaining": "1000",
         "window_start": body["window_start"],
         "window_end": body["window_end"],
@@ -905,7 +907,7 @@ def test_offer_detail_shows_the_aggregate_demand_and_never_a_bid(market):
         "quantity": "100",
         "quantity_unit": "core-hours",
         "unit_hours": 1,
-        "preemption_grace_seconds": None,
+        "preemption_grace_seconds": 120,
         "remaining": "100",
         "window_start": iso(offer.window_start),
         "window_end": iso(offer.window_end),

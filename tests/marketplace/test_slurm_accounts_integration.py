@@ -25,6 +25,7 @@ from billing.models import Account
 from billing.services.ledger import accounts_open
 from hpc.errors import ClusterUnreachable
 from hpc.slurm import accounts as slurm_accounts
+from hpc.slurm import preemption as slurm_preemption
 from hpc.slurm.accounts import account_name_for
 from hpc.slurm.parsers import parse_parsable2
 from hpc.ssh import SSHConnection
@@ -156,7 +157,9 @@ def delete_by_hand(slurm: SSHConnection, testcluster: Any, account: str) -> None
             ],
             timeout=30,
         )
-    # Deleting the account deletes its users' associations too.
+    # The QOS leaves the owner QOS's Preempt lists first (slurmdbd would keep it there), and
+    # deleting the account deletes its users' associations too.
+    slurm_preemption.qos_preemption_remove(slurm, qos=account)
     for kind in ("account", "qos"):
         result = slurm.run(
             ["sacctmgr", "-i", "delete", kind, "where", f"name={account}"], timeout=30, check=False
@@ -276,7 +279,7 @@ def account_row(cluster: Cluster, buyer: Buyer) -> tuple[Any, ...]:
 
 @pytest.mark.django_db
 def test_a_purchase_makes_the_account_of_the_team_with_the_minutes_bought(
-    managed_cluster, buyer, slurm
+    managed_cluster, buyer, slurm, testcluster
 ):
     offer = cpu_offer(managed_cluster)
     buy(buyer, offer, 5)
@@ -289,6 +292,22 @@ def test_a_purchase_makes_the_account_of_the_team_with_the_minutes_bought(
     assert synced == 1
     assert enforced(slurm, buyer.account) == limited_to(buyer.account, 5 * 60)
     assert account_row(managed_cluster, buyer) == (buyer.account, 300, 0, 300, 0, "")
+    # The cluster sells preemptible capacity: the team's QOS, the one its jobs run under, is
+    # preempted by the owner's like the market QOS, after the same grace.
+    assert (managed_cluster.owner_qos, managed_cluster.preemption_grace_seconds) == (
+        [testcluster.owner.qos],
+        testcluster.preemption_grace_seconds,
+    )
+    records = {
+        record.name: record
+        for record in slurm_preemption.qos_preemption_read(
+            slurm, names=[buyer.account, testcluster.owner.qos]
+        )
+    }
+    assert records[buyer.account] == slurm_preemption.QosPreemption(
+        buyer.account, 0, testcluster.preemption_grace_seconds, "requeue", ()
+    )
+    assert buyer.account in records[testcluster.owner.qos].preempts
     account = SlurmAccount.objects.get(cluster=managed_cluster)
     assert account.is_in_sync
     assert account.synced_at >= before

@@ -27,6 +27,14 @@ from hpc.slurm.accounts import (
     tenant_leave,
 )
 from hpc.slurm.parsers import parse_parsable2
+from hpc.slurm.preemption import (
+    OwnerQosMissing,
+    Preemption,
+    QosPreemption,
+    qos_preemption_read,
+    qos_preemption_remove,
+    team_qos_preemptable,
+)
 from hpc.ssh import SSHConnection
 
 pytestmark = pytest.mark.slurm
@@ -70,8 +78,10 @@ def accounts(connection: SSHConnection, testcluster: Any, pool: Any) -> Iterator
                 "set",
                 f"defaultaccount={pool.idle_account}",
             )
-        # Deleting the account deletes its users' associations too (no jobs are left).
-        # "Nothing deleted" (exit 1) is fine: the test may not have made it.
+        # Deleting the account deletes its users' associations too (no jobs are left); its
+        # QOS leaves every Preempt list first. "Nothing deleted" (exit 1) is fine: the test may
+        # not have made it.
+        qos_preemption_remove(connection, qos=name)
         for kind in ("account", "qos"):
             result = connection.run(
                 ["sacctmgr", "-i", "delete", kind, "where", f"name={name}"], timeout=30, check=False
@@ -485,3 +495,61 @@ def test_the_teams_qos_holds_a_tenants_job_that_would_pass_the_limit(
     wait_until(lambda: not queued(connection, account))
     assert leave(connection, testcluster, pool, tenant, account) is True
     assert accounts_of(connection, tenant) == [pool.idle_account]
+
+
+# --- A team's QOS on a cluster that sells preemptible capacity ----------------------------------
+
+
+def qos_preemption_of(connection: SSHConnection, *names: str) -> dict[str, QosPreemption]:
+    return {record.name: record for record in qos_preemption_read(connection, names=names)}
+
+
+def test_a_teams_qos_is_made_preemptable_once_and_leaves_every_preempt_list(
+    connection, testcluster, account
+):
+    owner = testcluster.owner.qos
+    grace = testcluster.preemption_grace_seconds
+    preemption = Preemption(owner_qos=(owner,), grace_seconds=grace)
+    ensure(connection, testcluster, account)
+
+    made = team_qos_preemptable(connection, qos=account, preemption=preemption)
+    made_again = team_qos_preemptable(connection, qos=account, preemption=preemption)
+
+    assert (made, made_again) == (True, False)
+    records = qos_preemption_of(connection, account, owner)
+    assert records[account] == QosPreemption(account, 0, grace, "requeue", ())
+    assert {testcluster.market_qos, account} <= set(records[owner].preempts)
+    # Its limit and NoDecay are the account's business, untouched.
+    assert qos_of(connection, account) == ("", "NoDecay")
+
+    # Changed by hand on the cluster: put back.
+    sacctmgr(connection, "modify", "qos", "where", f"name={account}", "set", "preemptmode=cancel")
+    sacctmgr(connection, "modify", "qos", "where", f"name={owner}", "set", f"preempt-={account}")
+    assert team_qos_preemptable(connection, qos=account, preemption=preemption) is True
+    records = qos_preemption_of(connection, account, owner)
+    assert records[account].preempt_mode == "requeue"
+    assert account in records[owner].preempts
+
+    removed = qos_preemption_remove(connection, qos=account)
+    removed_again = qos_preemption_remove(connection, qos=account)
+
+    assert (removed, removed_again) == (True, False)
+    assert account not in qos_preemption_of(connection, owner)[owner].preempts
+    assert testcluster.market_qos in qos_preemption_of(connection, owner)[owner].preempts
+
+
+def test_a_missing_team_or_owner_qos_is_refused_and_nothing_changes(
+    connection, testcluster, account
+):
+    preemption = Preemption(owner_qos=(testcluster.owner.qos,), grace_seconds=10)
+    before = qos_preemption_of(connection, testcluster.owner.qos)
+
+    with pytest.raises(AccountMissing, match=f"the QOS {account} does not exist"):
+        team_qos_preemptable(connection, qos=account, preemption=preemption)
+    ensure(connection, testcluster, account)
+    gone = Preemption(owner_qos=("cs-no-such-qos",), grace_seconds=10)
+    with pytest.raises(OwnerQosMissing, match="cs-no-such-qos"):
+        team_qos_preemptable(connection, qos=account, preemption=gone)
+
+    assert qos_preemption_of(connection, testcluster.owner.qos) == before
+    assert qos_preemption_of(connection, account)[account].preempt_mode == "cluster"

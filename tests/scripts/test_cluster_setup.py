@@ -283,6 +283,9 @@ def test_a_rule_elsewhere_that_gives_the_service_user_more_is_a_failure_left_in_
         leftover.unlink()
 
 
+PREEMPTING = ("--service-user", "cs-probe", "--tenants", "2", "--preemption", "normal")
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -294,6 +297,20 @@ def test_a_rule_elsewhere_that_gives_the_service_user_more_is_a_failure_left_in_
         pytest.param((*SCRATCH, "--idle-account", "idle"), id="idle account in fixed mode"),
         pytest.param(("--service-user", "root", "--tenants", "2"), id="root"),
         pytest.param(("--service-user", "Bad Name", "--tenants", "2"), id="bad name"),
+        pytest.param((*SCRATCH, "--market-qos", "market"), id="market qos without preemption"),
+        pytest.param((*SCRATCH, "--grace-time", "60"), id="grace time without preemption"),
+        pytest.param((*SCRATCH, "--preemption", "normal"), id="preemption without slurm"),
+        pytest.param((*SCRATCH, "--reservations"), id="reservations without slurm"),
+        pytest.param(
+            ("--service-user", "cs-probe", "--tenants", "2", "--preemption", "Bad QOS"),
+            id="bad owner qos",
+        ),
+        pytest.param(
+            ("--service-user", "cs-probe", "--tenants", "2", "--preemption", "computeshare-market"),
+            id="the market qos preempting itself",
+        ),
+        pytest.param((*PREEMPTING, "--grace-time", "3601"), id="grace time too long"),
+        pytest.param((*PREEMPTING, "--grace-time", "2m"), id="grace time not in seconds"),
     ],
 )
 def test_bad_usage_exits_2_and_changes_nothing(arguments):
@@ -324,6 +341,10 @@ def pool_arguments(cluster: TestCluster, name: str) -> list[str]:
     else:
         assert pool.account is not None
         arguments += ["--slurm-account", pool.account]
+    arguments += [
+        "--preemption", cluster.owner.qos, "--market-qos", cluster.market_qos,
+        "--grace-time", str(cluster.preemption_grace_seconds), "--reservations",
+    ]  # fmt: skip
     return arguments
 
 
@@ -336,6 +357,20 @@ def test_the_test_cluster_is_exactly_as_cluster_setup_makes_it(testcluster, pool
     assert "would" not in done.stdout
     for tenant in testcluster.tenant_pool(pool).tenants:
         assert passwd(tenant.user)[5] == tenant.home
+    items = said(done.stdout)
+    assert items[f"slurm qos {testcluster.market_qos}"] == [
+        f"ok (Priority=0, GraceTime={testcluster.preemption_grace_seconds} s, PreemptMode=requeue)"
+    ]
+    assert items[f"slurm qos {testcluster.owner.qos}"] == [
+        f"ok (preempts {testcluster.market_qos})"
+    ]
+    assert items[f"slurm operator {testcluster.user}"] == [
+        "ok (AdminLevel=Administrator: may create and remove reservations)"
+    ]
+    # slurm.conf has every line the script prints for preemption: it asks for none (only the
+    # recommended process tracking, which the test cluster goes without).
+    asked = [line for line in done.stderr.splitlines() if "slurm.conf: set" in line]
+    assert [line.split("slurm.conf: set ")[1].split("=")[0] for line in asked] == ["ProctrackType"]
 
 
 MANAGED_SERVICE_USER = "cs-mprobe"
@@ -428,3 +463,141 @@ def test_managed_mode_parks_the_tenants_in_an_idle_account_that_runs_nothing(
     assert said(again.stdout)[f"slurm user {MANAGED_SERVICE_USER}"] == [
         f"ok (account {IDLE_ACCOUNT}, AdminLevel=Administrator)"
     ]
+
+
+# --- The two kinds of capacity, on a fixed scratch pool -----------------------------------------
+
+KINDS_SERVICE_USER = "cs-kprobe"
+KINDS_TENANTS = ("cs-kprobe-01", "cs-kprobe-02")
+KINDS_ACCOUNT = "cs-kprobe-tenants"
+KINDS_MARKET = "cs-kprobe-market"
+KINDS_SCRATCH = (
+    "--service-user", KINDS_SERVICE_USER, "--tenants", "2",
+    "--tenant-group", "cs-kprobe-tenants", "--tenant-prefix", "cs-kprobe-",
+    "--mode", "fixed", "--slurm-account", KINDS_ACCOUNT, "--no-hide-processes",
+)  # fmt: skip
+
+
+def qos_rows(*names: str) -> dict[str, list[str]]:
+    """Name -> [Priority, GraceTime, PreemptMode, Preempt] of the QOS named that exist."""
+    rows = sacctmgr_rows(
+        "show", "qos", "where", f"name={','.join(names)}",
+        "format=Name,Priority,GraceTime,PreemptMode,Preempt",
+    )  # fmt: skip
+    return {row[0]: row[1:] for row in rows}
+
+
+def preempted_by(owner: str) -> list[str]:
+    return [name for name in qos_rows(owner)[owner][3].split(",") if name]
+
+
+@pytest.fixture
+def kinds_scratch_removed(testcluster) -> Iterator[None]:
+    """No trace of the scratch pool of the kinds, in Slurm or on the machine, before and after."""
+
+    def remove() -> None:
+        users = ",".join((KINDS_SERVICE_USER, *KINDS_TENANTS))
+        run("scancel", f"--user={users}", check=False)
+        run("sacctmgr", "-i", "remove", "user", "where", f"name={users}", check=False)
+        run("sacctmgr", "-i", "remove", "account", "where", f"name={KINDS_ACCOUNT}", check=False)
+        if KINDS_MARKET in preempted_by("normal"):
+            run("sacctmgr", "-i", "modify", "qos", "where", "name=normal", "set",
+                f"preempt-={KINDS_MARKET}")  # fmt: skip
+        run("sacctmgr", "-i", "remove", "qos", "where", f"name={KINDS_MARKET}", check=False)
+        remove_users(KINDS_SERVICE_USER, *KINDS_TENANTS)
+        if exists("group", "cs-kprobe-tenants"):
+            run("groupdel", "cs-kprobe-tenants")
+        Path("/etc/sudoers.d/computeshare-cs-kprobe-tenants").unlink(missing_ok=True)
+
+    remove()
+    yield
+    remove()
+
+
+@pytest.mark.slurm
+def test_both_kinds_on_a_fixed_pool_are_made_once_and_put_back_when_changed(
+    testcluster, kinds_scratch_removed
+):
+    kinds = ("--preemption", "normal", "--market-qos", KINDS_MARKET, "--grace-time", "45",
+             "--reservations")  # fmt: skip
+
+    done = cluster_setup(*KINDS_SCRATCH, *kinds)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    items = said(done.stdout)
+    assert items[f"slurm qos {KINDS_MARKET}"] == [
+        "created (Priority=0, GraceTime=45 s, PreemptMode=requeue)"
+    ]
+    assert items["slurm qos normal"] == [f"changed: preempts {KINDS_MARKET}"]
+    assert items[f"slurm qos of account {KINDS_ACCOUNT}"] == [
+        f"changed: QOS normal -> {KINDS_MARKET}, its default (the tenants' jobs are preemptible)"
+    ]
+    assert items[f"slurm operator {KINDS_SERVICE_USER}"] == [
+        f"created (account {KINDS_ACCOUNT} with MaxJobs=0, so that it runs nothing; "
+        "AdminLevel=Operator)"
+    ]
+    assert qos_rows(KINDS_MARKET) == {KINDS_MARKET: ["0", "00:00:45", "requeue", ""]}
+    assert KINDS_MARKET in preempted_by("normal")
+    where = ["where", f"account={KINDS_ACCOUNT}", f"cluster={testcluster.cluster_name}"]
+    associations = sacctmgr_rows("show", "assoc", *where, "format=user,qos,defaultqos,maxjobs")
+    assert sorted(associations) == [
+        ["", KINDS_MARKET, KINDS_MARKET, ""],
+        [KINDS_SERVICE_USER, KINDS_MARKET, KINDS_MARKET, "0"],
+        *([tenant, KINDS_MARKET, KINDS_MARKET, ""] for tenant in KINDS_TENANTS),
+    ]
+    assert sacctmgr_rows("show", "user", KINDS_SERVICE_USER, "format=adminlevel") == [["Operator"]]
+
+    again = cluster_setup(*KINDS_SCRATCH, *kinds)
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert re.search(r"done: [0-9]+ ok, 0 created, 0 changed, ", again.stdout)
+    for line in item_lines(again.stdout):
+        assert re.search(r": ok( \(.*\))?$", line), line
+
+    # Changed by hand: --check names each change and makes none; a run puts them back.
+    run("sacctmgr", "-i", "modify", "qos", "where", f"name={KINDS_MARKET}", "set",
+        "gracetime=5", "preemptmode=cancel")  # fmt: skip
+    run("sacctmgr", "-i", "modify", "qos", "where", "name=normal", "set",
+        f"preempt-={KINDS_MARKET}")  # fmt: skip
+    run("sacctmgr", "-i", "modify", "user", "where", f"name={KINDS_TENANTS[1]}",
+        f"account={KINDS_ACCOUNT}", "set", "qos=normal", "defaultqos=normal")  # fmt: skip
+
+    check = cluster_setup(*KINDS_SCRATCH, *kinds, "--check")
+
+    assert check.returncode == 1, check.stdout + check.stderr
+    items = said(check.stdout)
+    assert items[f"slurm qos {KINDS_MARKET}"] == [
+        "would change: GraceTime 5 -> 45 s, PreemptMode cancel -> requeue"
+    ]
+    assert items["slurm qos normal"] == [f"would change: preempts {KINDS_MARKET}"]
+    assert items[f"slurm qos of account {KINDS_ACCOUNT}"] == [
+        f"would change: QOS of {KINDS_TENANTS[1]} -> {KINDS_MARKET}, their default"
+    ]
+    assert qos_rows(KINDS_MARKET)[KINDS_MARKET][:3] == ["0", "00:00:05", "cancel"]
+
+    repair = cluster_setup(*KINDS_SCRATCH, *kinds)
+
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert qos_rows(KINDS_MARKET) == {KINDS_MARKET: ["0", "00:00:45", "requeue", ""]}
+    assert KINDS_MARKET in preempted_by("normal")
+    assert sacctmgr_rows(
+        "show", "assoc", *where, f"user={KINDS_TENANTS[1]}", "format=qos,defaultqos"
+    ) == [[KINDS_MARKET, KINDS_MARKET]]
+
+
+@pytest.mark.slurm
+def test_an_owner_qos_that_does_not_exist_fails_and_nothing_of_preemption_is_made(
+    testcluster, kinds_scratch_removed
+):
+    done = cluster_setup(
+        *KINDS_SCRATCH, "--preemption", "normal,cs-no-such-qos", "--market-qos", KINDS_MARKET
+    )
+
+    assert done.returncode == 3, done.stdout + done.stderr
+    assert (
+        "FAILED: slurm qos cs-no-such-qos: there is no such QOS: --preemption names the QOS "
+        "your own users' jobs run under (sacctmgr show assoc format=account,user,qos; often "
+        "normal); nothing of preemption was made"
+    ) in done.stderr
+    assert qos_rows(KINDS_MARKET) == {}
+    assert KINDS_MARKET not in preempted_by("normal")

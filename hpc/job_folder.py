@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
 import os
 import stat
 import sys
@@ -45,6 +46,9 @@ _CHUNK = 1024 * 1024
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
 _WRITE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_NOCTTY | os.O_CLOEXEC
+_APPEND_FLAGS = (
+    os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+)
 # Tries of a write whose name something re-created between the removal and the creation.
 _WRITE_TRIES = 3
 
@@ -166,6 +170,52 @@ def open_for_writing(
         os.close(parent)
 
 
+def open_for_appending(folder: int, relative: str) -> int:
+    """The file `relative` in the folder `folder`, open for appending (sbatch's
+    `--open-mode=append`): the regular file with no other hard link that is there, opened
+    without following a link, else a new one (`open_for_writing`). Raises `JobFileRefused`
+    for anything else under the name."""
+    parts = path_parts(relative)
+    parent = _parent_of(folder, parts, create=False)
+    try:
+        try:
+            descriptor = os.open(parts[-1], _APPEND_FLAGS, dir_fd=parent)
+        except FileNotFoundError:
+            descriptor = None
+        except OSError as error:
+            raise _refusal(error, relative, "the file or a folder on its way") from None
+    finally:
+        os.close(parent)
+    if descriptor is None:
+        return open_for_writing(folder, relative)
+    _regular_only(descriptor, relative)
+    os.set_blocking(descriptor, True)
+    return descriptor
+
+
+def newest_match(folder: int, relative: str) -> str:
+    """`relative` itself, or, when its file name holds `*` (a part of a name not known, such as
+    the node Slurm ran a job on), the newest regular file of its folder whose name matches it.
+    Raises `FileNotFoundError` when none does."""
+    parts = path_parts(relative)
+    if "*" not in parts[-1]:
+        return relative
+    parent = _parent_of(folder, parts, create=False)
+    try:
+        with os.scandir(parent) as entries:
+            found = [
+                (entry.stat(follow_symlinks=False).st_mtime, entry.name)
+                for entry in entries
+                if entry.is_file(follow_symlinks=False)
+                and fnmatch.fnmatchcase(entry.name, parts[-1])
+            ]
+    finally:
+        os.close(parent)
+    if not found:
+        raise FileNotFoundError(errno.ENOENT, "no file of that name", relative)
+    return "/".join([*parts[:-1], max(found)[1]])
+
+
 def refusal_reason(error: OSError) -> str:
     """Why a file of a job's folder was not read, for its owner."""
     if isinstance(error, FileNotFoundError):
@@ -176,14 +226,15 @@ def refusal_reason(error: OSError) -> str:
 
 
 def read_tail(base: str | os.PathLike[str], directory: str, relative: str, size: int) -> bytes:
-    """The last `size` bytes of the file `relative` of the job folder `directory` under `base`;
-    b"" when the folder or the file is not there. Raises `JobFileRefused`."""
+    """The last `size` bytes of the file `relative` of the job folder `directory` under `base`
+    (the newest match of a name with `*`: `newest_match`); b"" when the folder or the file is
+    not there. Raises `JobFileRefused`."""
     try:
         folder = open_folder(base, directory)
     except FileNotFoundError:
         return b""
     try:
-        descriptor, status = open_for_reading(folder, relative)
+        descriptor, status = open_for_reading(folder, newest_match(folder, relative))
     except FileNotFoundError:
         return b""
     finally:

@@ -113,9 +113,42 @@ class ResultFile:
 
 
 @dataclass(frozen=True)
+class JobOptions:
+    """The sbatch options a job asks for beyond its sizes: read from its script's `#SBATCH`
+    lines (or given by the platform), checked by the platform, and written by it as sbatch
+    options. Empty and None leave Slurm's default."""
+
+    time_min_minutes: int | None = None  # --time-min
+    ntasks_per_node: int | None = None
+    mem_per_node: int | None = None  # --mem, in MiB (0: all of each node's memory)
+    mem_per_gpu: int | None = None  # MiB
+    # How the job's GPUs are asked for, when not as a total (`JobSpec.gpus`, --gpus): per
+    # node or per task; with the GPUs' type when one is named.
+    gpus_per_node: int | None = None
+    gpus_per_task: int | None = None
+    gpu_type: str = ""
+    cpus_per_gpu: int | None = None
+    # Names in the job's directory (sbatch's patterns %j %A %a %N... kept for Slurm to fill),
+    # or /dev/null. `output` empty: the platform's own (`output_file_name`); `error` empty:
+    # the platform's own, or the output's file when `output` is given (sbatch writes both
+    # there); `input` empty: none.
+    output: str = ""
+    error: str = ""
+    input: str = ""
+    open_mode: str = ""  # "append" or "truncate"
+    signal: str = ""  # [{R|B}:]<signal>[@<seconds>]
+    constraint: str = ""  # node features, checked against the partition's
+    hint: str = ""
+    comment: str = ""
+    exclusive: bool = False  # whole nodes, priced as such
+    dependency: str = ""  # in Slurm's job ids, built by the platform from the team's jobs
+    nice: int | None = None  # never below 0
+
+
+@dataclass(frozen=True)
 class JobSpec:
     """One submission: every resource is an sbatch command-line option the platform builds;
-    nothing of the user's reaches an `#SBATCH` line."""
+    nothing of the user's reaches an `#SBATCH` line (the script's own are neutralised)."""
 
     name: str  # the scheduler job name, `platform_job_name`: how a job is found again
     script: str  # starts with "#!"; written to `directory/job.sh`
@@ -144,6 +177,7 @@ class JobSpec:
     # Whether Slurm may requeue the job (`--requeue`, `--no-requeue`): on preemptible capacity
     # a preempted run goes back to the queue. None leaves the cluster's default (JobRequeue).
     requeue: bool | None = None
+    options: JobOptions = field(default_factory=JobOptions)
 
 
 def platform_reservation_name(allocation_uuid: object) -> str:
@@ -313,9 +347,12 @@ class Backend(Protocol):
         stream: Stream,
         array_task_id: int | None,
         tail_bytes: int,
+        name: str | None = None,
     ) -> bytes:
         """The last `tail_bytes` of a job's (or array task's) stdout or stderr, read as
-        `tenant`; b"" before the file exists."""
+        `tenant`; b"" before the file exists. `name` is the file's name in the directory when
+        the job's script named it (`*` standing for a part not known, such as the node's name:
+        the newest file that matches), else `output_file_name`'s."""
         ...
 
     def result_files(self, tenant: Tenant | None, directory: str) -> list[ResultFile]:

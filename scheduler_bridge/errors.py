@@ -1,14 +1,95 @@
 """The errors of jobs. Codes are part of the public contract (API.md)."""
 
+from typing import Any
+
 from computeshare.errors import ApplicationError, Conflict, PaymentRequired
+from hpc.slurm.directives import SLURM_VERSION, DirectiveRefused
 
 
-class SbatchDirectiveNotAllowed(ApplicationError):
+class ScriptRefused(ApplicationError):
+    """A script, or one of its `#SBATCH` lines, refused as sbatch refuses it (or as the
+    platform does: `sbatch_directive_not_supported`). `extra`: `line` (the script's line),
+    `option` (as written), `reason` (sbatch's own words, or the platform's)."""
+
+
+class ScriptNotBatchScript(ScriptRefused):
+    code = "script_not_a_batch_script"
+    default_detail = "sbatch would not take this script."
+
+
+class ScriptDosLineBreaks(ScriptRefused):
+    code = "script_dos_line_breaks"
+    default_detail = "The script has DOS line breaks (\\r\\n); sbatch takes Unix ones (\\n)."
+
+
+class SbatchDirectiveNotAllowed(ScriptRefused):
     code = "sbatch_directive_not_allowed"
     default_detail = (
-        "The script carries #SBATCH (or #PBS, #BSUB) lines. Resources are set by the job's "
-        "fields (time_limit_minutes, cpus_per_task, ntasks, nodes, gpus, array); remove those "
-        "lines."
+        "The script carries #PBS or #BSUB lines, another scheduler's options: write them as "
+        "#SBATCH lines."
+    )
+
+
+class SbatchDirectiveUnknown(ScriptRefused):
+    code = "sbatch_directive_unknown"
+    default_detail = f"An #SBATCH line gives an option sbatch {SLURM_VERSION} does not have."
+
+
+class SbatchDirectiveRemoved(ScriptRefused):
+    code = "sbatch_directive_removed"
+    default_detail = f"An #SBATCH line gives an option sbatch {SLURM_VERSION} no longer has."
+
+
+class SbatchDirectiveInvalid(ScriptRefused):
+    code = "sbatch_directive_invalid"
+    default_detail = "sbatch cannot read an #SBATCH line of the script."
+
+
+class SbatchDirectiveConflict(ScriptRefused):
+    code = "sbatch_directive_conflict"
+    default_detail = "Two #SBATCH options of the script exclude each other."
+
+
+class SbatchDirectiveNotSupported(ScriptRefused):
+    code = "sbatch_directive_not_supported"
+    default_detail = "The platform cannot honour an #SBATCH option of the script."
+
+
+class SbatchExclusiveNotCovered(ScriptRefused):
+    code = "sbatch_exclusive_not_covered"
+    default_detail = (
+        "--exclusive takes whole nodes, and this allocation does not cover a whole node for "
+        "the job's time."
+    )
+
+
+class SbatchDependencyNotAllowed(ScriptRefused):
+    code = "sbatch_dependency_not_allowed"
+    default_detail = (
+        "--dependency may name only the team's own jobs on this cluster, by their ids here or "
+        "their Slurm ids."
+    )
+
+
+_REFUSALS: dict[str, type[ScriptRefused]] = {
+    "not_batch_script": ScriptNotBatchScript,
+    "dos_line_breaks": ScriptDosLineBreaks,
+    "other_directives": SbatchDirectiveNotAllowed,
+    "unknown": SbatchDirectiveUnknown,
+    "removed": SbatchDirectiveRemoved,
+    "invalid": SbatchDirectiveInvalid,
+    "conflict": SbatchDirectiveConflict,
+    "not_supported": SbatchDirectiveNotSupported,
+}
+
+
+def script_refused(refusal: DirectiveRefused, **extra: Any) -> ScriptRefused:
+    """The API's error for a refusal of the script's reading: its code, the line, the option
+    and the reason."""
+    error_class = _REFUSALS[refusal.kind]
+    return error_class(
+        f"Line {refusal.line}: {refusal.reason}",
+        extra={"line": refusal.line, "option": refusal.option, "reason": refusal.reason, **extra},
     )
 
 

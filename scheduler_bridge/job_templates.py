@@ -1,18 +1,36 @@
-"""Ready job templates: a script and its sizes for each technique a newcomer needs first, with a
-sentence on the technique. Starting from one fills the submit form; the API lists them
-(GET /api/v1/job-templates/) so that a client can POST one's fields as a job.
+"""Ready job templates: a batch script for each technique a newcomer needs first, its sizes in
+its own `#SBATCH` lines as any batch script carries them, with a sentence on the technique.
+Starting from one fills the submit form; the API lists them (GET /api/v1/job-templates/) with
+the sizes their scripts ask for, so that a client can POST one's script (and nothing else) as a
+job.
 
-They are data, not rules: a job started from a template is checked, reserved and charged like
-any other. Every script runs on a cluster with nothing more than bash and Python 3 (the MPI one
-uses mpi4py when the cluster has it, and works with `srun` alone otherwise); the GPU one is
-offered only where the partition has GPUs."""
+They are data, not rules: a job started from a template is read, checked, reserved and charged
+like any other. Every script runs on a cluster with nothing more than bash and Python 3 (the
+MPI one uses mpi4py when the cluster has it, and works with `srun` alone otherwise); the GPU one
+is offered only where the partition has GPUs."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
+
+from hpc.slurm import directives
 
 # The templates' own names are their ids in the API and in `Job.template`.
 SLUG_MAX_LENGTH = 32
+
+
+@dataclass(frozen=True)
+class TemplateSizes:
+    """What a template's script asks for, as its `#SBATCH` lines say."""
+
+    name: str
+    time_limit_minutes: int
+    cpus_per_task: int = 1
+    ntasks: int = 1
+    nodes: int = 1
+    gpus: int = 0
+    array: str = ""
 
 
 @dataclass(frozen=True)
@@ -20,22 +38,76 @@ class JobTemplate:
     slug: str
     title: str
     technique: str  # one sentence: what the technique is and when to use it
-    name: str  # the job's name the form starts with
-    script: str
-    time_limit_minutes: int
-    cpus_per_task: int = 1
-    ntasks: int = 1
-    nodes: int = 1
-    gpus: int = 0
-    array: str = ""
+    script: str  # its sizes are its #SBATCH lines
     environment: dict[str, str] = field(default_factory=dict)
+
+    @cached_property
+    def sizes(self) -> TemplateSizes:
+        return template_sizes(self.script)
+
+    @property
+    def name(self) -> str:
+        return self.sizes.name
+
+    @property
+    def time_limit_minutes(self) -> int:
+        return self.sizes.time_limit_minutes
+
+    @property
+    def cpus_per_task(self) -> int:
+        return self.sizes.cpus_per_task
+
+    @property
+    def ntasks(self) -> int:
+        return self.sizes.ntasks
+
+    @property
+    def nodes(self) -> int:
+        return self.sizes.nodes
+
+    @property
+    def gpus(self) -> int:
+        return self.sizes.gpus
+
+    @property
+    def array(self) -> str:
+        return self.sizes.array
 
     @property
     def needs_gpus(self) -> bool:
         return self.gpus > 0
 
 
+def template_sizes(script: str) -> TemplateSizes:
+    """The sizes a template's `#SBATCH` lines give, read as sbatch reads them (the templates
+    use the plain forms: --job-name, --time, -c, -n, -N, --gpus, --array)."""
+    reading = directives.read_directives(script)
+
+    def value(key: str) -> str | None:
+        directive = reading.last(key)
+        return directive.value if directive is not None else None
+
+    def count(key: str, default: int) -> int:
+        text = value(key)
+        return directives.whole_number(text, option=f"--{key}") if text else default
+
+    time = directives.time_minutes(value("time") or "")
+    assert time is not None, "a template has a time limit"
+    return TemplateSizes(
+        name=value("job-name") or "job",
+        time_limit_minutes=time,
+        cpus_per_task=count("cpus-per-task", 1),
+        ntasks=count("ntasks", 1),
+        nodes=count("nodes", 1),
+        gpus=count("gpus", 0),
+        array=value("array") or "",
+    )
+
+
 _PYTHON_SWEEP = """#!/bin/bash
+#SBATCH --job-name="parameter sweep"
+#SBATCH --time=5
+#SBATCH --array=0-9%2
 # One task per index of the array: each reads its index and works out its own parameter.
 set -euo pipefail
 python3 - <<'PYTHON'
@@ -55,6 +127,9 @@ PYTHON
 """
 
 _OPENMP = """#!/bin/bash
+#SBATCH --job-name="openmp run"
+#SBATCH --time=5
+#SBATCH --cpus-per-task=2
 # One process, several threads: OpenMP uses as many threads as the CPUs per task asked for.
 set -euo pipefail
 export OMP_NUM_THREADS="${SLURM_CPUS_PER_TASK:-1}"
@@ -84,6 +159,9 @@ gcc -O2 -fopenmp -o sum sum.c
 """
 
 _MPI = """#!/bin/bash
+#SBATCH --job-name="mpi run"
+#SBATCH --time=5
+#SBATCH --ntasks=2
 # srun starts one copy of the program per task (ntasks), spread over the nodes; each copy
 # knows its rank. With mpi4py the copies add up their parts over MPI; without an MPI library
 # each copy writes its part and the script adds them up.
@@ -114,6 +192,9 @@ echo "total=$(cat total.txt)"
 """
 
 _GPU = """#!/bin/bash
+#SBATCH --job-name="gpu run"
+#SBATCH --time=10
+#SBATCH --gpus=1
 # Slurm gives the job the GPUs asked for and sets CUDA_VISIBLE_DEVICES to them.
 set -euo pipefail
 echo "GPUs given: ${CUDA_VISIBLE_DEVICES:-none}"
@@ -131,6 +212,8 @@ PYTHON
 """
 
 _CHECKPOINT = """#!/bin/bash
+#SBATCH --job-name="checkpointed run"
+#SBATCH --time=5
 # Survives preemption. On preemptible capacity the owner's own jobs may take the cores back:
 # Slurm then sends this script SIGTERM, lets it run for the cluster's grace period (the offer
 # shows it), stops it and queues it again under the same id. That run is not charged; the next
@@ -162,30 +245,21 @@ JOB_TEMPLATES: tuple[JobTemplate, ...] = (
         technique="A job array runs the same script once per index, side by side; each task "
         "reads its index ($SLURM_ARRAY_TASK_ID) to pick its own parameter, and %2 caps how "
         "many run at once.",
-        name="parameter sweep",
         script=_PYTHON_SWEEP,
-        time_limit_minutes=5,
-        array="0-9%2",
     ),
     JobTemplate(
         slug="openmp",
         title="Multi-threaded run (OpenMP)",
         technique="One process uses several cores of one node through threads: the job asks "
         "for them with CPUs per task, and OMP_NUM_THREADS is set to that number.",
-        name="openmp run",
         script=_OPENMP,
-        time_limit_minutes=5,
-        cpus_per_task=2,
     ),
     JobTemplate(
         slug="mpi-srun",
         title="MPI run across nodes (srun)",
         technique="Several processes, possibly on several nodes, work on one problem: ntasks "
         "sets how many, nodes how many machines, and srun starts one per task.",
-        name="mpi run",
         script=_MPI,
-        time_limit_minutes=5,
-        ntasks=2,
     ),
     JobTemplate(
         slug="checkpoint",
@@ -193,19 +267,14 @@ JOB_TEMPLATES: tuple[JobTemplate, ...] = (
         technique="On preemptible capacity the owner's jobs may take the cores back: the job "
         "gets SIGTERM and the cluster's grace period to save its state, then Slurm queues it "
         "again and its next run resumes from what it saved (the preempted run is not charged).",
-        name="checkpointed run",
         script=_CHECKPOINT,
-        time_limit_minutes=5,
     ),
     JobTemplate(
         slug="gpu",
         title="GPU run",
         technique="The job asks for GPUs and Slurm gives it those devices alone; offered only "
         "where the partition has GPUs.",
-        name="gpu run",
         script=_GPU,
-        time_limit_minutes=10,
-        gpus=1,
     ),
 )
 

@@ -17,9 +17,10 @@ from computeshare.fields import EncryptedJSONField
 from computeshare.models import BaseModel
 from computeshare.numbers import MICRO_UNIT
 from hpc.types import ENDED_STATES as HPC_ENDED_STATES
-from hpc.types import platform_job_name
+from hpc.types import JobOptions, platform_job_name
 from marketplace.models import Allocation, Cluster, TenantLease, units_field
 from organizations.models import Organization
+from scheduler_bridge.job_requests import JobSize
 
 SECONDS_PER_HOUR = Decimal(3600)
 
@@ -216,6 +217,15 @@ class Job(Progress):
     # the reservation that holds a reserved allocation's block ("" on preemptible capacity).
     qos = models.CharField(max_length=64, blank=True)
     reservation = models.CharField(max_length=64, blank=True)
+    # What its script's #SBATCH lines asked for and what became of each: the
+    # `job_requests.DirectiveReport` (honoured; overridden, and why; where each value the job
+    # runs with came from).
+    directives = models.JSONField(default=dict, blank=True)
+    # The sbatch options it runs with beyond its sizes (`hpc.types.JobOptions`, its
+    # `dependency` as the team's jobs it names until its submission writes their Slurm ids),
+    # `requeue`, and for an exclusive job the CPUs and GPUs of a node (`node_cpus`,
+    # `node_gpus`) it reserved whole.
+    options = models.JSONField(default=dict, blank=True)
 
     submitted_at = models.DateTimeField(null=True, blank=True)
 
@@ -319,6 +329,29 @@ class Job(Progress):
     @property
     def is_array(self) -> bool:
         return bool(self.array)
+
+    @property
+    def job_options(self) -> JobOptions:
+        """Its sbatch options beyond its sizes (the dependency aside: see `options`)."""
+        stored = self.options or {}
+        names = {name for name in JobOptions.__dataclass_fields__ if name != "dependency"}
+        return JobOptions(**{name: value for name, value in stored.items() if name in names})
+
+    @property
+    def size(self) -> JobSize:
+        """Its size as it was priced (`job_units`)."""
+        options = self.options or {}
+        return JobSize(
+            time_limit_minutes=self.time_limit_minutes,
+            cpus_per_task=self.cpus_per_task,
+            ntasks=self.ntasks,
+            nodes=self.nodes,
+            gpus=self.gpus,
+            cpus_per_gpu=options.get("cpus_per_gpu"),
+            exclusive=bool(options.get("exclusive")),
+            node_cpus=int(options.get("node_cpus") or 0),
+            node_gpus=int(options.get("node_gpus") or 0),
+        )
 
     @property
     def secret_environment_names(self) -> list[str]:

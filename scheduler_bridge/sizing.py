@@ -20,11 +20,11 @@ most half the one asked, less than two thirds of the memory asked."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
 from marketplace.models import Resource
-from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB, JobRequest, job_units
+from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB, job_units
 from scheduler_bridge.models import Job, JobRun, JobState, RunState, metered_units, money_of
 
 CORE_SLACK = Decimal("0.05")
@@ -237,16 +237,8 @@ def _memory(job: Job, runs: Sequence[JobRun]) -> MemoryAdvice | None:
 
 def _reservation(job: Job, resource: str, limit_minutes: int) -> Decimal:
     """What the job reserves with this time limit, by submission's own rule."""
-    request = JobRequest(
-        name=job.name,
-        script="",
-        time_limit_minutes=limit_minutes,
-        cpus_per_task=job.cpus_per_task,
-        ntasks=job.ntasks,
-        nodes=job.nodes,
-        gpus=job.gpus,
-    )
-    return job_units(resource=resource, request=request, task_count=job.task_count)
+    size = replace(job.size, time_limit_minutes=limit_minutes)
+    return job_units(resource=resource, size=size, task_count=job.task_count)
 
 
 def _ratio(before: Decimal, after: Decimal) -> Decimal:

@@ -25,6 +25,11 @@ urlpatterns = [
         name="job-estimate",
     ),
     path(
+        "allocations/<uuid:allocation_id>/jobs/directives/",
+        views.JobDirectivesView.as_view(),
+        name="job-directives",
+    ),
+    path(
         "allocations/<uuid:allocation_id>/jobs/quote/",
         views.JobQuoteView.as_view(),
         name="job-quote",

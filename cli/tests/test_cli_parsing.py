@@ -119,8 +119,8 @@ def test_job_body_and_its_form_fields(tmp_path: Path) -> None:
     )
     assert body == {
         "allocation": "a1",
-        "name": "run.sh",
         "script": "#!/bin/bash\necho hi\n",
+        "script_name": "run.sh",
         "time_limit_minutes": 90,
         "cpus_per_task": 2,
         "ntasks": 1,
@@ -153,6 +153,31 @@ def test_a_memory_request_is_sent_only_when_given(tmp_path: Path) -> None:
     body = job_body(script, **sizes, mem_per_cpu=512)
     assert body["mem_per_cpu"] == 512
     assert multipart_fields(body)["mem_per_cpu"] == "512"
+
+
+def test_flags_left_out_are_left_to_the_scripts_sbatch_lines(tmp_path: Path) -> None:
+    script = tmp_path / "job.slurm"
+    script.write_text("#!/bin/bash\n#SBATCH --time=5 -c 2\necho hi\n")
+    nothing: dict[str, object] = {
+        "name": None,
+        "time_limit": None,
+        "cpus_per_task": None,
+        "ntasks": None,
+        "nodes": None,
+        "gpus": None,
+        "array": None,
+        "env": (),
+        "secret_env": (),
+    }
+
+    body = job_body(script, allocation="a1", **nothing)  # type: ignore[arg-type]
+
+    assert body == {
+        "allocation": "a1",
+        "script": "#!/bin/bash\n#SBATCH --time=5 -c 2\necho hi\n",
+        "script_name": "job.slurm",
+        "environment": {},
+    }
 
 
 def test_usage_errors_exit_2_before_anything_is_sent(tmp_path: Path) -> None:

@@ -66,7 +66,7 @@ from hpc.errors import BridgeError, JobFileUnsafe
 
 # The local backend spells its states as Slurm does, and reads them with Slurm's one table.
 from hpc.slurm.accounting import api_state
-from hpc.slurm.jobs import SCRIPT_FILE, result_listing
+from hpc.slurm.jobs import SCRIPT_FILE, result_listing, stream_folders, stream_names
 from hpc.types import (
     InputFile,
     JobSpec,
@@ -258,6 +258,8 @@ class LocalBackend:
             raise _Refused(f"{spec.nodes} nodes requested: the local cluster has one")
         if spec.gpus != 0:
             raise _Refused(f"{spec.gpus} GPUs requested: the local cluster has none")
+        if problem := _options_refused(spec):
+            raise _Refused(problem)
         if spec.ntasks < 1 or spec.cpus_per_task < 1 or spec.time_limit_minutes < 1:
             raise _Refused("tasks, CPUs per task and the time limit must be at least 1")
         requested = spec.ntasks * spec.cpus_per_task
@@ -303,6 +305,9 @@ class LocalBackend:
         self._job_directory(spec.directory)
         folder = job_folder.open_folder(self.root, spec.directory, create=True)
         try:
+            for name in stream_folders(spec):
+                # The folders the job's output goes in, which the supervisor does not make.
+                os.close(job_folder.open_folder(self.root, f"{spec.directory}/{name}", create=True))
             for input_file in spec.input_files:
                 _stage_input(folder, input_file)
             script = job_folder.open_for_writing(folder, SCRIPT_FILE, mode=0o700)
@@ -327,6 +332,8 @@ class LocalBackend:
             seconds_per_minute=self.seconds_per_minute,
             kill_grace_seconds=self.kill_grace_seconds,
             sandbox=sandbox.program,
+            streams=stream_names(spec),
+            open_mode=spec.options.open_mode,
             refusal=(
                 f"not run: jobs here must be sandboxed (LOCAL_BACKEND_SANDBOX=required) and "
                 f"cannot be: {sandbox.problem}"
@@ -477,6 +484,7 @@ class LocalBackend:
         stream: Stream,
         array_task_id: int | None,
         tail_bytes: int,
+        name: str | None = None,
     ) -> bytes:
         """Read as the platform's user (`tenant` is ignored, None here), without following a
         link (`hpc.job_folder`): raises `JobFileUnsafe` when the job replaced the file by one,
@@ -484,7 +492,10 @@ class LocalBackend:
         self._job_directory(directory)
         try:
             return job_folder.read_tail(
-                self.root, directory, output_file_name(stream, array_task_id), max(0, tail_bytes)
+                self.root,
+                directory,
+                name or output_file_name(stream, array_task_id),
+                max(0, tail_bytes),
             )
         except job_folder.JobFileRefused as error:
             raise JobFileUnsafe(f"{error.filename}: {error.strerror}") from None
@@ -671,6 +682,20 @@ def _run_record(record: TaskRecord) -> RunRecord:
         partition=PARTITION,
         requested_cpus=record.requested_cpus,
     )
+
+
+def _options_refused(spec: JobSpec) -> str | None:
+    """What of the spec's options one machine without a scheduler cannot honour."""
+    options = spec.options
+    unsupported = (
+        ("a dependency on other jobs", options.dependency),
+        ("node features (--constraint)", options.constraint),
+        ("a signal before the time limit (--signal)", options.signal),
+    )
+    for what, value in unsupported:
+        if value:
+            return f"the local cluster does not take {what}"
+    return None
 
 
 def _stage_input(folder: int, input_file: InputFile) -> None:

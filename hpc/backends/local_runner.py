@@ -80,6 +80,7 @@ from hpc.backends.local_state import (
     signal_task_processes,
 )
 from hpc.backends.sandbox import sandbox_command, sandbox_init_identity
+from hpc.slurm.filenames import DEV_NULL, batch_values, name_with
 from hpc.types import output_file_name
 
 # The supervisor ----------------------------------------------------------------------------------
@@ -377,25 +378,55 @@ class Supervisor:
             }
         return environment
 
-    def _output_files(self, task: _Task) -> tuple[int, int]:
-        """The task's stdout and stderr files, made anew in the job's folder without following
-        a link (`hpc.job_folder`): another task of the array may have left a link, a FIFO or a
-        hard link under the name, and the supervisor writes only into a new file of its own."""
+    def _stream_names(self, task: _Task) -> dict[str, str]:
+        """The task's stdout, stderr and stdin names in the job's directory, the patterns
+        filled as Slurm fills a batch step's (`%x` and `%u` were filled on submission)."""
+        values = batch_values(
+            job_id=task.raw_job_id,
+            array_job_id=self.job.job_id,
+            array_task_id=task.array_task_id,
+            node=os.uname().nodename.split(".")[0],
+        )
+        streams = self.job.streams or {
+            stream: output_file_name(stream, task.array_task_id) for stream in ("stdout", "stderr")
+        }
+        return {stream: name_with(pattern, values) for stream, pattern in streams.items()}
+
+    def _stream_files(self, task: _Task) -> tuple[int | None, int | None, int | None]:
+        """The task's stdin, stdout and stderr as descriptors (None for /dev/null, and for no
+        input), opened in the job's folder without following a link (`hpc.job_folder`):
+        another task of the array may have left a link, a FIFO or a hard link under a name,
+        and the supervisor writes only into a new file of its own, or appends (`--open-mode`)
+        only to a regular file of the folder. stderr shares stdout's file when the script sent
+        both there. The caller closes them."""
+        names = self._stream_names(task)
+        opened: dict[str, int] = {}
         folder = job_folder.open_folder(self.state.root, self.job.directory)
         try:
-            stdout = job_folder.open_for_writing(
-                folder, output_file_name("stdout", task.array_task_id)
-            )
-            try:
-                stderr = job_folder.open_for_writing(
-                    folder, output_file_name("stderr", task.array_task_id)
-                )
-            except BaseException:
-                os.close(stdout)
-                raise
+
+            def output(name: str) -> int | None:
+                if name == DEV_NULL:
+                    return None
+                if name not in opened:
+                    opening = (
+                        job_folder.open_for_appending
+                        if self.job.open_mode == "append"
+                        else job_folder.open_for_writing
+                    )
+                    opened[name] = opening(folder, name)
+                return opened[name]
+
+            stdout, stderr = output(names["stdout"]), output(names["stderr"])
+            stdin = None
+            if names.get("stdin", DEV_NULL) != DEV_NULL:
+                stdin, _ = job_folder.open_for_reading(folder, names["stdin"])
+        except BaseException:
+            for descriptor in opened.values():
+                os.close(descriptor)
+            raise
         finally:
             os.close(folder)
-        return stdout, stderr
+        return stdin, stdout, stderr
 
     def _start(self, task: _Task, slots: list[int]) -> None:
         task.slots = slots
@@ -408,22 +439,24 @@ class Supervisor:
                 self.job.sandbox, directory, command, info_descriptor=info_write
             )
         try:
-            stdout_descriptor, stderr_descriptor = self._output_files(task)
-            with (
-                os.fdopen(stdout_descriptor, "wb") as stdout,
-                os.fdopen(stderr_descriptor, "wb") as stderr,
-            ):
+            stdin, stdout, stderr = self._stream_files(task)
+            try:
                 task.popen = subprocess.Popen(
                     command,
                     cwd=directory,
                     env=self._environment(task, directory),
-                    stdin=subprocess.DEVNULL,
-                    stdout=stdout,
-                    stderr=stderr,
+                    stdin=subprocess.DEVNULL if stdin is None else stdin,
+                    stdout=subprocess.DEVNULL if stdout is None else stdout,
+                    stderr=subprocess.DEVNULL if stderr is None else stderr,
                     start_new_session=True,  # the task's own session and process group
                     close_fds=True,
                     pass_fds=() if info_write is None else (info_write,),
                 )
+            finally:
+                # The task's process has its own copies now.
+                for descriptor in {stdin, stdout, stderr}:
+                    if descriptor is not None:
+                        os.close(descriptor)
         except (OSError, ValueError) as error:
             if info_read is not None:
                 os.close(info_read)

@@ -27,7 +27,7 @@ import os
 import secrets
 import signal
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -237,6 +237,10 @@ class JobRecord:
     # Why no task of the job may run (a sandbox was required and there is none): every task
     # fails with it, unstarted.
     refusal: str | None = None
+    # Where each task's stdout, stderr and stdin go in the job's directory, with sbatch's
+    # patterns (`hpc.slurm.jobs.stream_names`), and whether output is appended to.
+    streams: Mapping[str, str] = field(default_factory=dict)
+    open_mode: str = ""
 
     @property
     def requested_cpus(self) -> int:
@@ -247,6 +251,7 @@ class JobRecord:
             **{name: getattr(self, name) for name in self.__dataclass_fields__},
             "tasks": [list(task) for task in self.tasks],
             "environment": dict(self.environment),
+            "streams": dict(self.streams),
             "submit_time": self.submit_time.isoformat(),
         }
 

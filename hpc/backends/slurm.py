@@ -64,6 +64,7 @@ from hpc.slurm.jobs import (
     sbatch_arguments,
     scancel_arguments,
     spec_problem,
+    stream_folders,
     submission_script,
     test_only_arguments,
 )
@@ -168,6 +169,9 @@ class SlurmBackend:
                         arguments=sbatch_arguments(spec, directory),
                         script=spec.script,
                         environment=spec.environment,
+                        folders=tuple(
+                            posixpath.join(directory, folder) for folder in stream_folders(spec)
+                        ),
                     ),
                 )
             )
@@ -290,6 +294,7 @@ class SlurmBackend:
         stream: Stream,
         array_task_id: int | None,
         tail_bytes: int,
+        name: str | None = None,
     ) -> bytes:
         """Read by the job-folder reader as the tenant, without following a link: raises
         `JobFileUnsafe` when the job replaced the file by a link or anything but a regular
@@ -297,7 +302,7 @@ class SlurmBackend:
         if tail_bytes <= 0:
             _directory_check(directory)
             return b""
-        name = output_file_name(stream, array_task_id)
+        name = name or output_file_name(stream, array_task_id)
         with self._reader(tenant, directory, ["tail", _hex(name), str(tail_bytes)]) as output:
             return output.read(tail_bytes)
 

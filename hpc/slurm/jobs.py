@@ -16,8 +16,10 @@ from hpc import job_folder
 from hpc.arrays import InvalidArray, parse_array
 from hpc.batches import batched
 from hpc.errors import UnexpectedOutput
+from hpc.slurm import directives, filenames
 from hpc.slurm.accounting import valid_job_ids
 from hpc.types import (
+    JobOptions,
     JobSpec,
     ResultFile,
     Stream,
@@ -71,6 +73,63 @@ def spec_problem(spec: JobSpec) -> str | None:
             return problem
         if "\x00" in value:
             return f"the value of the environment variable {name!r} holds a NUL character"
+    if directives.directive_lines(spec.script):
+        return "the script still carries #SBATCH lines: the platform writes every option"
+    return options_problem(spec.options)
+
+
+# A feature expression (`--constraint`): names, counts and Slurm's operators, nothing a shell
+# or sbatch would read otherwise. Dependencies are built by the platform from job ids.
+_CONSTRAINT = re.compile(r"[A-Za-z0-9_.:*&|\[\]()-]{1,500}")
+_DEPENDENCY = re.compile(
+    r"[a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)*([,?][a-z]+(:[0-9]+(_[0-9]+)?(\+[0-9]+)?)*)*"
+)
+
+
+def options_problem(options: JobOptions) -> str | None:
+    """Why the spec's extra options cannot be written as sbatch options, or None."""
+    for option, name in (
+        ("output", options.output),
+        ("error", options.error),
+        ("input", options.input),
+    ):
+        if name:
+            try:
+                if filenames.rerooted(name) != name:
+                    return f"the {option} file {name!r} is not a name in the job's folder"
+            except filenames.NameRefused as error:
+                return f"the {option} file: {error}"
+    checks = (
+        (options.open_mode, lambda value: value in ("append", "truncate")),
+        (options.constraint, _CONSTRAINT.fullmatch),
+        (options.gpu_type, _SLURM_NAME.fullmatch),
+        (options.dependency, _DEPENDENCY.fullmatch),
+        (options.comment, lambda value: value.isprintable() and len(value) <= 500),
+    )
+    for value, is_valid in checks:
+        if value and not is_valid(value):
+            return f"the option value {value!r} is not one the platform writes"
+    try:
+        if options.signal:
+            directives.signal(options.signal)
+        if options.hint:
+            directives.hint(options.hint)
+    except directives.DirectiveRefused as refusal:
+        return refusal.reason
+    counts = (
+        options.time_min_minutes,
+        options.ntasks_per_node,
+        options.mem_per_gpu,
+        options.gpus_per_node,
+        options.gpus_per_task,
+        options.cpus_per_gpu,
+    )
+    if any(count is not None and count < 1 for count in counts):
+        return "the options' counts must be positive"
+    if (options.mem_per_node is not None and options.mem_per_node < 0) or (
+        options.nice is not None and options.nice < 0
+    ):
+        return "memory per node and nice cannot be negative"
     return None
 
 
@@ -177,8 +236,7 @@ def sbatch_arguments(spec: JobSpec, job_directory: str) -> list[str]:
         f"--ntasks={spec.ntasks}",
         f"--cpus-per-task={spec.cpus_per_task}",
     ]
-    if spec.gpus > 0:
-        arguments.append(f"--gpus={spec.gpus}")
+    arguments += _gpu_arguments(spec)
     if spec.mem_per_cpu is not None:
         arguments.append(f"--mem-per-cpu={spec.mem_per_cpu}M")
     if spec.account:
@@ -191,11 +249,10 @@ def sbatch_arguments(spec: JobSpec, job_directory: str) -> list[str]:
         arguments.append("--requeue" if spec.requeue else "--no-requeue")
     if spec.array is not None:
         arguments.append(f"--array={spec.array}")
-    is_array = spec.array is not None
+    arguments += _option_arguments(spec.options)
     arguments += [
         f"--chdir={job_directory}",
-        f"--output={job_directory}/{_output_pattern('stdout', is_array)}",
-        f"--error={job_directory}/{_output_pattern('stderr', is_array)}",
+        *_stream_arguments(spec, job_directory),
         "--export=ALL",
         f"--export-file={job_directory}/{EXPORT_FILE}",
         f"{job_directory}/{SCRIPT_FILE}",
@@ -203,10 +260,93 @@ def sbatch_arguments(spec: JobSpec, job_directory: str) -> list[str]:
     return arguments
 
 
-def _output_pattern(stream: Stream, is_array: bool) -> str:
-    """The output path sbatch fills in: `output_file_name` of the stream, with `%a` (the task
-    id) in place of the task for an array."""
-    return f"{stream}-%a.txt" if is_array else output_file_name(stream, None)
+def _gpu_arguments(spec: JobSpec) -> list[str]:
+    """The job's GPUs as it asked for them: per node, per task, or in all (`--gpus`)."""
+    options = spec.options
+    kind = f"{options.gpu_type}:" if options.gpu_type else ""
+    if options.gpus_per_node:
+        return [f"--gpus-per-node={kind}{options.gpus_per_node}"]
+    if options.gpus_per_task:
+        return [f"--gpus-per-task={kind}{options.gpus_per_task}"]
+    if spec.gpus > 0:
+        return [f"--gpus={kind}{spec.gpus}"]
+    return []
+
+
+def _option_arguments(options: JobOptions) -> list[str]:
+    """The spec's extra options as sbatch options, each from a value `options_problem`
+    passed."""
+    arguments = []
+    numbers = (
+        ("--time-min", options.time_min_minutes),
+        ("--ntasks-per-node", options.ntasks_per_node),
+        ("--cpus-per-gpu", options.cpus_per_gpu),
+        ("--nice", options.nice),
+    )
+    arguments += [f"{option}={value}" for option, value in numbers if value is not None]
+    if options.mem_per_node is not None:
+        arguments.append(f"--mem={options.mem_per_node}M")
+    if options.mem_per_gpu is not None:
+        arguments.append(f"--mem-per-gpu={options.mem_per_gpu}M")
+    texts = (
+        ("--open-mode", options.open_mode),
+        ("--signal", options.signal),
+        ("--constraint", options.constraint),
+        ("--hint", options.hint),
+        ("--comment", options.comment),
+        ("--dependency", options.dependency),
+    )
+    arguments += [f"{option}={value}" for option, value in texts if value]
+    if options.exclusive:
+        arguments.append("--exclusive")
+    return arguments
+
+
+def stream_names(spec: JobSpec) -> dict[str, str]:
+    """The spec's stdout, stderr and stdin names in its folder (`streams`)."""
+    return streams(spec.options, is_array=spec.array is not None)
+
+
+def streams(options: JobOptions, *, is_array: bool) -> dict[str, str]:
+    """A job's stdout, stderr and stdin names in its folder (or /dev/null), with sbatch's
+    patterns for Slurm to fill: the script's own (`JobOptions`), else the platform's
+    (`output_file_name`, `%a` in place of an array's task). Without an error file of its own,
+    stderr goes where stdout goes when the script named that, as sbatch sends it; stdin is
+    absent without an input file."""
+
+    def platform_name(stream: Stream) -> str:
+        return f"{stream}-%a.txt" if is_array else output_file_name(stream, None)
+
+    names = {
+        "stdout": options.output or platform_name("stdout"),
+        "stderr": options.error or options.output or platform_name("stderr"),
+    }
+    if options.input:
+        names["stdin"] = options.input
+    return names
+
+
+def stream_folders(spec: JobSpec) -> list[str]:
+    """The folders of the job's folder its stream files go in, which Slurm does not make."""
+    folders = {
+        name.rpartition("/")[0]
+        for name in stream_names(spec).values()
+        if name != filenames.DEV_NULL and "/" in name
+    }
+    return sorted(folders)
+
+
+def _stream_arguments(spec: JobSpec, job_directory: str) -> list[str]:
+    def path(name: str) -> str:
+        return name if name == filenames.DEV_NULL else f"{job_directory}/{name}"
+
+    names = stream_names(spec)
+    arguments = [f"--output={path(names['stdout'])}"]
+    if names["stderr"] != names["stdout"]:
+        arguments.append(f"--error={path(names['stderr'])}")
+    if "stdin" in names:
+        arguments.append(f"--input={path(names['stdin'])}")
+    return arguments
 
 
 @dataclass(frozen=True)
@@ -227,6 +367,8 @@ class Submission:
     arguments: list[str]
     script: str
     environment: Mapping[str, str]
+    # Folders of the job's directory its output goes in (absolute): made with it.
+    folders: tuple[str, ...] = ()
 
 
 def submission_script(submissions: Sequence[Submission], token: str, *, lanes: int = 1) -> str:
@@ -273,11 +415,12 @@ def submission_script(submissions: Sequence[Submission], token: str, *, lanes: i
         "}",
     ]
     directories = [submission.directory for submission in submissions]
+    folders = directories + [folder for submission in submissions for folder in submission.folders]
     # A directory that cannot be made shows in its own job's outcome (its script cannot be
     # written), so this says nothing itself.
     lines += [
         f"mkdir -p -m 0700 -- {shlex.join(chunk)} 2>/dev/null || :"
-        for chunk in batched(directories, _PATHS_PER_COMMAND)
+        for chunk in batched(folders, _PATHS_PER_COMMAND)
     ]
     for lane in range(lanes):
         jobs = [

@@ -1,6 +1,6 @@
 """Forms of the job pages. They parse what the browser sends into the types the services take
 (sizes as integers, the environment's `NAME=value` lines as a dict); the services decide what
-is allowed (sizes that fit the partition, valid names, no #SBATCH lines) and the views put
+is allowed (sizes that fit the partition, valid names, the script's #SBATCH lines) and the views put
 their refusals beside these fields."""
 
 from __future__ import annotations
@@ -19,7 +19,9 @@ from scheduler_bridge.models import JobState
 from scheduler_bridge.services import JobRequest
 
 SAMPLE_SCRIPT = """#!/bin/bash
-# Resources come from the fields below, not from #SBATCH lines.
+#SBATCH --job-name=hello
+#SBATCH --time=10
+#SBATCH --cpus-per-task=1
 set -euo pipefail
 
 echo "Hello from $(hostname)"
@@ -33,26 +35,43 @@ MAX_CPUS = 100_000
 MAX_NODES = 10_000
 
 
-def _whole_number(label: str, *, minimum: int, maximum: int, initial: int) -> forms.IntegerField:
+# The fields a script's #SBATCH lines can fill (the page's script fills them as it is typed).
+SCRIPT_FILLED_FIELDS = (
+    "name",
+    "time_limit_minutes",
+    "cpus_per_task",
+    "ntasks",
+    "nodes",
+    "gpus",
+    "mem_per_cpu",
+    "array",
+)
+
+
+def _whole_number(label: str, *, minimum: int, maximum: int, default: str) -> forms.IntegerField:
     return WholeNumberFormField(
         label=label,
         min_value=minimum,
         max_value=maximum,
-        initial=initial,
-        widget=forms.NumberInput(attrs={"min": str(minimum), "step": "1"}),
+        required=False,
+        widget=forms.NumberInput(attrs={"min": str(minimum), "step": "1", "placeholder": default}),
     )
 
 
 class JobSizesForm(StyledFormMixin, forms.Form):
-    """What a job asks of the partition: the fields the cost estimate is computed from."""
+    """What a job asks of the partition: the fields the cost estimate is computed from. Each
+    may be left empty: the script's #SBATCH line gives it then, else the default (the
+    placeholder). `script_fields` names the fields the page filled from the script as it was
+    typed: those are the script's, not the request's."""
 
     time_limit_minutes = _whole_number(
-        "Time limit (minutes)", minimum=1, maximum=MAX_TIME_LIMIT_MINUTES, initial=10
+        "Time limit (minutes)", minimum=1, maximum=MAX_TIME_LIMIT_MINUTES, default="--time"
     )
-    cpus_per_task = _whole_number("CPUs per task", minimum=1, maximum=MAX_CPUS, initial=1)
-    ntasks = _whole_number("Tasks (ntasks)", minimum=1, maximum=MAX_CPUS, initial=1)
-    nodes = _whole_number("Nodes", minimum=1, maximum=MAX_NODES, initial=1)
-    gpus = _whole_number("GPUs", minimum=0, maximum=MAX_NODES, initial=0)
+    cpus_per_task = _whole_number("CPUs per task", minimum=1, maximum=MAX_CPUS, default="1")
+    ntasks = _whole_number("Tasks (ntasks)", minimum=1, maximum=MAX_CPUS, default="1")
+    nodes = _whole_number("Nodes", minimum=1, maximum=MAX_NODES, default="1")
+    gpus = _whole_number("GPUs", minimum=0, maximum=MAX_NODES, default="0")
+    script_fields = forms.CharField(required=False, widget=forms.HiddenInput)
     mem_per_cpu = WholeNumberFormField(
         label="Memory per CPU (MiB)",
         min_value=1,
@@ -89,29 +108,38 @@ class JobSizesForm(StyledFormMixin, forms.Form):
             raise forms.ValidationError(str(error)) from error
         return expression
 
+    def clean_script_fields(self) -> list[str]:
+        names = self.cleaned_data["script_fields"].split(",")
+        return [name for name in names if name in SCRIPT_FILLED_FIELDS]
+
     def task_count(self) -> int:
         """How many tasks the job runs, counted by the parser the submission uses; call after
         `is_valid()`."""
         expression = self.cleaned_data.get("array")
         return len(parse_array(expression).indices) if expression else 1
 
-    def job_request(self) -> JobRequest:
-        """What the form asks for, as the services take it; call after `is_valid()`. Only
-        the sizes are there for the estimate, which needs no name, script or environment."""
-        data = self.cleaned_data
+    def job_request(self, script: str = "") -> JobRequest:
+        """What the form asks for, as the services take it; call after `is_valid()`. A field
+        left empty, or filled from the script, is not the request's: the script's or the
+        default applies."""
+        data = dict(self.cleaned_data)
+        for name in data.get("script_fields") or []:
+            data[name] = None
+        if "gpus" not in self.fields:
+            data["gpus"] = None
         return JobRequest(
-            name=data.get("name", ""),
-            script=data.get("script", ""),
-            time_limit_minutes=data["time_limit_minutes"],
-            cpus_per_task=data["cpus_per_task"],
-            ntasks=data["ntasks"],
-            nodes=data["nodes"],
-            gpus=data.get("gpus") or 0,
-            array=data["array"],
-            environment=data.get("environment", {}),
-            secret_environment=data.get("secret_environment", {}),
+            name=(data.get("name") or "").strip() or None,
+            script=data.get("script") or script,
+            time_limit_minutes=data.get("time_limit_minutes"),
+            cpus_per_task=data.get("cpus_per_task"),
+            ntasks=data.get("ntasks"),
+            nodes=data.get("nodes"),
+            gpus=data.get("gpus"),
+            array=data.get("array"),
+            environment=data.get("environment") or {},
+            secret_environment=data.get("secret_environment") or {},
             mem_per_cpu=data.get("mem_per_cpu"),
-            template=data.get("template", ""),
+            template=data.get("template") or "",
         )
 
 
@@ -162,13 +190,20 @@ class MultipleFileField(forms.FileField):
 
 
 class JobSubmitForm(JobSizesForm):
-    name = forms.CharField(label="Name", max_length=200, initial="hello")
+    name = forms.CharField(
+        label="Name",
+        max_length=200,
+        required=False,
+        widget=forms.TextInput(attrs={"placeholder": "--job-name"}),
+    )
     script = forms.CharField(
         label="Script",
         strip=False,
         initial=SAMPLE_SCRIPT,
-        help_text="Starts with an interpreter line such as <code>#!/bin/bash</code>. No "
-        "<code>#SBATCH</code> lines: the fields below set the resources.",
+        help_text="Starts with an interpreter line such as <code>#!/bin/bash</code>. Its "
+        "<code>#SBATCH</code> lines are read as sbatch reads them and fill the fields below as "
+        "you type; a field you type in wins over the script's line, as sbatch's command line "
+        "does.",
         widget=forms.Textarea(
             attrs={
                 "rows": 14,
@@ -237,6 +272,12 @@ class JobSubmitForm(JobSizesForm):
         "secret_environment",
         "input_files",
     ]
+
+    def clean_script(self) -> str:
+        # A browser sends a text area's lines with CR LF whatever the user typed (the HTML
+        # form encoding): those line breaks are the page's, not the script's.
+        script: str = self.cleaned_data["script"]
+        return script.replace("\r\n", "\n")
 
     def clean_environment(self) -> dict[str, str]:
         return parse_environment(self.cleaned_data["environment"])

@@ -9,11 +9,14 @@ from typing import Any
 from django import forms
 
 from computeshare.forms import StyledFormMixin
+from computeshare.numbers import WholeNumberFormField
 from scheduler_bridge.forms.jobs import MAX_CPUS, MAX_TIME_LIMIT_MINUTES, _whole_number
 from scheduler_bridge.models import Sweep
 from scheduler_bridge.services import SweepRequest
 
 SAMPLE_SWEEP_SCRIPT = """#!/usr/bin/env python3
+#SBATCH --time=10
+#SBATCH --cpus-per-task=1
 # Runs once per row of the table: the row's values are variables named after the columns
 # (and the arguments, in column order). The last line printed is the row's result.
 import os
@@ -32,8 +35,9 @@ class SweepSubmitForm(StyledFormMixin, forms.Form):
         strip=False,
         initial=SAMPLE_SWEEP_SCRIPT,
         help_text="Any interpreter line (<code>#!/usr/bin/env python3</code>, "
-        "<code>#!/bin/bash</code>). No <code>#SBATCH</code> lines. Each task runs it in its "
-        "row's own folder.",
+        "<code>#!/bin/bash</code>). Its <code>#SBATCH</code> lines give each task's sizes "
+        "(the fields below win over them); the sweep sets the array and the output itself. "
+        "Each task runs it in its row's own folder.",
         widget=forms.Textarea(
             attrs={
                 "rows": 12,
@@ -63,10 +67,19 @@ class SweepSubmitForm(StyledFormMixin, forms.Form):
         widget=forms.ClearableFileInput(attrs={"accept": ".csv,text/csv,text/plain"}),
     )
     time_limit_minutes = _whole_number(
-        "Time limit per task (minutes)", minimum=1, maximum=MAX_TIME_LIMIT_MINUTES, initial=10
+        "Time limit per task (minutes)",
+        minimum=1,
+        maximum=MAX_TIME_LIMIT_MINUTES,
+        default="the script's --time",
     )
-    cpus_per_task = _whole_number("CPUs per task", minimum=1, maximum=MAX_CPUS, initial=1)
-    concurrency = _whole_number("At most at once", minimum=1, maximum=MAX_CPUS, initial=10)
+    cpus_per_task = _whole_number("CPUs per task", minimum=1, maximum=MAX_CPUS, default="1")
+    concurrency = WholeNumberFormField(
+        label="At most at once",
+        min_value=1,
+        max_value=MAX_CPUS,
+        initial=10,
+        widget=forms.NumberInput(attrs={"min": "1", "step": "1"}),
+    )
     result_source = forms.ChoiceField(
         label="A task's result",
         choices=[
@@ -98,10 +111,11 @@ class SweepSubmitForm(StyledFormMixin, forms.Form):
         is_file = data["result_source"] == Sweep.ResultSource.FILE
         return SweepRequest(
             name=data["name"],
-            script=data["script"],
+            # A browser sends a text area's lines with CR LF: the page's, not the script's.
+            script=data["script"].replace("\r\n", "\n"),
             table=table,
-            time_limit_minutes=data["time_limit_minutes"],
-            cpus_per_task=data["cpus_per_task"],
+            time_limit_minutes=data.get("time_limit_minutes"),
+            cpus_per_task=data.get("cpus_per_task"),
             concurrency=data["concurrency"],
             result_source=data["result_source"],
             result_file=data["result_file"].strip() if is_file else "",

@@ -28,7 +28,7 @@ from computeshare.numbers import MICRO_UNIT
 from marketplace.models import Allocation, Cluster, PendingReservation, Resource, TenantLease
 from organizations.models import Membership, Organization
 from scheduler_bridge import sizing
-from scheduler_bridge.job_requests import JobRequest, job_units
+from scheduler_bridge.job_requests import JobSize, job_units
 from scheduler_bridge.models import (
     ACTIVE_STATES,
     ENDED_STATES,
@@ -258,19 +258,19 @@ class Estimate:
 def job_estimate(
     *,
     allocation: Allocation,
-    request: JobRequest | None = None,
+    size: JobSize | None = None,
     task_count: int = 1,
     problem: str = "",
 ) -> Estimate:
-    """What `job_submit` would reserve for `request` with `task_count` tasks (`job_units`, as
+    """What `job_submit` would reserve for `size` with `task_count` tasks (`job_units`, as
     `job_request_sized` reserves and the API's quote counts), so that the submission page's
-    figure is the reservation and the quote's to the micro-unit. Without a request, no figure,
+    figure is the reservation and the quote's to the micro-unit. Without a size, no figure,
     and `problem` says why."""
-    if request is None:
+    if size is None:
         return Estimate(
             unreserved=allocation.remaining, unit_price=allocation.unit_price, problem=problem
         )
-    units = job_units(resource=allocation.resource, request=request, task_count=task_count)
+    units = job_units(resource=allocation.resource, size=size, task_count=task_count)
     return Estimate(
         unreserved=allocation.remaining,
         unit_price=allocation.unit_price,

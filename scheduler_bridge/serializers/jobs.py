@@ -20,15 +20,62 @@ from scheduler_bridge.models import Job, JobFile, JobRun, JobState, JobTask, Run
 from scheduler_bridge.selectors import jobs as selectors
 
 
+def optional_size(minimum: int, maximum: int, help_text: str) -> WholeNumber:
+    """A size a request may leave out (or give as null): the script's #SBATCH line, else the
+    default, gives it then."""
+    return WholeNumber(
+        min_value=minimum,
+        max_value=maximum,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text=help_text,
+    )
+
+
+def _size(name: str, minimum: int, maximum: int, default: str) -> WholeNumber:
+    return optional_size(
+        minimum,
+        maximum,
+        f"Optional: left out (or null), the script's #SBATCH line gives it, else {default}. "
+        f"sbatch {name}.",
+    )
+
+
 class JobCreateSerializer(serializers.Serializer):
     allocation = serializers.UUIDField()
-    name = serializers.CharField(max_length=200)
-    script = serializers.CharField(trim_whitespace=False)
-    time_limit_minutes = WholeNumber(min_value=1, max_value=525600)
-    cpus_per_task = WholeNumber(min_value=1, max_value=100000, default=1)
-    ntasks = WholeNumber(min_value=1, max_value=100000, default=1)
-    nodes = WholeNumber(min_value=1, max_value=10000, default=1)
-    gpus = WholeNumber(min_value=0, max_value=10000, default=0)
+    script = serializers.CharField(
+        trim_whitespace=False,
+        help_text="The batch script, starting with `#!`. Its `#SBATCH` lines are read as sbatch "
+        "22.05 reads them: those that ask for resources become the job's request (each field "
+        "below overrides its directive, as sbatch's command line does), those that would reach "
+        "outside what the team bought are overridden with a warning (`directives.overridden`), "
+        "and a line sbatch would refuse is refused (400, a stable code per rule, with "
+        "`extra.line`, `extra.option` and sbatch's `extra.reason`). `#PBS` and `#BSUB` lines "
+        "are refused (`sbatch_directive_not_allowed`).",
+    )
+    name = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Optional: the script's --job-name, else `script_name`, else `sbatch`.",
+    )
+    script_name = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_blank=True,
+        default="",
+        help_text="Optional: the script's file name, the job's name when neither `name` nor "
+        "the script's --job-name gives one (as sbatch names a job after its script).",
+    )
+    time_limit_minutes = _size(
+        "--time", 1, 525600, "refused (400 on this field): a job has a time limit"
+    )
+    cpus_per_task = _size("--cpus-per-task", 1, 100000, "1")
+    ntasks = _size("--ntasks", 1, 100000, "1 (one per node when the script gives --nodes)")
+    nodes = _size("--nodes", 1, 10000, "1")
+    gpus = _size("--gpus (for the whole job)", 0, 10000, "0")
     mem_per_cpu = WholeNumber(
         min_value=1,
         max_value=MAX_MEM_PER_CPU_MIB,
@@ -36,7 +83,8 @@ class JobCreateSerializer(serializers.Serializer):
         allow_null=True,
         default=None,
         help_text="Optional: memory per allocated CPU in MiB, passed to sbatch as "
-        "--mem-per-cpu. Left out (or null), the partition's default applies.",
+        "--mem-per-cpu; it replaces the script's --mem, --mem-per-cpu or --mem-per-gpu. Left "
+        "out (or null), the script's, else the partition's default.",
     )
     template = serializers.CharField(
         max_length=SLUG_MAX_LENGTH,
@@ -47,7 +95,13 @@ class JobCreateSerializer(serializers.Serializer):
         "/job-templates/). Jobs started from one template offer their measured sizes the "
         "next time the form starts from it.",
     )
-    array = serializers.CharField(max_length=200, required=False, allow_null=True)
+    array = serializers.CharField(
+        max_length=200,
+        required=False,
+        allow_null=True,
+        default=None,
+        help_text="Optional: the script's --array when left out.",
+    )
     environment = serializers.DictField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False),
         required=False,
@@ -352,6 +406,57 @@ class JobResultFileSerializer(JobInputFileSerializer):
     modified_at = serializers.DateTimeField(allow_null=True)
 
 
+class DirectiveHonouredSerializer(serializers.Serializer):
+    option = serializers.CharField(help_text="As written in the script: `-c`, `--time`.")
+    value = serializers.CharField()
+    line = serializers.IntegerField()
+    note = serializers.CharField(
+        help_text="How it was read, when that needs saying (a path kept in the job's folder)."
+    )
+
+
+class DirectiveOverriddenSerializer(serializers.Serializer):
+    option = serializers.CharField(help_text="As written in the script.")
+    value = serializers.CharField()
+    line = serializers.IntegerField()
+    why = serializers.CharField()
+
+
+class EffectiveValueSerializer(serializers.Serializer):
+    field = serializers.CharField(
+        help_text="`name`, `time_limit_minutes`, `nodes`, `ntasks`, `cpus_per_task`, `gpus`, "
+        "`memory`, `array`, and the options the job runs with (`output`, `error`, `input`, "
+        "`open_mode`, `signal`, `requeue`, `constraint`, `hint`, `comment`, `exclusive`, "
+        "`dependency`, `nice`, `time_min_minutes`, `ntasks_per_node`, `cpus_per_gpu`)."
+    )
+    value = serializers.CharField()
+    # DRF takes the declared field off the class, so the name is free at run time; the stubs
+    # see Field.source.
+    source = serializers.ChoiceField(  # type: ignore[assignment]
+        choices=["request", "script", "default"]
+    )
+    option = serializers.CharField(help_text="The script's directive that gave it, if it did.")
+    line = serializers.IntegerField(allow_null=True)
+
+
+class DirectivesSerializer(serializers.Serializer):
+    honoured = DirectiveHonouredSerializer(many=True)
+    overridden = DirectiveOverriddenSerializer(
+        many=True,
+        help_text="Directives the job runs without, each with why: those that would reach "
+        "outside what the team bought, those the request's fields replace, and earlier values "
+        "of an option given again.",
+    )
+    effective = EffectiveValueSerializer(
+        many=True, help_text="Every value the job runs with, and where it came from."
+    )
+
+
+def directives_data(report: dict[str, Any] | None) -> dict[str, Any]:
+    empty: dict[str, Any] = {"honoured": [], "overridden": [], "effective": []}
+    return DirectivesSerializer({**empty, **(report or {})}).data
+
+
 class JobDetailSerializer(JobSerializer):
     input_files = serializers.SerializerMethodField(
         help_text="The files the job was given, staged into its folder before it started."
@@ -373,6 +478,10 @@ class JobDetailSerializer(JobSerializer):
         allow_null=True,
         help_text="Null for a job of `origin` `tenant`: the platform never had its script.",
     )
+    directives = serializers.SerializerMethodField(
+        help_text="What became of the script's #SBATCH lines: honoured, overridden (and why), "
+        "and where each value the job runs with came from."
+    )
     sizing_advice = serializers.SerializerMethodField(
         help_text="Once the job ended: what it asked for, what it used (sacct's TotalCPU, "
         "MaxRSS of its steps, Elapsed against the limit) and what to ask for next time, with "
@@ -392,6 +501,10 @@ class JobDetailSerializer(JobSerializer):
         if job.is_from_tenant:
             data["script"] = None
         return data
+
+    @extend_schema_field(DirectivesSerializer)
+    def get_directives(self, job: Job) -> dict[str, Any]:
+        return directives_data(job.directives)
 
     def _runs(self, job: Job) -> list[JobRun]:
         # A job the cluster has not run yet has no runs: not read (the answer to a POST).
@@ -517,6 +630,13 @@ class JobQuoteSerializer(serializers.Serializer):
     expected_start_detail = serializers.CharField(
         help_text="Why there is no estimate, when there is none; empty otherwise."
     )
+    directives = serializers.SerializerMethodField(
+        help_text="What became of the script's #SBATCH lines, as the job would show it."
+    )
+
+    @extend_schema_field(DirectivesSerializer)
+    def get_directives(self, quote: Any) -> dict[str, Any]:
+        return directives_data(quote.directives.as_json())
 
 
 class MonthQuerySerializer(serializers.Serializer):

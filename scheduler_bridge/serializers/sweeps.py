@@ -12,6 +12,7 @@ from billing.serializers import Money
 from computeshare.numbers import WholeNumber
 from marketplace.serializers.market import Units
 from scheduler_bridge.models import Job, JobState, Sweep, SweepRow
+from scheduler_bridge.serializers.jobs import optional_size
 
 TABLE_HELP = (
     "CSV: a header of column names, then one row per task. Each column becomes an environment "
@@ -28,14 +29,21 @@ class SweepCreateSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=200)
     script = serializers.CharField(
         trim_whitespace=False,
-        help_text="The team's script, starting with `#!` (bash, python3, ...), no `#SBATCH` "
-        "lines. Each task runs it in its row's own folder (`row-<n>` of the job's folder).",
+        help_text="The team's script, starting with `#!` (bash, python3, ...). Its `#SBATCH` "
+        "lines give each task's sizes as a job's do (the fields below win over them); the "
+        "sweep sets the array, the output and the dependency itself, and overrides the "
+        "script's with a warning. Each task runs it in its row's own folder (`row-<n>` of the "
+        "job's folder).",
     )
     table = serializers.CharField(
         trim_whitespace=False, required=False, allow_blank=True, help_text=TABLE_HELP
     )
-    time_limit_minutes = WholeNumber(min_value=1, max_value=525600, help_text="Per task.")
-    cpus_per_task = WholeNumber(min_value=1, max_value=100000, default=1)
+    time_limit_minutes = optional_size(
+        1, 525600, "Per task; left out, the script's --time (400 when neither gives one)."
+    )
+    cpus_per_task = optional_size(
+        1, 100000, "Per task; left out, the script's --cpus-per-task, else 1."
+    )
     concurrency = WholeNumber(
         min_value=1,
         max_value=100000,

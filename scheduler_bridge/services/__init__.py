@@ -1,7 +1,7 @@
 """Every write of the jobs app: submission and cancellation (`submission`), following jobs on
 their cluster and settling their usage (`following`), parameter sweeps (`sweeps`)."""
 
-from scheduler_bridge.job_requests import JobRequest, job_units
+from scheduler_bridge.job_requests import JobRequest, JobSize, job_units
 from scheduler_bridge.services.files import (
     job_results_collect,
     job_results_retry_or_fail,
@@ -17,6 +17,7 @@ from scheduler_bridge.services.following import (
     job_task_settle,
 )
 from scheduler_bridge.services.leases import tenant_lease_end_if_idle
+from scheduler_bridge.services.planning import job_plan, job_request_check, job_request_sized
 from scheduler_bridge.services.quotes import Quote, job_quote
 from scheduler_bridge.services.submission import (
     allocation_check_open,
@@ -26,8 +27,8 @@ from scheduler_bridge.services.submission import (
     job_mark_submitted,
     job_output,
     job_output_check_kept,
-    job_request_check,
     job_state_record,
+    job_stream_files,
     job_submit,
     jobs_mark_submitted,
 )
@@ -40,6 +41,7 @@ from scheduler_bridge.services.sweeps import (
 
 __all__ = [
     "JobRequest",
+    "JobSize",
     "PollReport",
     "Quote",
     "Settlement",
@@ -53,13 +55,16 @@ __all__ = [
     "job_mark_submitted",
     "job_output",
     "job_output_check_kept",
+    "job_plan",
     "job_quote",
     "job_request_check",
+    "job_request_sized",
     "job_results_collect",
     "job_results_retry_or_fail",
     "job_state_from_tasks",
     "job_state_record",
     "job_state_refresh",
+    "job_stream_files",
     "job_submit",
     "job_task_settle",
     "job_units",

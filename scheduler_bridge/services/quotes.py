@@ -19,17 +19,19 @@ from django.conf import settings
 from billing.selectors import budget_status, wallet_get
 from computeshare.errors import ValidationFailed
 from hpc.errors import BridgeError
+from hpc.slurm import directives
 from hpc.types import JobSpec, Tenant, platform_job_name
 from marketplace.models import Allocation, TenantLease
 from organizations.models import Membership
-from scheduler_bridge.job_requests import JobRequest
+from scheduler_bridge.job_requests import DirectiveReport, JobRequest
 from scheduler_bridge.models import money_of
 from scheduler_bridge.services.backends import backend_failed, backend_for
+from scheduler_bridge.services.planning import SizedJob, job_request_sized
 from scheduler_bridge.services.submission import (
     _account_for,
     _qos_for,
     allocation_check_open,
-    job_request_sized,
+    stream_names_filled,
 )
 
 
@@ -44,6 +46,8 @@ class Quote:
     expected_start: datetime | None
     expected_start_source: str  # "slurm" or "unavailable"
     expected_start_detail: str
+    # What became of the script's directives, and where each value came from.
+    directives: DirectiveReport
 
 
 def job_quote(*, actor: Membership, allocation: Allocation, request: JobRequest) -> Quote:
@@ -52,11 +56,12 @@ def job_quote(*, actor: Membership, allocation: Allocation, request: JobRequest)
     if allocation.organization_id != actor.organization_id:
         raise ValidationFailed(fields={"allocation": ["No such allocation."]})
     allocation_check_open(allocation)
-    request, _, _, units = job_request_sized(allocation, request)
+    sized = job_request_sized(allocation, request)
+    units = sized.units
     unreserved = allocation.remaining
     wallet = wallet_get(actor.organization)
     budget = budget_status(actor.organization, wallet)
-    start, source, detail = _expected_start(allocation, request)
+    start, source, detail = _expected_start(allocation, sized)
     return Quote(
         reserved_units=units,
         estimated_max_cost=money_of(units, allocation.unit_price),
@@ -67,12 +72,11 @@ def job_quote(*, actor: Membership, allocation: Allocation, request: JobRequest)
         expected_start=start,
         expected_start_source=source,
         expected_start_detail=detail,
+        directives=sized.plan.report,
     )
 
 
-def _expected_start(
-    allocation: Allocation, request: JobRequest
-) -> tuple[datetime | None, str, str]:
+def _expected_start(allocation: Allocation, sized: SizedJob) -> tuple[datetime | None, str, str]:
     """Slurm's estimate as the team's tenant, or why there is none."""
     cluster = allocation.cluster
     tenant = None
@@ -89,22 +93,26 @@ def _expected_start(
         if lease is None:
             return None, "unavailable", "The team has no account leased on the cluster yet."
         tenant = Tenant(user=lease.account.username, home=lease.account.home)
+    plan = sized.plan
     spec = JobSpec(
         name=platform_job_name(f"quote-{uuid.uuid4()}"),
-        script=request.script,
+        script=directives.neutralised(plan.script, plan.report.line_notes()),
         directory="computeshare-jobs/quote",
         partition=allocation.partition.name,
-        time_limit_minutes=request.time_limit_minutes,
+        time_limit_minutes=plan.size.time_limit_minutes,
         account=_account_for(allocation) or None,
         qos=_qos_for(allocation) or None,
         reservation=allocation.reservation or None,
-        nodes=request.nodes,
-        ntasks=request.ntasks,
-        cpus_per_task=request.cpus_per_task,
-        gpus=request.gpus,
-        mem_per_cpu=request.mem_per_cpu,
-        array=request.array or None,
+        nodes=plan.size.nodes,
+        ntasks=plan.size.ntasks,
+        cpus_per_task=plan.size.cpus_per_task,
+        gpus=plan.size.gpus,
+        mem_per_cpu=plan.mem_per_cpu,
+        array=plan.array or None,
         tenant=tenant,
+        requeue=plan.requeue,
+        # Its dependency is left out: the jobs it names may not be on the cluster yet.
+        options=stream_names_filled(plan.options, plan.name, tenant),
     )
     try:
         start = backend_for(cluster).expected_start(spec)

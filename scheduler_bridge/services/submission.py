@@ -8,12 +8,12 @@ arrive at the same moment share remote commands."""
 
 from __future__ import annotations
 
+import getpass
 import logging
-import re
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from datetime import datetime, timedelta
-from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
@@ -21,32 +21,19 @@ from django.db.models import CharField, F, OuterRef, Q, Subquery, Value
 from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
-from computeshare.errors import FieldErrors, ValidationFailed
+from computeshare.errors import ValidationFailed
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move, status_move_all
-from hpc.arrays import InvalidArray, parse_array
 from hpc.errors import BridgeError, JobFileUnsafe
-from hpc.types import (
-    Backend,
-    InputFile,
-    JobSpec,
-    Tenant,
-    environment_name_problem,
-)
-from marketplace.models import (
-    Allocation,
-    Capacity,
-    Cluster,
-    Resource,
-    SlurmAccount,
-    TenantLease,
-)
+from hpc.slurm import directives, filenames
+from hpc.slurm.jobs import streams
+from hpc.types import Backend, InputFile, JobOptions, JobSpec, Tenant
+from marketplace.models import Allocation, Capacity, Cluster, SlurmAccount, TenantLease
 from marketplace.services import tenant_lease_take, tenant_slurm_join
 from organizations.models import Membership
 from scheduler_bridge import errors, notices, webhook_events
 from scheduler_bridge.job_files import InputUpload
-from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB, JobRequest, job_units
-from scheduler_bridge.job_templates import job_template_get
+from scheduler_bridge.job_requests import DirectiveReport, JobRequest
 from scheduler_bridge.models import ENDED_STATES, Job, JobEvent, JobState, JobTask
 from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
 from scheduler_bridge.services.files import (
@@ -54,187 +41,14 @@ from scheduler_bridge.services.files import (
     job_inputs_discard_after_commit,
     job_inputs_store,
 )
+from scheduler_bridge.services.planning import (
+    AS_WRITTEN,
+    DirectivesRead,
+    SizedJob,
+    job_request_sized,
+)
 
 logger = logging.getLogger(__name__)
-
-MAX_SCRIPT_BYTES = 256 * 1024
-MAX_ENVIRONMENT_VARIABLES = 100
-MAX_ENVIRONMENT_VALUE_LENGTH = 4096
-# sbatch reads options from `#SBATCH` lines, and from `#PBS` and `#BSUB` lines unless told
-# not to (the bridge tells it, with --ignore-pbs): every resource is the platform's to set.
-_DIRECTIVE_LINE = re.compile(r"^[ \t]*#[ \t]*(SBATCH|PBS|BSUB)", re.IGNORECASE)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def job_request_check(allocation: Allocation, request: JobRequest) -> list[int | None]:
-    """Checks a request against its allocation's partition; returns the task indices (`[None]`
-    for a plain job). Raises `SbatchDirectiveNotAllowed`, or `ValidationFailed` with every
-    field's messages at once: first the request's own, then (when those pass) against the
-    partition and the allocation's window, its array and its variables."""
-    _directives_refuse(request.script)
-    problems = FieldErrors()
-    _script_and_name_check(request, problems)
-    _sizes_check(request, problems)
-    problems.raise_if_any()
-    _partition_check(allocation, request, problems)
-    _block_check(allocation, request, problems)
-    indices = _array_check(request, problems)
-    _environment_check(request, problems)
-    problems.raise_if_any()
-    return indices
-
-
-def _directives_refuse(script: str) -> None:
-    """Every resource is the platform's to set: a script with directive lines is refused
-    whole (`sbatch_directive_not_allowed`, with the lines' numbers), before any field."""
-    directive_lines = [
-        number
-        for number, line in enumerate(script.splitlines(), start=1)
-        if _DIRECTIVE_LINE.match(line)
-    ]
-    if directive_lines:
-        raise errors.SbatchDirectiveNotAllowed(extra={"lines": directive_lines})
-
-
-def _script_and_name_check(request: JobRequest, problems: FieldErrors) -> None:
-    script = request.script
-    if not script.startswith("#!"):
-        problems.add("script", "A script starts with an interpreter line such as #!/bin/bash.")
-    if len(script.encode()) > MAX_SCRIPT_BYTES:
-        problems.add("script", f"At most {MAX_SCRIPT_BYTES} bytes.")
-    if "\x00" in script:
-        problems.add("script", "A script cannot contain NUL bytes.")
-    name = request.name.strip()
-    if not name or _CONTROL.search(request.name) or len(request.name) > 200:
-        problems.add("name", "From 1 to 200 characters, without control characters.")
-
-
-def _sizes_check(request: JobRequest, problems: FieldErrors) -> None:
-    sizes = {
-        "time_limit_minutes": request.time_limit_minutes,
-        "cpus_per_task": request.cpus_per_task,
-        "ntasks": request.ntasks,
-        "nodes": request.nodes,
-    }
-    for size_name, size in sizes.items():
-        if size < 1:
-            problems.add(size_name, "Must be at least 1.")
-    if request.gpus < 0:
-        problems.add("gpus", "Must not be negative.")
-    if request.mem_per_cpu is not None and not 1 <= request.mem_per_cpu <= MAX_MEM_PER_CPU_MIB:
-        problems.add("mem_per_cpu", f"From 1 to {MAX_MEM_PER_CPU_MIB} MiB per CPU.")
-    if request.template and job_template_get(request.template) is None:
-        problems.add(
-            "template", f"No template `{request.template}`; see GET /api/v1/job-templates/."
-        )
-
-
-def _partition_check(allocation: Allocation, request: JobRequest, problems: FieldErrors) -> None:
-    """The request against what the partition has and the time left in the window."""
-    partition = allocation.partition
-    if partition.max_time_minutes and request.time_limit_minutes > partition.max_time_minutes:
-        problems.add(
-            "time_limit_minutes",
-            f"The partition allows at most {partition.max_time_minutes} minutes.",
-        )
-    minutes_left = (allocation.window_end - timezone.now()).total_seconds() / 60
-    if request.time_limit_minutes > minutes_left:
-        problems.add(
-            "time_limit_minutes",
-            f"The allocation's window ends in {int(minutes_left)} minutes; the job must fit in it.",
-        )
-    cores = request.ntasks * request.cpus_per_task
-    if cores > partition.cpus:
-        problems.add(
-            "cpus_per_task",
-            f"ntasks x cpus_per_task is {cores}; the partition has {partition.cpus} CPUs.",
-        )
-    if request.nodes > partition.nodes:
-        problems.add("nodes", f"The partition has {partition.nodes} nodes.")
-    if request.nodes > request.ntasks:
-        problems.add("nodes", "Cannot exceed ntasks: every node runs a task.")
-    _memory_and_gpus_check(allocation, request, problems)
-
-
-def _block_check(allocation: Allocation, request: JobRequest, problems: FieldErrors) -> None:
-    """A job on a reserved block runs inside it: it asks for no more cores (GPUs) than the
-    block holds, or Slurm would keep it pending for the whole window."""
-    if allocation.block is None:
-        return
-    if allocation.resource == Resource.GPU:
-        if request.gpus > allocation.block:
-            problems.add("gpus", f"The reserved block holds {allocation.block} GPUs.")
-        return
-    cores = request.ntasks * request.cpus_per_task
-    if cores > allocation.block:
-        problems.add(
-            "cpus_per_task",
-            f"ntasks x cpus_per_task is {cores}; the reserved block holds "
-            f"{allocation.block} core{'' if allocation.block == 1 else 's'}.",
-        )
-
-
-def _memory_and_gpus_check(
-    allocation: Allocation, request: JobRequest, problems: FieldErrors
-) -> None:
-    partition = allocation.partition
-    memory = partition.memory_per_node_mb
-    per_task = (request.mem_per_cpu or 0) * request.cpus_per_task
-    if request.mem_per_cpu is not None and memory and per_task > memory:
-        problems.add(
-            "mem_per_cpu",
-            f"mem_per_cpu x cpus_per_task is {per_task} MiB; "
-            f"the partition's smallest node has {memory} MiB.",
-        )
-    if request.gpus > partition.gpus:
-        problems.add("gpus", f"The partition has {partition.gpus} GPUs.")
-    if allocation.resource == Resource.GPU and request.gpus < 1:
-        problems.add("gpus", "A GPU allocation's jobs ask for at least 1 GPU.")
-
-
-def _array_check(request: JobRequest, problems: FieldErrors) -> list[int | None]:
-    """The array's task indices, `[None]` for a plain job (or an array that is not valid)."""
-    if request.array is None:
-        return [None]
-    try:
-        return list(parse_array(request.array).indices)
-    except InvalidArray as error:
-        problems.add("array", str(error))
-        return [None]
-
-
-def _environment_check(request: JobRequest, problems: FieldErrors) -> None:
-    for field_name, variables in (
-        ("environment", request.environment),
-        ("secret_environment", request.secret_environment),
-    ):
-        for problem in _environment_problems(variables):
-            problems.add(field_name, problem)
-    if len(request.environment) + len(request.secret_environment) > MAX_ENVIRONMENT_VARIABLES:
-        problems.add(
-            "environment", f"At most {MAX_ENVIRONMENT_VARIABLES} variables, secret ones included."
-        )
-    for variable in sorted(set(request.environment) & set(request.secret_environment)):
-        problems.add(
-            "secret_environment",
-            f"`{variable}` is also in the environment: set it in one of the two.",
-        )
-
-
-def _environment_problems(variables: dict[str, str]) -> list[str]:
-    """What is wrong with a job's variables, plain or secret: the same rules for both. A
-    message never quotes a value (it may be a secret), only names."""
-    problems = []
-    for variable, value in variables.items():
-        if problem := environment_name_problem(variable):
-            problems.append(problem)
-        if not isinstance(value, str) or "\x00" in value:
-            problems.append(f"The value of `{variable}` must be text without NUL bytes.")
-        elif len(value) > MAX_ENVIRONMENT_VALUE_LENGTH:
-            problems.append(
-                f"The value of `{variable}` is longer than {MAX_ENVIRONMENT_VALUE_LENGTH}."
-            )
-    return problems
 
 
 def _account_for(allocation: Allocation) -> str:
@@ -290,27 +104,6 @@ def allocation_check_open(allocation: Allocation) -> None:
         raise errors.ClusterNotAvailable(extra={"cluster_status": allocation.cluster.status})
 
 
-def job_request_sized(
-    allocation: Allocation, request: JobRequest
-) -> tuple[JobRequest, list[int | None], Decimal, Decimal]:
-    """The request as it will run (line ends made Unix), its task indices, the units one task
-    and the whole job reserve; refuses it as a submission would (400, 402
-    `allocation_exhausted`). Shared by the submission and its quote."""
-    # Browsers and Windows editors send CR or CRLF line ends, on which bash stumbles (`$'\r'`).
-    request = replace(request, script=request.script.replace("\r\n", "\n").replace("\r", "\n"))
-    indices = job_request_check(allocation, request)
-    task_units = job_units(resource=allocation.resource, request=request, task_count=1)
-    units = task_units * len(indices)
-    unreserved = allocation.remaining
-    if units > unreserved:
-        raise errors.AllocationExhausted(
-            f"The job reserves {units.normalize():f} units (cores or GPUs x time limit x tasks); "
-            f"the allocation has {unreserved.normalize():f} left unreserved.",
-            extra={"requested_units": str(units), "unreserved_units": str(unreserved)},
-        )
-    return request, indices, task_units, units
-
-
 @transaction.atomic
 def job_submit(
     *,
@@ -318,11 +111,13 @@ def job_submit(
     allocation: Allocation,
     request: JobRequest,
     input_files: Sequence[InputUpload] = (),
+    read: DirectivesRead = AS_WRITTEN,
 ) -> Job:
-    """Accepts a job: checks it against the allocation, reserves its units and saves it as
-    `queued` with its input files in storage (checked by the caller, `input_uploads_check`);
-    the submission to the cluster starts after the commit. Keeps `used + reserved <= quantity`
-    on the allocation, under its row lock."""
+    """Accepts a job: reads its script's directives into it, checks it against the allocation,
+    reserves its units and saves it as `queued` with its input files in storage (checked by
+    the caller, `input_uploads_check`); the submission to the cluster starts after the commit.
+    Keeps `used + reserved <= quantity` on the allocation, under its row lock. `read` says
+    where its directives are read from when not its own script (a sweep's)."""
     allocation = (
         Allocation.objects.select_for_update(of=("self",))
         .select_related("cluster", "partition", "organization")
@@ -331,7 +126,8 @@ def job_submit(
     if allocation.organization_id != actor.organization_id:
         raise ValidationFailed(fields={"allocation": ["No such allocation."]})
     allocation_check_open(allocation)
-    request, indices, task_units, units = job_request_sized(allocation, request)
+    sized = job_request_sized(allocation, request, read)
+    plan, units = sized.plan, sized.units
     # The team's tenant on the cluster: leased with its first allocation there (or now, if that
     # lease has ended meanwhile). 409 when every account is another team's.
     lease = tenant_lease_take(
@@ -347,24 +143,28 @@ def job_submit(
         lease=lease,
         partition_name=allocation.partition.name,
         submitted_by=actor.user,
-        name=request.name.strip(),
-        script=request.script,
-        time_limit_minutes=request.time_limit_minutes,
-        nodes=request.nodes,
-        ntasks=request.ntasks,
-        cpus_per_task=request.cpus_per_task,
-        gpus=request.gpus,
-        mem_per_cpu=request.mem_per_cpu,
-        template=request.template,
-        array=request.array or "",
-        task_count=len(indices),
-        environment=request.environment,
-        secret_environment=request.secret_environment,
+        name=plan.name.strip(),
+        script=plan.script,
+        time_limit_minutes=plan.size.time_limit_minutes,
+        nodes=plan.size.nodes,
+        ntasks=plan.size.ntasks,
+        cpus_per_task=plan.size.cpus_per_task,
+        gpus=plan.size.gpus,
+        mem_per_cpu=plan.mem_per_cpu,
+        template=plan.template,
+        array=plan.array or "",
+        task_count=len(sized.indices),
+        environment=plan.environment,
+        secret_environment=plan.secret_environment,
         account=_account_for(allocation),
         qos=_qos_for(allocation),
         reservation=allocation.reservation,
         reserved_units=units,
+        directives=plan.report.as_json(),
+        options=_options_kept(sized),
     )
+    task_units = sized.task_units
+    indices = sized.indices
     JobTask.objects.bulk_create(
         JobTask(job=job, array_task_id=index, reserved_units=task_units) for index in indices
     )
@@ -378,18 +178,37 @@ def job_submit(
     return job
 
 
-def job_spec(job: Job, input_files: tuple[InputFile, ...] = ()) -> JobSpec:
+def _options_kept(sized: SizedJob) -> dict[str, Any]:
+    """The plan's options as the job keeps them (`Job.options`): those set, its requeue, its
+    dependency as the team's jobs it names, and an exclusive job's whole-node figures."""
+    plan = sized.plan
+    kept: dict[str, Any] = {
+        name: value
+        for name, value in asdict(plan.options).items()
+        if name != "dependency" and value not in ("", None, False)
+    }
+    if plan.requeue is not None:
+        kept["requeue"] = plan.requeue
+    if sized.dependency is not None:
+        kept["dependency"] = sized.dependency
+    if plan.size.exclusive:
+        kept["node_cpus"] = plan.size.node_cpus
+        kept["node_gpus"] = plan.size.node_gpus
+    return kept
+
+
+def job_spec(job: Job, input_files: tuple[InputFile, ...] = (), dependency: str = "") -> JobSpec:
+    """What reaches the scheduler for `job`: its sizes and options as sbatch options, its
+    script with the directive lines made comments that say what became of them."""
+    tenant = job_tenant(job)
+    notes = DirectiveReport.from_json(job.directives).line_notes()
     return JobSpec(
         name=job.scheduler_name,
-        script=job.script,
+        script=directives.neutralised(job.script, notes),
         directory=job.directory,
         partition=job.allocation.partition.name,
         time_limit_minutes=job.time_limit_minutes,
         account=job.account or None,
-        qos=job.qos or None,
-        reservation=job.reservation or None,
-        # A preempted run goes back to the queue rather than ending the job.
-        requeue=True if job.allocation.capacity == Capacity.PREEMPTIBLE else None,
         nodes=job.nodes,
         ntasks=job.ntasks,
         cpus_per_task=job.cpus_per_task,
@@ -399,8 +218,40 @@ def job_spec(job: Job, input_files: tuple[InputFile, ...] = ()) -> JobSpec:
         # The secret variables reach the job exactly as the others do (the cluster's copy is
         # readable by the tenant alone, and removed once sbatch has read it).
         environment={**job.environment, **job.secret_environment},
-        tenant=job_tenant(job),
+        tenant=tenant,
         input_files=input_files,
+        qos=job.qos or None,
+        reservation=job.reservation or None,
+        # A preempted run goes back to the queue rather than ending the job; elsewhere the
+        # script's --requeue or --no-requeue, else the cluster's default.
+        requeue=(
+            True
+            if job.allocation.capacity == Capacity.PREEMPTIBLE
+            else (job.options or {}).get("requeue")
+        ),
+        options=replace(
+            stream_names_filled(job.job_options, job.name, tenant), dependency=dependency
+        ),
+    )
+
+
+def stream_names_filled(options: JobOptions, name: str, tenant: Tenant | None) -> JobOptions:
+    """The options with `%x` and `%u` of their file names filled: the Slurm job's name is the
+    platform's (`cs-<uuid>`), so `%x` is the job's own name here; `%u` the account it runs as
+    (the platform's own on the local backend)."""
+    values = {
+        "x": filenames.safe_name_part(name),
+        "u": tenant.user if tenant else getpass.getuser(),
+    }
+
+    def filled(pattern: str) -> str:
+        return filenames.name_with(pattern, values) if pattern else ""
+
+    return replace(
+        options,
+        output=filled(options.output),
+        error=filled(options.error),
+        input=filled(options.input),
     )
 
 
@@ -507,24 +358,27 @@ def _submit_group(backend: Backend, tenant: Tenant | None, claimed: list[tuple[J
     to_submit = [
         job for job in jobs if job.scheduler_name not in found and job.pk not in cancelled_before
     ]
-    inputs = job_input_files(job.pk for job in to_submit)
-    specs = [job_spec(job, inputs.get(job.pk, ())) for job in to_submit]
-    results = backend.submit(specs) if specs else []
-
     reached = {job.pk: found[job.scheduler_name] for job in jobs if job.scheduler_name in found}
     for job in jobs:
         if job.pk not in reached and job.pk in cancelled_before:
             job_cancel_unsubmitted(job_id=job.pk)
-    for job, result in zip(to_submit, results, strict=True):
-        if result.scheduler_job_id is not None:
-            reached[job.pk] = result.scheduler_job_id
-        elif result.is_transient:
-            _submission_postponed(
-                [job], result.error or "the scheduler refused for now", is_clear_refusal=True
-            )
-        else:
-            job_fail_unsubmitted(job_id=job.pk, reason=f"Refused by the scheduler: {result.error}")
     submitted = jobs_mark_submitted(scheduler_job_ids=reached)
+    # A job whose --dependency names a job of this batch goes in a round after that job's:
+    # its sbatch needs the other's Slurm id.
+    pending = to_submit
+    while pending:
+        ready, pending, dependencies = _dependencies_written(pending)
+        if not ready:
+            break
+        submitted += jobs_mark_submitted(
+            scheduler_job_ids=_submit_round(backend, ready, dependencies)
+        )
+    if pending:
+        _submission_postponed(
+            pending,
+            "the jobs its --dependency names have not reached the cluster yet",
+            is_clear_refusal=True,
+        )
     to_cancel = list(
         Job.objects.filter(
             pk__in=[job.pk for job in jobs],
@@ -538,6 +392,81 @@ def _submit_group(backend: Backend, tenant: Tenant | None, claimed: list[tuple[J
         except BridgeError as error:  # the poll asks again after CANCEL_REPEAT_AFTER
             logger.warning("cancel as %s failed: %s", tenant, error)
     return submitted
+
+
+def _submit_round(
+    backend: Backend, jobs: list[Job], dependencies: dict[int, str]
+) -> dict[int, str]:
+    """Submits the jobs; returns the Slurm ids of those that reached the cluster. A refusal
+    fails its job with the scheduler's reason; a refusal for now leaves it queued."""
+    inputs = job_input_files(job.pk for job in jobs)
+    specs = [job_spec(job, inputs.get(job.pk, ()), dependencies.get(job.pk, "")) for job in jobs]
+    reached = {}
+    for job, result in zip(jobs, backend.submit(specs), strict=True):
+        if result.scheduler_job_id is not None:
+            reached[job.pk] = result.scheduler_job_id
+        elif result.is_transient:
+            _submission_postponed(
+                [job], result.error or "the scheduler refused for now", is_clear_refusal=True
+            )
+        else:
+            job_fail_unsubmitted(job_id=job.pk, reason=f"Refused by the scheduler: {result.error}")
+    return reached
+
+
+def _dependencies_written(jobs: list[Job]) -> tuple[list[Job], list[Job], dict[int, str]]:
+    """The jobs that can be submitted now, those whose dependency names a job not yet on the
+    cluster, and each dependency written in Slurm's ids. A job whose dependency names a job
+    that ended without reaching the cluster fails: Slurm would never start it."""
+    named = {
+        reference["job"]
+        for job in jobs
+        for condition in (job.options or {}).get("dependency", {}).get("conditions", [])
+        for reference in condition["jobs"]
+    }
+    if not named:
+        return jobs, [], {}
+    others = {
+        str(row.uuid): row
+        for row in Job.objects.filter(uuid__in=named).only("uuid", "scheduler_job_id", "state")
+    }
+    ready, waiting, written = [], [], {}
+    for job in jobs:
+        dependency = (job.options or {}).get("dependency")
+        if not dependency:
+            ready.append(job)
+            continue
+        text, missing = _dependency_text(dependency, others)
+        if missing is None:
+            ready.append(job)
+            written[job.pk] = text
+        elif missing.state in ENDED_STATES:
+            job_fail_unsubmitted(
+                job_id=job.pk,
+                reason=f"Its --dependency names the job {missing.uuid}, which ended without "
+                "reaching the cluster.",
+            )
+        else:
+            waiting.append(job)
+    return ready, waiting, written
+
+
+def _dependency_text(dependency: dict[str, Any], others: dict[str, Job]) -> tuple[str, Job | None]:
+    """The dependency in Slurm's ids, or the first job it names that has none yet."""
+    parts = []
+    for condition in dependency["conditions"]:
+        text = condition["kind"]
+        for reference in condition["jobs"]:
+            other = others[reference["job"]]
+            if not other.scheduler_job_id:
+                return "", other
+            text += f":{other.scheduler_job_id}"
+            if reference["task"] is not None:
+                text += f"_{reference['task']}"
+            if reference["minutes"] is not None:
+                text += f"+{reference['minutes']}"
+        parts.append(text)
+    return ("?" if dependency["any_of"] else ",").join(parts), None
 
 
 # A job that sbatch clearly refused for now (the controller is down) is tried again after this;
@@ -735,18 +664,62 @@ def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | N
         return b""
     if job.is_array and array_task_id is None:
         raise ValidationFailed(fields={"task": ["An array job's output is per task: give `task`."]})
-    if array_task_id is not None and not job.tasks.filter(array_task_id=array_task_id).exists():
-        raise ValidationFailed(fields={"task": ["The job has no such task."]})
+    task = None
+    if array_task_id is not None:
+        task = job.tasks.filter(array_task_id=array_task_id).first()
+        if task is None:
+            raise ValidationFailed(fields={"task": ["The job has no such task."]})
+    tenant = job_tenant(job)
+    name = job_output_name(job, stream, task, tenant)
+    if name == filenames.DEV_NULL:
+        return b""  # the script sent this stream nowhere
     try:
         return backend_for(job.cluster).output_tail(
-            job_tenant(job),
+            tenant,
             job.directory,
             "stderr" if stream == "stderr" else "stdout",
             array_task_id,
             tail_bytes,
+            name=name,
         )
     except JobFileUnsafe as error:
         raise errors.OutputNotReadable(extra={"reason": str(error)}) from error
     except BridgeError as error:
         backend_failed(job.cluster, error)
         raise errors.OutputUnavailable(str(error)) from error
+
+
+def job_stream_files(job: Job) -> dict[str, str]:
+    """The names the job's script gave its stdout and stderr in its folder (the patterns
+    Slurm fills, `%x` filled with its name), or nothing when the platform named them."""
+    options = job.job_options
+    if not (options.output or options.error):
+        return {}
+    names = streams(stream_names_filled(options, job.name, job_tenant(job)), is_array=job.is_array)
+    return {stream: names[stream] for stream in ("stdout", "stderr")}
+
+
+def job_output_name(
+    job: Job, stream: str, task: JobTask | None, tenant: Tenant | None
+) -> str | None:
+    """Where the job's (or the array task's) stdout or stderr is in its folder when its
+    script named it: the patterns filled as Slurm filled them, `*` for what is not known here
+    (the node's name; an array task's own job id until accounting gave it). None for the
+    platform's own names."""
+    options = job.job_options
+    if not (options.output or options.error):
+        return None
+    pattern = streams(stream_names_filled(options, job.name, tenant), is_array=job.is_array)[
+        "stderr" if stream == "stderr" else "stdout"
+    ]
+    own: int | str = job.scheduler_job_id
+    if task is not None:
+        run = task.runs.order_by("-submit_time").first()
+        own = run.raw_job_id if run is not None else filenames.WILDCARD
+    values = filenames.batch_values(
+        job_id=own,
+        array_job_id=job.scheduler_job_id,
+        array_task_id=task.array_task_id if task is not None else None,
+        node=filenames.WILDCARD,
+    )
+    return filenames.name_with(pattern, values)

@@ -22,7 +22,7 @@ from marketplace.models import Allocation
 from organizations.models import Membership
 from scheduler_bridge import errors
 from scheduler_bridge.job_files import input_name_problem, job_files_storage
-from scheduler_bridge.job_requests import JobRequest
+from scheduler_bridge.job_requests import JobPlan, JobRequest
 from scheduler_bridge.models import (
     ENDED_STATES,
     RESULTS_FINAL,
@@ -34,7 +34,8 @@ from scheduler_bridge.models import (
     SweepJob,
     SweepRow,
 )
-from scheduler_bridge.services.submission import job_request_check, job_submit
+from scheduler_bridge.services.planning import DirectivesRead, job_request_check
+from scheduler_bridge.services.submission import job_submit
 from scheduler_bridge.services.sweep_tables import (
     array_expression,
     last_line,
@@ -49,16 +50,35 @@ class SweepRequest:
     name: str
     script: str
     table: str  # CSV: a header of column names, one row per task
-    time_limit_minutes: int
     concurrency: int
     result_source: str
     result_file: str = ""
-    cpus_per_task: int = 1
+    # Per task; None: the script's #SBATCH line, or the default.
+    time_limit_minutes: int | None = None
+    cpus_per_task: int | None = None
 
 
-def _sweep_request_check(allocation: Allocation, request: SweepRequest) -> None:
-    """The team's script and sizes as a job's would be checked (`job_request_check`: no
-    `#SBATCH` lines, an interpreter line, the partition's limits), and the result's naming."""
+# What a sweep sets itself of a job's options: the script's own are overridden with why.
+SWEEP_SETS = {
+    "array": "A sweep's array is its table: one task per row, `concurrency` at once.",
+    "output": "A sweep keeps each task's stdout, where its result is read from.",
+    "error": "A sweep keeps each task's stderr beside its stdout.",
+    "input": "A sweep's task reads its row from its arguments and variables.",
+    "open-mode": "A sweep keeps each task's stdout, where its result is read from.",
+    "dependency": "A sweep's tasks wait for nothing but their turn.",
+}
+
+
+def _read(team_script: str) -> DirectivesRead:
+    """How a sweep's job reads its directives: from the team's script, which its wrapper runs,
+    without what the sweep sets itself."""
+    return DirectivesRead(directives_from=team_script, not_for_this_job=SWEEP_SETS)
+
+
+def _sweep_request_check(allocation: Allocation, request: SweepRequest) -> JobPlan:
+    """The team's script and sizes as a job's would be checked (`job_request_check`: its
+    #SBATCH lines read, an interpreter line, the partition's limits), and the result's
+    naming; returns the plan of one task."""
     problems = FieldErrors()
     if request.result_source not in Sweep.ResultSource.values:
         problems.add("result_source", "`file` or `stdout`.")
@@ -71,12 +91,17 @@ def _sweep_request_check(allocation: Allocation, request: SweepRequest) -> None:
     if request.concurrency < 1:
         problems.add("concurrency", "Must be at least 1.")
     problems.raise_if_any()
-    job_request_check(allocation, _job_request(request, script=request.script, array=None))
+    plan, _ = job_request_check(
+        allocation,
+        _job_request(request, script=request.script, array=None),
+        _read(request.script),
+    )
+    return plan
 
 
 def _job_request(request: SweepRequest, *, script: str, array: str | None) -> JobRequest:
     return JobRequest(
-        name=request.name,
+        name=request.name or None,
         script=script,
         time_limit_minutes=request.time_limit_minutes,
         cpus_per_task=request.cpus_per_task,
@@ -91,19 +116,18 @@ def sweep_submit(*, actor: Membership, allocation: Allocation, request: SweepReq
     (400, `sweep_*` codes), a bad script or size (400, as a job's), too little allocation (402
     `allocation_exhausted`) with nothing written."""
     table = sweep_table_parse(request.table, max_rows=settings.SWEEP_MAX_ROWS)
-    # Line ends as a job's script gets them: browsers send CRLF.
-    script = request.script.replace("\r\n", "\n").replace("\r", "\n")
-    request = replace(request, script=script)
-    _sweep_request_check(allocation, request)
+    script = request.script
+    plan = _sweep_request_check(allocation, request)
     rows = list(enumerate(table.rows))
     job = job_submit(
         actor=actor,
         allocation=allocation,
         request=_job_request(
-            request,
+            replace(request, name=plan.name),
             script=sweep_array_script(team_script=script, columns=table.columns, rows=rows),
             array=array_expression(len(rows), request.concurrency),
         ),
+        read=_read(script),
     )
     sweep = Sweep.objects.create(
         organization_id=allocation.organization_id,
@@ -113,8 +137,8 @@ def sweep_submit(*, actor: Membership, allocation: Allocation, request: SweepReq
         script=script,
         columns=list(table.columns),
         concurrency=request.concurrency,
-        time_limit_minutes=request.time_limit_minutes,
-        cpus_per_task=request.cpus_per_task,
+        time_limit_minutes=job.time_limit_minutes,
+        cpus_per_task=job.cpus_per_task,
         result_source=request.result_source,
         result_file=request.result_file,
     )
@@ -161,6 +185,7 @@ def sweep_retry_failed(*, actor: Membership, sweep: Sweep) -> SweepJob:
             cpus_per_task=sweep.cpus_per_task,
             array=array_expression(len(failed), sweep.concurrency),
         ),
+        read=_read(sweep.script),
     )
     sweep_job = SweepJob.objects.create(sweep=sweep, job=job, attempt=attempt)
     tasks = {task.array_task_id: task for task in JobTask.objects.filter(job=job)}

@@ -43,6 +43,7 @@ from computeshare.errors import (
 )
 from computeshare.forms import form_add_service_error
 from computeshare.numbers import whole_number
+from hpc.arrays import parse_array
 from marketplace import selectors as market_selectors
 from marketplace.models import Allocation, Resource
 from organizations import selectors as organization_selectors
@@ -55,6 +56,7 @@ from scheduler_bridge.job_files import (
     job_files_storage,
     tar_gz_stream,
 )
+from scheduler_bridge.job_requests import DirectiveReport, JobPlan
 from scheduler_bridge.job_templates import JobTemplate, job_template_get, job_templates_for
 from scheduler_bridge.models import Job, JobFile, JobState, RunState
 from scheduler_bridge.selectors import jobs as selectors
@@ -84,19 +86,41 @@ def has_gpus(allocation: Allocation) -> bool:
 # --- Submitting a job --------------------------------------------------------------------------
 
 
-def job_estimate(allocation: Allocation, sizes: JobSizesForm) -> selectors.Estimate:
-    """The estimate of the sizes typed so far; while one is not a whole number yet, why there
-    is no figure (the first field's first problem)."""
+# What the estimate reads when the page sends no script: a script without directives.
+_NO_DIRECTIVES = "#!/bin/sh\n"
+
+
+def job_reading(
+    allocation: Allocation, sizes: JobSizesForm, script: str = ""
+) -> tuple[JobPlan | None, int, str]:
+    """The job the form describes so far: its sizes read with its script's #SBATCH lines, the
+    number of its tasks; or, while it cannot be read, why (the first problem)."""
     if not sizes.is_valid():
         field, problems = next(iter(sizes.errors.items()))
         label = sizes.fields[field].label if field in sizes.fields else ""
-        return selectors.job_estimate(
-            allocation=allocation,
-            problem=f"{label}: {problems[0]}" if label else str(problems[0]),
-        )
-    return selectors.job_estimate(
-        allocation=allocation, request=sizes.job_request(), task_count=sizes.task_count()
-    )
+        return None, 0, f"{label}: {problems[0]}" if label else str(problems[0])
+    request = sizes.job_request(script=script.replace("\r\n", "\n") or _NO_DIRECTIVES)
+    try:
+        plan = services.job_plan(allocation, request)
+    except errors.ScriptRefused as error:
+        return None, 0, f"Script: {error.detail}"
+    except ValidationFailed as error:
+        fields = error.extra.get("fields") or {}
+        name, messages_ = next(iter(fields.items()), ("", [error.detail]))
+        label = sizes.fields[name].label if name in sizes.fields else name
+        return None, 0, f"{label}: {messages_[0]}" if label else messages_[0]
+    task_count = len(parse_array(plan.array).indices) if plan.array else 1
+    return plan, task_count, ""
+
+
+def job_estimate(
+    allocation: Allocation, sizes: JobSizesForm, script: str = ""
+) -> selectors.Estimate:
+    """The estimate of the job typed so far; while it cannot be read, why there is no figure."""
+    plan, task_count, problem = job_reading(allocation, sizes, script)
+    if plan is None:
+        return selectors.job_estimate(allocation=allocation, problem=problem)
+    return selectors.job_estimate(allocation=allocation, size=plan.size, task_count=task_count)
 
 
 def active_allocation(request: HttpRequest, allocation_id: Any) -> tuple[Allocation, Membership]:
@@ -108,6 +132,13 @@ def active_allocation(request: HttpRequest, allocation_id: Any) -> tuple[Allocat
     actor = organization_selectors.membership_in(request_user(request), allocation.organization_id)
     assert actor is not None  # an allocation is visible only to its members
     return allocation, actor
+
+
+def script_of(form: JobSubmitForm) -> str:
+    """The script the form shows now (the typed one, or the initial one)."""
+    if form.is_bound:
+        return str(form.data.get("script") or "")
+    return str(form.get_initial_for_field(form.fields["script"], "script") or "")
 
 
 def sizes_of(allocation: Allocation, form: JobSubmitForm) -> JobSizesForm:
@@ -163,15 +194,8 @@ def form_start(request: HttpRequest, allocation: Allocation) -> FormStart:
         if source.organization_id != allocation.organization_id or source.is_from_tenant:
             raise NotFound("No such job to copy.")
         initial = {
-            "name": source.name,
             "script": source.script,
-            "time_limit_minutes": source.time_limit_minutes,
-            "cpus_per_task": source.cpus_per_task,
-            "ntasks": source.ntasks,
-            "nodes": source.nodes,
-            "gpus": source.gpus,
-            "mem_per_cpu": source.mem_per_cpu,
-            "array": source.array,
+            **requested_fields(source),
             "environment": environment_text(source.environment),
             "template": source.template,
         }
@@ -188,15 +212,9 @@ def form_start(request: HttpRequest, allocation: Allocation) -> FormStart:
                 f"{allocation.partition.name} has none: it is offered on allocations of "
                 "partitions with GPUs.",
             )
+        # Its sizes are its script's #SBATCH lines, which fill the fields as any script does.
         initial = {
-            "name": template.name,
             "script": template.script,
-            "time_limit_minutes": template.time_limit_minutes,
-            "cpus_per_task": template.cpus_per_task,
-            "ntasks": template.ntasks,
-            "nodes": template.nodes,
-            "gpus": template.gpus,
-            "array": template.array,
             "environment": environment_text(template.environment),
             "template": template.slug,
         }
@@ -217,6 +235,36 @@ def form_start(request: HttpRequest, allocation: Allocation) -> FormStart:
     )
 
 
+# The fields a copy of a job takes from it when its request gave them (the script gives the
+# others again), as the form names them.
+_REQUESTED_FIELDS = ("name", "time_limit_minutes", "cpus_per_task", "ntasks", "nodes", "gpus")
+
+
+def requested_fields(job: Job) -> dict[str, Any]:
+    """The sizes a job's request gave (not its script, not the defaults): what a copy's form
+    starts with beside the same script. A job from before scripts were read gave them all."""
+    report = job.directives or {}
+    sources = {each["field"]: each["source"] for each in report.get("effective", [])}
+    values: dict[str, Any] = {
+        "name": job.name,
+        "time_limit_minutes": job.time_limit_minutes,
+        "cpus_per_task": job.cpus_per_task,
+        "ntasks": job.ntasks,
+        "nodes": job.nodes,
+        "gpus": job.gpus,
+        "mem_per_cpu": job.mem_per_cpu,
+        "array": job.array,
+    }
+    if not sources:
+        return values
+    fields = {name for name in _REQUESTED_FIELDS if sources.get(name) == "request"}
+    if sources.get("memory") == "request":
+        fields.add("mem_per_cpu")
+    if sources.get("array") == "request":
+        fields.add("array")
+    return {name: value for name, value in values.items() if name in fields}
+
+
 @method_decorator(sensitive_post_parameters("secret_environment"), name="post")
 class JobSubmitView(LoginRequiredMixin, View):
     template_name = "jobs/submit.html"
@@ -235,7 +283,7 @@ class JobSubmitView(LoginRequiredMixin, View):
             "allocation": allocation,
             "organization": allocation.organization,
             "form": form,
-            "estimate": job_estimate(allocation, sizes_of(allocation, form)),
+            "estimate": job_estimate(allocation, sizes_of(allocation, form), script_of(form)),
             "refusal": refusal or (start.problem if start else ""),
             "currency": settings.PLATFORM_CURRENCY,
             "start": start,
@@ -278,9 +326,8 @@ class JobSubmitView(LoginRequiredMixin, View):
         except INPUT_FILE_ERRORS as error:
             form.add_error("input_files", error.detail)
             return self._render(request, allocation, form, status=error.status_code)
-        except errors.SbatchDirectiveNotAllowed as error:
-            lines = ", ".join(str(number) for number in error.extra.get("lines", []))
-            form.add_error("script", f"{error.detail} Lines: {lines}.")
+        except errors.ScriptRefused as error:
+            form.add_error("script", error.detail)
             return self._render(request, allocation, form, status=error.status_code)
         except ValidationFailed as error:
             form_add_service_error(form, error)
@@ -300,6 +347,53 @@ class JobSubmitView(LoginRequiredMixin, View):
             "the allocation until it ends.",
         )
         return HttpResponseRedirect(reverse("job-detail", args=[job.uuid]))
+
+
+@method_decorator(never_cache, name="dispatch")
+@method_decorator(sensitive_post_parameters("secret_environment"), name="post")
+class JobDirectivesView(LoginRequiredMixin, View):
+    """The script's #SBATCH lines as the platform reads them, beside the form, fetched again
+    as the script or a size is typed: what is honoured, what is overridden and why, the
+    values the script gives (the page fills the fields not typed in with them), and the
+    estimate of the whole job (swapped in beside it)."""
+
+    def post(self, request: HttpRequest, allocation_id: str) -> HttpResponse:
+        allocation, _ = active_allocation(request, allocation_id)
+        sizes = JobSizesForm(request.POST, has_gpus=has_gpus(allocation))
+        script = str(request.POST.get("script") or "")
+        plan, task_count, problem = job_reading(allocation, sizes, script)
+        estimate = (
+            selectors.job_estimate(allocation=allocation, size=plan.size, task_count=task_count)
+            if plan is not None
+            else selectors.job_estimate(allocation=allocation, problem=problem)
+        )
+        context = {
+            "allocation": allocation,
+            "plan": plan,
+            "problem": problem,
+            "report": plan.report if plan is not None else None,
+            "script_values": script_values(plan) if plan is not None else {},
+            "estimate": estimate,
+            "currency": settings.PLATFORM_CURRENCY,
+        }
+        return render(request, "jobs/_directives.html", context)
+
+
+def script_values(plan: JobPlan) -> dict[str, str]:
+    """The form's fields the script's directives give, as the page fills them in."""
+    values = {}
+    for effective in plan.report.effective:
+        if effective.source != "script":
+            continue
+        if effective.field in ("name", "time_limit_minutes", "ntasks", "nodes", "array"):
+            values[effective.field] = effective.value
+        elif effective.field == "cpus_per_task":
+            values["cpus_per_task"] = str(plan.size.cpus_per_task)
+        elif effective.field == "gpus":
+            values["gpus"] = str(plan.size.gpus)
+        elif effective.field == "memory" and plan.mem_per_cpu is not None:
+            values["mem_per_cpu"] = str(plan.mem_per_cpu)
+    return values
 
 
 @method_decorator(never_cache, name="dispatch")
@@ -442,6 +536,7 @@ def job_context(job: Job) -> dict[str, Any]:
     tasks = list(job.tasks.all()) if job.is_array else []
     return {
         "job": job,
+        "directives": DirectiveReport.from_json(job.directives),
         "advice": sizing.job_sizing_advice(job, runs, str(settings.PLATFORM_CURRENCY)),
         "tasks": tasks,
         "tasks_done": sum(1 for task in tasks if task.is_ended),
@@ -597,6 +692,8 @@ class JobOutputView(LoginRequiredMixin, View):
             # "not reached the cluster" does not stay once it has.
             "not_submitted": job.state == JobState.QUEUED or not job.scheduler_job_id,
             "not_started": job.started_at is None and job.state in WAITING_ON_CLUSTER,
+            # Where the script sent its output, when it named the files itself.
+            "stream_files": services.job_stream_files(job),
         }
         return render(request, "jobs/_output.html", context)
 

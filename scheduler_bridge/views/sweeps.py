@@ -81,9 +81,8 @@ class SweepSubmitView(LoginRequiredMixin, View):
         except TABLE_ERRORS as error:
             form.add_error("table_file" if upload else "table", error.detail)
             return self._render(request, allocation, form, status=error.status_code)
-        except errors.SbatchDirectiveNotAllowed as error:
-            lines = ", ".join(str(number) for number in error.extra.get("lines", []))
-            form.add_error("script", f"{error.detail} Lines: {lines}.")
+        except errors.ScriptRefused as error:
+            form.add_error("script", error.detail)
             return self._render(request, allocation, form, status=error.status_code)
         except ValidationFailed as error:
             form_add_service_error(form, error)

@@ -87,6 +87,20 @@ def run(
     )
 
 
+def log_in(server: GunicornServer, username: str, home: Path) -> subprocess.CompletedProcess[str]:
+    """`computeshare login` as `username`, its password on stdin."""
+    return run(
+        "login",
+        "--url",
+        server.base_url,
+        "--username",
+        username,
+        "--password-stdin",
+        home=home,
+        stdin=PASSWORD + "\n",
+    )
+
+
 @pytest.mark.timeout(420)
 def test_an_array_with_input_files_from_submit_to_results(
     cli_server, on_testcluster, poller, tmp_path
@@ -110,16 +124,7 @@ def test_an_array_with_input_files_from_submit_to_results(
     script.write_text(JOB_SCRIPT)
 
     # when they log in with the client,
-    login = run(
-        "login",
-        "--url",
-        cli_server.base_url,
-        "--username",
-        member.username,
-        "--password-stdin",
-        home=home,
-        stdin=PASSWORD + "\n",
-    )
+    login = log_in(cli_server, member.username, home)
     assert login.returncode == 0, login.stderr
     config = home / "config.json"
     assert stat.S_IMODE(config.stat().st_mode) == 0o600
@@ -395,6 +400,58 @@ def test_a_submit_whose_answer_was_lost_is_sent_again_and_runs_once(
     assert job.state == "completed"
 
 
+@pytest.mark.timeout(240)
+def test_a_batch_script_is_submitted_with_no_resource_flag_and_its_warnings_shown(
+    cli_server, on_testcluster, poller, tmp_path
+):
+    """`computeshare jobs submit job.slurm --allocation A`: the script's #SBATCH lines give the
+    job's name, time, CPUs and array, and what the platform overrides is printed as warnings."""
+    cluster = on_testcluster(pool="fixed")
+    team = funded_organization("100", name="Batch Team")
+    member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
+    allocation = allocation_bought(team, partition=cluster.partitions.get(), quantity=20)
+    home = tmp_path / "home"
+    script = tmp_path / "job.slurm"
+    script.write_text(
+        "#!/bin/bash\n"
+        "#SBATCH --job-name=from-the-script\n"
+        "#SBATCH --time=2 --cpus-per-task=1 --array=0-1\n"
+        "#SBATCH --account=elsewhere --mail-user=ada@example.org\n"
+        'echo "task $SLURM_ARRAY_TASK_ID"\n'
+    )
+    login = log_in(cli_server, member.username, home)
+    assert login.returncode == 0, login.stderr
+
+    submit = run(
+        "jobs",
+        "submit",
+        str(script),
+        "--allocation",
+        str(allocation.uuid),
+        "--wait",
+        "--interval",
+        "1",
+        home=home,
+        timeout=180,
+    )
+
+    assert submit.returncode == 0, submit.stderr
+    assert "warning: line 4: --account=elsewhere overridden: It would reach outside" in (
+        submit.stderr
+    )
+    assert "warning: line 4: --mail-user=ada@example.org overridden:" in submit.stderr
+    job = Job.objects.get(organization=team)
+    assert (job.name, job.time_limit_minutes, job.cpus_per_task, job.array) == (
+        "from-the-script",
+        2,
+        1,
+        "0-1",
+    )
+    assert f"Job {job.uuid} completed (2 completed)" in submit.stderr
+    output = run("jobs", "output", str(job.uuid), "--task", "1", home=home)
+    assert output.stdout == "task 1\n"
+
+
 def test_offers_and_the_price_history_say_their_kind(cli_server, tmp_path):
     """Issue 27: the client lists offers of one kind or the other, with what their quantity
     counts, and the price history of one kind at a time."""
@@ -428,16 +485,7 @@ def test_offers_and_the_price_history_say_their_kind(cli_server, tmp_path):
         cleared_at=start - timedelta(days=3),
     )
     home = tmp_path / "home"
-    login = run(
-        "login",
-        "--url",
-        cli_server.base_url,
-        "--username",
-        member.username,
-        "--password-stdin",
-        home=home,
-        stdin=PASSWORD + "\n",
-    )
+    login = log_in(cli_server, member.username, home)
     assert login.returncode == 0, login.stderr
 
     reserved = run("--json", "offers", "list", "--capacity", "reserved", home=home)

@@ -147,8 +147,17 @@ def test_a_quote_gives_slurms_expected_start_and_holds_nothing(team_on_cluster):
     )
     assert too_big.status_code == 402 and too_big.json()["code"] == "allocation_exhausted"
     bad = client.post("/api/v1/jobs/quote/", {**body, "script": "no shebang"}, format="json")
-    assert bad.status_code == 400 and bad.json()["code"] == "invalid"
+    assert bad.status_code == 400 and bad.json()["code"] == "script_not_a_batch_script"
+    # The script's lines are read as the submission reads them: held to the partition...
     directive = client.post(
         "/api/v1/jobs/quote/", {**body, "script": "#!/bin/bash\n#SBATCH -N 9\n"}, format="json"
     )
-    assert directive.json()["code"] == "sbatch_directive_not_allowed"
+    assert directive.json()["code"] == "invalid"
+    assert directive.json()["extra"]["fields"]["nodes"] == ["The partition has 1 nodes."]
+    # ...and refused where sbatch would refuse them.
+    unknown = client.post(
+        "/api/v1/jobs/quote/",
+        {**body, "script": "#!/bin/bash\n#SBATCH --walltime=9\n"},
+        format="json",
+    )
+    assert unknown.json()["code"] == "sbatch_directive_unknown"

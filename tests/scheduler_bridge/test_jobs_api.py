@@ -80,31 +80,102 @@ def test_an_array_reserves_for_every_task(team, allocation):
 
 
 @pytest.mark.parametrize(
-    "script",
+    ("script", "code", "line", "reason"),
     [
-        "#!/bin/bash\n#SBATCH --time=100000\necho hi\n",
-        "#!/bin/bash\n  # SBATCH --account=other\n",
-        "#!/bin/bash\n#sbatch --mem=1T\n",
-        # sbatch reads PBS and LSF directives too, unless told not to (it is: --ignore-pbs).
-        "#!/bin/bash\n#PBS -l walltime=99:00:00\n",
-        "#!/bin/bash\n #BSUB -W 9999\n",
+        # sbatch reads PBS and LSF directives too, unless told not to (it is: --ignore-pbs):
+        # the platform refuses them rather than leave them unread.
+        (
+            "#!/bin/bash\n#PBS -l walltime=99:00:00\n",
+            "sbatch_directive_not_allowed",
+            2,
+            "#PBS lines are options of another scheduler; write them as #SBATCH options "
+            "(sbatch here is given --ignore-pbs and would not read them).",
+        ),
+        (
+            "#!/bin/bash\n#BSUB -W 9999\n",
+            "sbatch_directive_not_allowed",
+            2,
+            "#BSUB lines are options of another scheduler; write them as #SBATCH options "
+            "(sbatch here is given --ignore-pbs and would not read them).",
+        ),
+        (
+            "#!/bin/bash\n#SBATCH -c 1\n#SBATCH --walltime=9\n",
+            "sbatch_directive_unknown",
+            3,
+            "unrecognized option '--walltime=9'",
+        ),
+        (
+            "#!/bin/bash\n#SBATCH --workdir=/tmp\n",
+            "sbatch_directive_removed",
+            2,
+            "unrecognized option '--workdir=/tmp': sbatch no longer has --workdir (gone since "
+            "Slurm 19.05); write --chdir instead",
+        ),
+        (
+            "#!/bin/bash\n#SBATCH --time=1:2:3:4\n",
+            "sbatch_directive_invalid",
+            2,
+            "Invalid --time specification",
+        ),
+        (
+            "#!/bin/bash\n#SBATCH --mem=1G\n#SBATCH --mem-per-cpu=100\n",
+            "sbatch_directive_conflict",
+            3,
+            "--mem, --mem-per-cpu, and --mem-per-gpu are mutually exclusive.",
+        ),
+        (
+            "echo no interpreter\n",
+            "script_not_a_batch_script",
+            1,
+            "This does not look like a batch script.  The first line must start with #! "
+            "followed by the path to an interpreter. For instance: #!/bin/sh",
+        ),
+        (
+            "#!/bin/bash\r\n#SBATCH -c 1\r\n",
+            "script_dos_line_breaks",
+            1,
+            "Batch script contains DOS line breaks (\\r\\n) instead of expected UNIX line "
+            "breaks (\\n).",
+        ),
+        (
+            "#!/bin/bash\n#SBATCH hetjob\n",
+            "sbatch_directive_not_supported",
+            2,
+            "`hetjob` starts a component of a heterogeneous job; the platform runs one job of "
+            "one component.",
+        ),
     ],
 )
-def test_a_script_with_sbatch_directives_is_refused(team, allocation, script):
+def test_a_script_sbatch_would_refuse_is_refused_with_its_code_line_and_reason(
+    team, allocation, script, code, line, reason
+):
     answer = client_for(team.member).post(
         "/api/v1/jobs/", _body(allocation, script=script), format="json"
     )
 
     assert answer.status_code == 400
-    assert answer.json()["code"] == "sbatch_directive_not_allowed"
-    assert answer.json()["extra"]["lines"] == [2]
+    assert answer.json()["code"] == code
+    assert answer.json()["extra"]["line"] == line
+    assert answer.json()["extra"]["reason"] == reason
+    assert answer.json()["detail"] == f"Line {line}: {reason}"
     _nothing_changed(allocation)
+
+
+def test_sbatch_lines_that_sbatch_does_not_read_are_the_scripts_own_comments(team, allocation):
+    script = "#!/bin/bash\n  #SBATCH --account=other\n#sbatch --mem=1T\necho hi\n#SBATCH -N 9\n"
+    answer = client_for(team.member).post(
+        "/api/v1/jobs/", _body(allocation, script=script), format="json"
+    )
+
+    assert answer.status_code == 201, answer.json()
+    assert answer.json()["directives"]["honoured"] == []
+    assert answer.json()["directives"]["overridden"] == []
+    assert answer.json()["nodes"] == 1
 
 
 @pytest.mark.parametrize(
     ("changes", "field"),
     [
-        ({"script": "echo no interpreter\n"}, "script"),
         ({"time_limit_minutes": 0}, "time_limit_minutes"),
         ({"cpus_per_task": 9}, "cpus_per_task"),
         ({"ntasks": 3, "cpus_per_task": 3}, "cpus_per_task"),

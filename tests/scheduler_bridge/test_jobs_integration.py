@@ -53,7 +53,9 @@ class Scenario:
 ENDED = {"completed", "failed", "cancelled", "timeout", "out_of_memory", "node_fail", "preempted"}
 
 
-def _sacct(testcluster, job_id: str) -> list[list[str]]:
+def _sacct(
+    testcluster, job_id: str, fields: str = "JobID,State,ElapsedRaw,AllocTRES"
+) -> list[list[str]]:
     with SSHConnection(testcluster.ssh_settings()) as connection:
         answer = connection.run(
             [
@@ -63,7 +65,7 @@ def _sacct(testcluster, job_id: str) -> list[list[str]]:
                 "-X",
                 "-D",
                 f"--jobs={job_id}",
-                "--format=JobID,State,ElapsedRaw,AllocTRES",
+                f"--format={fields}",
             ]
         )
     return [line.split("|") for line in answer.stdout.splitlines() if line]
@@ -248,9 +250,9 @@ def check_refused_jobs_never_reach_the_cluster(scenario, testcluster):
     before = Job.objects.count()
     refusals = [
         (
-            {"script": "#!/bin/bash\n#SBATCH --time=9999\necho hi\n"},
+            {"script": "#!/bin/bash\n#SBATCH --walltime=9999\necho hi\n"},
             400,
-            "sbatch_directive_not_allowed",
+            "sbatch_directive_unknown",
         ),
         ({"cpus_per_task": 2, "time_limit_minutes": 60 * 24}, 402, "allocation_exhausted"),
         ({"allocation": str(scenario.other_allocation.uuid)}, 400, "invalid"),

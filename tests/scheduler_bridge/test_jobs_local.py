@@ -143,3 +143,57 @@ def test_nothing_is_submitted_to_a_suspended_cluster(local_allocation):
         "Waiting: the cluster is suspended.",
     )
     assert job.submit_attempts == 0
+
+
+def test_a_script_with_its_own_sbatch_lines_runs_on_the_demos_cluster(local_allocation):
+    """The demo reads a script's #SBATCH lines as Slurm would: the sizes, the array and the
+    output named with %x %A %a (stderr with it), input from a file of the job's folder, in
+    append mode; a task's output is read back where it went."""
+    script = (
+        "#!/bin/bash\n"
+        "#SBATCH --job-name=demo-run --time=2 --cpus-per-task=1\n"
+        "#SBATCH --array=0-2%2 --output=logs/%x-%A_%a.log --open-mode=append\n"
+        "#SBATCH --mail-user=ada@example.org\n"
+        'echo "task $SLURM_ARRAY_TASK_ID on $SLURM_JOB_NAME"\n'
+        "echo oops >&2\n"
+    )
+    member = MembershipFactory(organization=local_allocation.organization, role="member")
+    job = services.job_submit(
+        actor=member, allocation=local_allocation, request=services.JobRequest(script=script)
+    )
+    services.cluster_jobs_submit(cluster_id=job.cluster_id)
+    job = _poll_until_ended(job)
+
+    assert (job.name, job.time_limit_minutes, job.array, job.task_count) == (
+        "demo-run",
+        2,
+        "0-2%2",
+        3,
+    )
+    assert job.state == JobState.COMPLETED
+    assert [each["option"] for each in job.directives["overridden"]] == ["--mail-user"]
+    output = services.job_output(job=job, stream="stdout", tail_bytes=100, array_task_id=1)
+    assert output == f"task 1 on cs-{job.uuid}\noops\n".encode()
+    folder = backend_for(job.cluster).root / job.directory / "logs"  # type: ignore[attr-defined]
+    assert sorted(path.name for path in folder.iterdir()) == [
+        f"demo-run-{job.scheduler_job_id}_{index}.log" for index in range(3)
+    ]
+    assert (
+        "# [computeshare: honoured --job-name --time --cpus-per-task] SBATCH"
+        in (folder.parent / "job.sh").read_text()
+    )
+
+
+def test_the_demos_cluster_refuses_what_it_cannot_run_before_anything_is_held(local_allocation):
+    member = MembershipFactory(organization=local_allocation.organization, role="member")
+    from scheduler_bridge import errors
+
+    with pytest.raises(errors.SbatchDirectiveNotSupported, match="runs no a signal"):
+        services.job_submit(
+            actor=member,
+            allocation=local_allocation,
+            request=services.JobRequest(script="#!/bin/bash\n#SBATCH -t 2 --signal=USR1@30\n"),
+        )
+
+    local_allocation.refresh_from_db()
+    assert local_allocation.reserved == 0 and not Job.objects.exists()

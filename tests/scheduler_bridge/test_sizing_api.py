@@ -303,7 +303,8 @@ def test_the_pages_show_the_advice_copy_a_job_and_start_from_a_template(client):
 
     submit_url = f"/allocations/{job.allocation.uuid}/jobs/new/"
     sweep = client.get(submit_url, {"template": "python-sweep"}).content.decode()
-    assert 'name="array" value="0-9%2"' in sweep and "SLURM_ARRAY_TASK_ID" in sweep
+    # Its sizes are its script's #SBATCH lines, which fill the fields as any script's do.
+    assert "#SBATCH --array=0-9%2" in sweep and "SLURM_ARRAY_TASK_ID" in sweep
     gpu = client.get(submit_url, {"template": "gpu"}).content.decode()
     assert "needs GPUs" in gpu
     assert client.get(submit_url, {"template": "nope"}).status_code == 404

@@ -165,7 +165,6 @@ def test_a_bad_table_is_refused_with_its_code_and_writes_nothing(
         ({"result_file": "out.txt"}, "result_file"),
         ({"result_source": "stderr"}, "result_source"),
         ({"concurrency": 0}, "concurrency"),
-        ({"script": "echo no interpreter line"}, "script"),
         ({"time_limit_minutes": 0}, "time_limit_minutes"),
         ({"cpus_per_task": 9}, "cpus_per_task"),
     ],
@@ -181,17 +180,47 @@ def test_bad_fields_are_refused_and_write_nothing(team, allocation, changes, fie
     _nothing_written(allocation)
 
 
-def test_sbatch_lines_in_the_teams_script_are_refused(team, allocation):
-    answer = client_for(team.member).post(
-        "/api/v1/sweeps/",
-        _body(allocation, script="#!/bin/bash\n#SBATCH --mem=1T\necho hi\n"),
-        format="json",
-    )
+def test_a_teams_script_sbatch_would_refuse_is_refused_and_writes_nothing(team, allocation):
+    for script, code in (
+        ("echo no interpreter line", "script_not_a_batch_script"),
+        ("#!/bin/bash\n#SBATCH --mem=lots\necho hi\n", "sbatch_directive_invalid"),
+        ("#!/bin/bash\n#PBS -l nodes=1\necho hi\n", "sbatch_directive_not_allowed"),
+    ):
+        answer = client_for(team.member).post(
+            "/api/v1/sweeps/", _body(allocation, script=script), format="json"
+        )
 
-    assert answer.status_code == 400
-    assert answer.json()["code"] == "sbatch_directive_not_allowed"
-    assert answer.json()["extra"] == {"lines": [2]}
+        assert answer.status_code == 400
+        assert answer.json()["code"] == code
+        assert answer.json()["extra"]["line"] == (1 if code.startswith("script_") else 2)
     _nothing_written(allocation)
+
+
+def test_the_teams_script_gives_each_tasks_sizes_and_the_sweep_sets_its_array_itself(
+    team, allocation
+):
+    script = (
+        "#!/bin/bash\n#SBATCH --time=20 -c 2 --mem-per-cpu=100\n#SBATCH --array=0-99 -o x.out\n"
+        'echo "$alpha"\n'
+    )
+    body = _body(allocation, script=script)
+    del body["time_limit_minutes"]
+    answer = client_for(team.member).post("/api/v1/sweeps/", body, format="json")
+
+    assert answer.status_code == 201, answer.json()
+    sweep = Sweep.objects.get()
+    assert (sweep.time_limit_minutes, sweep.cpus_per_task) == (20, 2)
+    job = Job.objects.get()
+    assert (job.array, job.task_count, job.mem_per_cpu) == ("0-2%2", 3, 100)
+    # 3 rows x 2 cores x 1/3 h, each row's share rounded up to the micro-unit
+    assert job.reserved_units == Decimal("2.000001")
+    overridden = {each["option"]: each["why"] for each in job.directives["overridden"]}
+    assert overridden == {
+        "--array": "A sweep's array is its table: one task per row, `concurrency` at once.",
+        "-o": "A sweep keeps each task's stdout, where its result is read from.",
+    }
+    # The wrapper runs the team's script, which keeps its lines: sbatch reads none of them.
+    assert "#SBATCH" not in job.script.split("cat >")[0]
 
 
 def test_a_sweep_larger_than_the_allocation_is_402_and_writes_nothing(team, allocation):

@@ -120,3 +120,62 @@ def test_a_member_submits_a_job_with_a_live_estimate_and_follows_it(page: Page, 
     expect(row.locator("[data-field=cost]")).to_have_text("1.00")
     expect(page.locator("#job-rows")).not_to_have_attribute("hx-trigger", "every 3s")
     assert page.evaluate("window.notReloaded") is True
+
+
+def test_a_pasted_script_fills_the_fields_as_it_is_typed_with_its_warnings(page: Page, live_server):
+    base = live_server.url
+    team = funded_organization("10000", name="Paste Team")
+    member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
+    allocation = allocation_bought(
+        team, partition=PartitionFactory(cpus=8, nodes=2, gpus=0), quantity=100, price="2.00"
+    )
+    log_in(page, base, member.username)
+    page.goto(f"{base}{reverse('job-submit', args=[allocation.uuid])}")
+    # The sample's own lines fill the fields once the page has read it.
+    expect(page.get_by_label("Time limit (minutes)")).to_have_value("10")
+    expect(page.get_by_label("Name")).to_have_value("hello")
+
+    page.get_by_label("Script").fill(
+        "#!/bin/bash\n"
+        "#SBATCH --job-name=pasted --time=30 -c 2\n"
+        "#SBATCH --array=0-3\n"
+        "#SBATCH --account=physics --mail-user=ada@example.org\n"
+        "srun ./model\n"
+    )
+
+    expect(page.get_by_label("Name")).to_have_value("pasted")
+    expect(page.get_by_label("Time limit (minutes)")).to_have_value("30")
+    expect(page.get_by_label("CPUs per task")).to_have_value("2")
+    expect(page.get_by_label("Array")).to_have_value("0-3")
+    expect(page.get_by_label("Tasks (ntasks)")).to_have_value("")  # the default, 1
+    overridden = page.locator("[data-field=directives-overridden]")
+    expect(overridden).to_contain_text("--account=physics")
+    expect(overridden).to_contain_text("team's own Slurm account")
+    expect(overridden).to_contain_text("--mail-user=ada@example.org")
+    # 4 tasks x 2 cores x 0.5 h at 2.00
+    expect(page.locator("[data-field=estimate-units]")).to_have_text("4")
+    expect(page.locator("[data-field=estimate-cost]")).to_have_text("8.00 USD")
+
+    # A field typed in is the user's: the script no longer fills it, and it wins.
+    page.get_by_label("Time limit (minutes)").fill("15")
+    expect(page.locator("[data-field=estimate-units]")).to_have_text("2")
+    script = page.get_by_label("Script")
+    script.fill(script.input_value().replace("--time=30", "--time=45"))
+    expect(page.locator("[data-field=directives-overridden]")).to_contain_text(
+        "The request's `time_limit_minutes` replaces it"
+    )
+    expect(page.get_by_label("Time limit (minutes)")).to_have_value("15")
+
+    page.get_by_role("button", name="Submit the job").click()
+    expect(page.get_by_role("heading", name="pasted")).to_be_visible()
+    expect(page.locator("#job-directives [data-field=directives-overridden]")).to_contain_text(
+        "--account=physics"
+    )
+    job = Job.objects.get()
+    assert (job.time_limit_minutes, job.cpus_per_task, job.array) == (15, 2, "0-3")
+    sources = {each["field"]: each["source"] for each in job.directives["effective"]}
+    assert (sources["time_limit_minutes"], sources["cpus_per_task"], sources["name"]) == (
+        "request",
+        "script",
+        "script",
+    )

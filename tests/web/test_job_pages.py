@@ -4,6 +4,7 @@ with its live part, its output and its cancel button. Members see their organiza
 everyone else gets a 404. The browser test walks the same pages in Chromium."""
 
 import datetime
+import json
 from decimal import Decimal
 from typing import Any
 
@@ -208,9 +209,11 @@ def test_the_submit_form_offers_a_sample_script_and_estimates_its_initial_sizes(
         "cost": "0.333334 USD",
         "unreserved": "100",
     }
-    sizes = page.by_id("job-sizes")
-    assert sizes.attrs["hx-get"] == reverse("job-estimate", args=[allocation.uuid])
-    assert sizes.attrs["hx-trigger"] == "input delay:250ms"
+    # The script and the sizes are read again as they are typed.
+    read = page.by_id("job-read")
+    assert read.attrs["hx-post"] == reverse("job-directives", args=[allocation.uuid])
+    assert read.attrs["hx-trigger"] == "input delay:300ms, load"
+    assert page.by_id("id_time_limit_minutes").attrs.get("value") is None  # the script's
 
 
 def test_the_gpu_field_is_shown_on_a_gpu_allocation_with_one_gpu_asked(client, team):
@@ -387,8 +390,12 @@ def test_a_member_submits_a_job_which_is_queued_and_lands_on_its_page(
         ({"nodes": "3", "ntasks": "3"}, "nodes", "The partition has 2 nodes."),
         ({"array": "5-1"}, "array", "The range `5-1` ends before it starts."),
         ({"array": "0-2000"}, "array", "Array indices go up to 1000."),
-        ({"script": "echo no interpreter\n"}, "script", "A script starts with an interpreter"),
-        ({"name": ""}, "name", "This field is required."),
+        (
+            {"script": "echo no interpreter\n"},
+            "script",
+            "Line 1: This does not look like a batch script.",
+        ),
+        ({"time_limit_minutes": ""}, "time_limit_minutes", "Give a time limit: this field, or"),
         ({"environment": "A=1\nNO_EQUALS\nA=2"}, "environment", "Line 2: write NAME=value."),
         ({"environment": "A=1\nA=2"}, "environment", "Line 2: A is set twice."),
         ({"environment": "1BAD=x"}, "environment", "`1BAD` is not a valid name"),
@@ -409,21 +416,60 @@ def test_a_refused_field_is_shown_beside_it_and_nothing_is_reserved(
     nothing_reserved(allocation)
 
 
-def test_sbatch_lines_are_refused_beside_the_script_with_their_line_numbers(
+def test_a_line_sbatch_would_refuse_is_shown_beside_the_script_with_its_line(
     client, team, allocation
 ):
     client.force_login(team.member)
-    script = "#!/bin/bash\n#SBATCH --time=100000\necho hi\n  # sbatch --mem=1T\n"
+    script = "#!/bin/bash\n#SBATCH --time=5\n#SBATCH --walltime=10\necho hi\n"
 
     response = client.post(reverse("job-submit", args=[allocation.uuid]), form_data(script=script))
 
     assert response.status_code == 400
     widget, errors = field_block(html(response), "script")
-    assert len(errors) == 1
-    assert errors[0].startswith("The script carries #SBATCH (or #PBS, #BSUB) lines.")
-    assert errors[0].endswith("Lines: 2, 4.")
+    assert errors == ["Line 3: unrecognized option '--walltime=10'"]
     assert widget.text() == " ".join(script.split())  # what was typed is kept
     nothing_reserved(allocation)
+
+
+def test_the_script_is_read_as_it_is_typed_with_its_warnings_and_the_estimate(
+    client, team, allocation
+):
+    client.force_login(team.member)
+    script = "#!/bin/bash\n#SBATCH -t 30 -n 2 --account=physics\n#SBATCH --array=0-3\necho\n"
+    data = {**form_data(script=script), "time_limit_minutes": "", "ntasks": ""}
+
+    response = client.post(reverse("job-directives", args=[allocation.uuid]), data)
+
+    assert response.status_code == 200
+    page = html(response)
+    overridden = page.find(data_field="directives-overridden").text()
+    assert "--account=physics" in overridden and "team's own Slurm account" in overridden
+    values = json.loads(page.by_id("job-directives-values").text())
+    assert values == {"time_limit_minutes": "30", "ntasks": "2", "array": "0-3"}
+    # 4 tasks x 2 cores x 0.5 h at 2.00, swapped in beside it.
+    assert estimate_figures(page) == {
+        "units": "4",
+        "tasks": "4",
+        "cost": "8.00 USD",
+        "unreserved": "100",
+    }
+
+
+def test_fields_the_page_filled_from_the_script_are_sent_as_the_scripts(client, team, allocation):
+    client.force_login(team.member)
+    script = "#!/bin/bash\n#SBATCH -t 30\n#SBATCH -J from-script\necho\n"
+    data = {
+        **form_data(script=script, name="from-script", time_limit_minutes="30", ntasks="2"),
+        "script_fields": "name,time_limit_minutes",
+    }
+
+    response = client.post(reverse("job-submit", args=[allocation.uuid]), data)
+
+    assert response.status_code == 302
+    sources = {each["field"]: each["source"] for each in Job.objects.get().directives["effective"]}
+    assert sources["time_limit_minutes"] == "script"
+    assert sources["name"] == "script"
+    assert sources["ntasks"] == "request"  # typed in: it wins over the script's
 
 
 def test_a_job_larger_than_the_unreserved_units_is_refused_with_the_figures(

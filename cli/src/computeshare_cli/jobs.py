@@ -98,21 +98,34 @@ def job_options(function: F) -> F:
     options = [
         click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
         click.option("--allocation", required=True, help="The allocation id to draw on."),
-        click.option("--name", help="Default: the script's file name."),
         click.option(
-            "--time", "time_limit", required=True, help="Time limit: 90, 1:30, 2h or 45m."
+            "--name", help="Default: the script's --job-name, else the script's file name."
         ),
-        click.option("--cpus-per-task", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--ntasks", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--nodes", type=click.IntRange(min=1), default=1, show_default=True),
-        click.option("--gpus", type=click.IntRange(min=0), default=0, show_default=True),
+        click.option(
+            "--time",
+            "time_limit",
+            help="Time limit: 90, 1:30, 2h or 45m. Default: the script's #SBATCH --time.",
+        ),
+        click.option(
+            "--cpus-per-task",
+            type=click.IntRange(min=1),
+            help="Default: the script's #SBATCH line, else 1.",
+        ),
+        click.option("--ntasks", type=click.IntRange(min=1), help="Default: the script's, else 1."),
+        click.option("--nodes", type=click.IntRange(min=1), help="Default: the script's, else 1."),
+        click.option(
+            "--gpus",
+            type=click.IntRange(min=0),
+            help="GPUs for the whole job. Default: the script's, else 0.",
+        ),
         click.option(
             "--mem-per-cpu",
             type=click.IntRange(min=1),
             default=None,
-            help="Memory per CPU in MiB (sbatch --mem-per-cpu). Default: the partition's.",
+            help="Memory per CPU in MiB (sbatch --mem-per-cpu). Default: the script's memory, "
+            "else the partition's.",
         ),
-        click.option("--array", help="An array: 0-99, 1,3,5 or 0-999%20."),
+        click.option("--array", help="An array: 0-99, 1,3,5 or 0-999%20. Default: the script's."),
         click.option("--env", "env", multiple=True, metavar="NAME=VALUE"),
         click.option(
             "--secret-env",
@@ -131,36 +144,53 @@ def job_body(
     *,
     allocation: str,
     name: str | None,
-    time_limit: str,
-    cpus_per_task: int,
-    ntasks: int,
-    nodes: int,
-    gpus: int,
+    time_limit: str | None,
+    cpus_per_task: int | None,
+    ntasks: int | None,
+    nodes: int | None,
+    gpus: int | None,
     array: str | None,
     env: tuple[str, ...],
     secret_env: tuple[str, ...],
     mem_per_cpu: int | None = None,
 ) -> dict[str, Any]:
-    """The JSON body of POST /jobs/ (and /jobs/quote/) from the command's options."""
+    """The JSON body of POST /jobs/ (and /jobs/quote/) from the command's options. A flag left
+    out is left out of the body: the script's #SBATCH line gives it then (the server reads
+    them), else the server's default; a flag given wins over the script's line, as on
+    sbatch's command line."""
     body: dict[str, Any] = {
         "allocation": allocation,
-        "name": name or script.name,
         "script": script.read_text(),
-        "time_limit_minutes": time_limit_parse(time_limit),
+        "script_name": script.name,
+        "environment": environment_parse(env),
+    }
+    given = {
+        "name": name,
+        "time_limit_minutes": time_limit_parse(time_limit) if time_limit else None,
         "cpus_per_task": cpus_per_task,
         "ntasks": ntasks,
         "nodes": nodes,
         "gpus": gpus,
-        "environment": environment_parse(env),
+        "array": array or None,
+        "mem_per_cpu": mem_per_cpu,
     }
-    if array:
-        body["array"] = array
-    if mem_per_cpu is not None:
-        body["mem_per_cpu"] = mem_per_cpu
+    body.update({key: value for key, value in given.items() if value is not None})
     secrets = environment_parse(secret_env)
     if secrets:
         body["secret_environment"] = secrets
     return body
+
+
+def directives_warn(answer: dict[str, Any]) -> None:
+    """Says which of the script's #SBATCH lines the job runs without, and why."""
+    for each in (answer.get("directives") or {}).get("overridden", []):
+        value = f"={each['value']}" if each.get("value") else ""
+        stderr.print(
+            f"[yellow]warning[/]: line {each['line']}: {each['option']}{value} overridden: "
+            f"{each['why']}",
+            markup=True,
+            highlight=False,
+        )
 
 
 def multipart_fields(body: dict[str, Any]) -> dict[str, str]:
@@ -203,7 +233,8 @@ def jobs_submit(
     idempotency_key: str | None,
     **sizes: Any,
 ) -> None:
-    """Submit SCRIPT (bash, no #SBATCH lines) on an allocation."""
+    """Submit SCRIPT on an allocation: its #SBATCH lines are read as sbatch reads them, and
+    the flags given win over them."""
     body = job_body(script, **sizes)
     files = input_files_parse(inputs)
     key = idempotency_key or new_idempotency_key()
@@ -213,6 +244,7 @@ def jobs_submit(
     else:
         job = client.post("/jobs/", body, idempotency_key=key)
     if not state.as_json:
+        directives_warn(job)
         stderr.print(
             f"Job {job['id']} {job['state']}: {job['reserved_units']} units reserved, "
             f"at most {job['estimated_max_cost']} {job.get('currency', '')}."
@@ -313,6 +345,7 @@ def jobs_quote(state: State, /, script: Path, **sizes: Any) -> None:
     if state.as_json:
         json_print(quote)
         return
+    directives_warn(quote)
     fields_print(
         quote,
         [

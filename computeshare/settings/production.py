@@ -4,7 +4,7 @@ SECRET_KEY, FIELD_ENCRYPTION_KEY, ALLOWED_HOSTS, DATABASE_URL and REDIS_URL, and
 secret of the demo or the tests (insecure.py)."""
 
 from django.core.exceptions import ImproperlyConfigured
-from whitenoise.compress import Compressor
+from whitenoise.compress import Compressor  # type: ignore[import-untyped]
 
 from computeshare.settings.base import *  # noqa: F403
 from computeshare.settings.base import env

@@ -229,10 +229,29 @@ def job_spec(job: Job, input_files: tuple[InputFile, ...] = (), dependency: str 
             if job.allocation.capacity == Capacity.PREEMPTIBLE
             else (job.options or {}).get("requeue")
         ),
-        options=replace(
-            stream_names_filled(job.job_options, job.name, tenant), dependency=dependency
+        options=_preemption_signalled(
+            job,
+            replace(stream_names_filled(job.job_options, job.name, tenant), dependency=dependency),
         ),
     )
+
+
+def _preemption_signalled(job: Job, options: JobOptions) -> JobOptions:
+    """On preemptible capacity of a Slurm cluster, a job that asked for no signal of its own
+    gets SIGTERM, batch script included, when its grace begins: with `--signal=B:TERM@GRACE`
+    and the cluster's `preempt_send_user_signal`, Slurm sends it at preemption (ADR 0022);
+    without one the batch script hears nothing until it is killed. A script's own `--signal`
+    is what it gets at preemption instead."""
+    cluster = job.cluster
+    grace = cluster.preemption_grace_seconds
+    if (
+        options.signal
+        or not grace
+        or job.allocation.capacity != Capacity.PREEMPTIBLE
+        or cluster.backend != Cluster.Backend.SLURM
+    ):
+        return options
+    return replace(options, signal=f"B:TERM@{grace}")
 
 
 def stream_names_filled(options: JobOptions, name: str, tenant: Tenant | None) -> JobOptions:
@@ -263,7 +282,7 @@ def _claim(cluster_id: int, limit: int, now: datetime) -> list[tuple[Job, bool]]
         jobs = list(
             Job.objects.select_for_update(skip_locked=True, of=("self",))
             # The spec needs the partition's name and the tenant's name and home.
-            .select_related("allocation__partition", "lease__account")
+            .select_related("allocation__partition", "lease__account", "cluster")
             .filter(cluster_id=cluster_id, state=JobState.QUEUED)
             .filter(Q(submit_lease_until__isnull=True) | Q(submit_lease_until__lt=now))
             .order_by("created_at", "pk")[:limit]

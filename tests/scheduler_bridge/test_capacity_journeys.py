@@ -35,13 +35,14 @@ PRICE = Decimal("3.00")
 # The first run works until it is stopped (on SIGTERM it says so, then waits to be requeued);
 # the next runs end after a few seconds.
 MARKET_SCRIPT = """#!/bin/bash
-echo "run ${SLURM_RESTART_COUNT:-0} starts"
-trap 'echo "SIGTERM in run ${SLURM_RESTART_COUNT:-0}"; while true; do sleep 1; done' TERM
-if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then
+run=${SLURM_RESTART_COUNT:-0}
+echo "run $run starts" | tee -a events.log
+trap 'echo "SIGTERM in run $run" >> events.log; while true; do sleep 1; done' TERM
+if [ "$run" = 0 ]; then
     for second in $(seq 280); do sleep 1; done
 fi
 sleep 3
-echo "run ${SLURM_RESTART_COUNT:-0} done"
+echo "run $run done" | tee -a events.log
 """
 
 
@@ -197,7 +198,7 @@ def test_the_owners_job_preempts_a_market_job_whose_next_run_alone_is_charged(
         capacity="preemptible",
         quantity=4,
         window_start=(now - timedelta(minutes=1)).isoformat(),
-        window_end=(now + timedelta(hours=2)).isoformat(),
+        window_end=(now + timedelta(hours=3)).isoformat(),
         auction_closes_at=(now + timedelta(hours=1)).isoformat(),
     )
     assert (offer["capacity"], offer["quantity_unit"]) == ("preemptible", "core-hours")
@@ -234,9 +235,15 @@ def test_the_owners_job_preempts_a_market_job_whose_next_run_alone_is_charged(
     assert (ended["qos"], ended["capacity"]) == (testcluster.market_qos, "preemptible")
     told = Notification.objects.filter(kind="job_preempted")
     assert told.count() == 1 and "not charged" in told.get().body
-    # The job was told SIGTERM at the start of its grace, then ran again from the start.
+    # Its stdout is the last run's (Slurm truncates it on a requeue); the log it kept in its
+    # folder shows the SIGTERM at the start of the grace, then the next run from the start.
     output = member.get(f"/api/v1/jobs/{job['id']}/output/").content.decode()
     assert output == "run 1 starts\nrun 1 done\n"
+    wait_for(lambda: member.get(f"/api/v1/jobs/{job['id']}/files/").json()["state"] == "ready", 60)
+    events = member.get(f"/api/v1/jobs/{job['id']}/files/events.log")
+    assert b"".join(events.streaming_content).decode() == (
+        "run 0 starts\nSIGTERM in run 0\nrun 1 starts\nrun 1 done\n"
+    )
 
 
 def test_a_reserved_core_is_the_teams_at_once_while_the_owners_job_waits(

@@ -236,13 +236,14 @@ def test_the_owners_job_preempts_a_market_job_whose_next_run_alone_is_charged(
     told = Notification.objects.filter(kind="job_preempted")
     assert told.count() == 1 and "not charged" in told.get().body
     # Its stdout is the last run's (Slurm truncates it on a requeue); the log it kept in its
-    # folder shows the SIGTERM at the start of the grace, then the next run from the start.
+    # folder shows SIGTERM at the start of the grace (the platform's --signal), again when
+    # Slurm stopped it at the grace's end, then the next run from the start.
     output = member.get(f"/api/v1/jobs/{job['id']}/output/").content.decode()
     assert output == "run 1 starts\nrun 1 done\n"
     wait_for(lambda: member.get(f"/api/v1/jobs/{job['id']}/files/").json()["state"] == "ready", 60)
     events = member.get(f"/api/v1/jobs/{job['id']}/files/events.log")
     assert b"".join(events.streaming_content).decode() == (
-        "run 0 starts\nSIGTERM in run 0\nrun 1 starts\nrun 1 done\n"
+        "run 0 starts\nSIGTERM in run 0\nSIGTERM in run 0\nrun 1 starts\nrun 1 done\n"
     )
 
 

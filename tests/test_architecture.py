@@ -33,7 +33,9 @@ LAYERS = [
 LIBRARY = "hpc"
 # The library's own layers, bottom first; a module may import its own layer and those below.
 LIBRARY_LAYERS = [
-    {"hpc.types", "hpc.arrays", "hpc.errors", "hpc.batches"},
+    # `job_folder` opens a job's files without following links; imports nothing of the library,
+    # since it is also sent to the login node and run there as a tenant's reader.
+    {"hpc.types", "hpc.arrays", "hpc.errors", "hpc.batches", "hpc.job_folder"},
     {"hpc.ssh", "hpc.pool"},
     {"hpc.slurm"},
     {"hpc.backends"},

@@ -238,20 +238,20 @@ def job_spec(job: Job, input_files: tuple[InputFile, ...] = (), dependency: str 
 
 def _preemption_signalled(job: Job, options: JobOptions) -> JobOptions:
     """On preemptible capacity of a Slurm cluster, a job that asked for no signal of its own
-    gets SIGTERM, batch script included, when its grace begins: with `--signal=B:TERM@GRACE`
-    and the cluster's `preempt_send_user_signal`, Slurm sends it at preemption (ADR 0022);
-    without one the batch script hears nothing until it is killed. A script's own `--signal`
-    is what it gets at preemption instead."""
+    gets SIGTERM, batch script included, when its grace begins: with `--signal=B:TERM@0` and
+    the cluster's `preempt_send_user_signal`, Slurm sends it at preemption (ADR 0022); without
+    one the batch script hears nothing until it is killed. `@0`: no warning before the time
+    limit, which ends the job as it always did (`timeout`). A script's own `--signal` is what
+    it gets at preemption instead."""
     cluster = job.cluster
-    grace = cluster.preemption_grace_seconds
     if (
         options.signal
-        or not grace
+        or not cluster.preemption_grace_seconds
         or job.allocation.capacity != Capacity.PREEMPTIBLE
         or cluster.backend != Cluster.Backend.SLURM
     ):
         return options
-    return replace(options, signal=f"B:TERM@{grace}")
+    return replace(options, signal="B:TERM@0")
 
 
 def stream_names_filled(options: JobOptions, name: str, tenant: Tenant | None) -> JobOptions:

@@ -115,6 +115,7 @@ def test_an_owners_admin_sees_earnings_utilization_and_the_jobs_on_the_cluster(
         "spending-data",
         "earnings-data",
         f"utilization-{data.cluster.uuid}-cpu-data",
+        "capacity-kinds-data",
     ]
     expect(page.locator("#cluster-jobs [data-field=team]")).to_have_text(
         ["Tidal Team", "Tidal Team"]

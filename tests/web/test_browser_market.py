@@ -82,8 +82,8 @@ def test_an_owner_lists_capacity_and_a_team_finds_it_bids_and_wins_it(page: Page
     form.get_by_label("Units for sale").fill("200")
     form.get_by_label("Window starts (UTC)").fill(minute(starts))
     form.get_by_label("Window ends (UTC)").fill(minute(ends))
-    form.get_by_label("Reserve price per unit").fill("1.50")
-    form.get_by_label("Buy-now price per unit").fill("4")
+    form.get_by_label("Reserve price per core-hour (GPU-hour)").fill("1.50")
+    form.get_by_label("Buy-now price per core-hour (GPU-hour)").fill("4")
     form.get_by_label("Auction closes (UTC)").fill(minute(closes))
     form.get_by_role("button", name="List offer").click()
     expect(page.get_by_role("alert")).to_contain_text(

@@ -125,7 +125,7 @@ def test_advice_resubmit_with_its_sizes_and_a_template_run_before(page: Page, li
     # A template fills the form; the GPU one is not offered on a partition without GPUs.
     page.goto(f"{base}{reverse('job-submit', args=[allocation.uuid])}")
     templates = page.locator("#job-templates")
-    expect(templates.locator("[data-template]")).to_have_count(3)
+    expect(templates.locator("[data-template]")).to_have_count(4)
     expect(page.locator("#job-templates-no-gpu")).to_be_visible()
     templates.get_by_role("link", name="Python parameter sweep").click()
     expect(page.locator("#job-start-from")).to_contain_text("$SLURM_ARRAY_TASK_ID")

@@ -57,10 +57,11 @@ lint:
 typecheck:
 	$(BIN)/mypy
 
-# Two pytest processes side by side: the Slurm test cluster's tests in one, one after the
-# other, the rest in the other (scripts/pytest-two-processes).
+# Three pytest processes side by side: the Slurm test cluster's tests in one, one after the
+# other; the pages', the CLI's and the platform's own in another; the apps' in the third
+# (scripts/pytest-processes).
 pytest:
-	PYTEST=$(BIN)/pytest scripts/pytest-two-processes
+	PYTEST=$(BIN)/pytest scripts/pytest-processes
 
 # Figures, not pass or fail, on the local PostgreSQL: how fast money moves (bench/ledger.py),
 # how the market clears auctions and serves the offers list (bench/marketplace.py), and how

@@ -111,10 +111,10 @@ def _flush_retrying_deadlocks() -> None:
 _flush_retrying_deadlocks()
 
 
-# `make test` runs the suite as two pytest processes side by side (scripts/pytest-two-processes):
+# `make test` runs the suite as three pytest processes side by side (scripts/pytest-processes):
 # the tests that reach the Slurm test cluster in one, one after the other as they always ran
 # (they cancel every tenant's jobs and move tenants between accounts as they end), everything
-# else in the other. Each process has its own test database, Redis database and job files
+# else in the other two. Each process has its own test database, Redis database and job files
 # (computeshare/settings/test.py), Celery worker and local Stripe server. The cluster's tests
 # are those that ask for it, the owner setup script's (real users and sudoers rules on this
 # machine) and the fault tests (they stop and start the machine's services).

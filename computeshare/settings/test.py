@@ -1,6 +1,6 @@
 """The test run: real PostgreSQL and Redis on this machine unless the environment says otherwise.
 
-`make test` runs the suite as two pytest processes side by side (scripts/pytest-two-processes),
+`make test` runs the suite as three pytest processes side by side (scripts/pytest-processes),
 named by COMPUTESHARE_TEST_PROCESS: each takes a test database, a Redis database and a job-files
 folder of its own. The Celery workers and servers a test starts are given the ones chosen
 (tests/workers.py), not the name."""
@@ -17,11 +17,15 @@ from computeshare.settings.insecure import (
     TEST_STRIPE_WEBHOOK_SECRET,
 )
 
-# The process's name in a run of two ("cluster" or "others"); empty when pytest runs alone.
+# The process's name in a run of three ("cluster", "others", "pages"); empty when pytest runs alone.
 TEST_PROCESS = os.environ.get("COMPUTESHARE_TEST_PROCESS", "")
-if TEST_PROCESS not in ("", "cluster", "others"):
-    raise ValueError(f"COMPUTESHARE_TEST_PROCESS is cluster, others or unset, not {TEST_PROCESS!r}")
-_PROCESS_INDEX = 1 if TEST_PROCESS == "others" else 0
+# Each process's offset below the Redis database of the environment (see below).
+_PROCESSES = {"": 0, "cluster": 0, "others": 1, "pages": 2}
+if TEST_PROCESS not in _PROCESSES:
+    raise ValueError(
+        f"COMPUTESHARE_TEST_PROCESS is cluster, others, pages or unset, not {TEST_PROCESS!r}"
+    )
+_PROCESS_INDEX = _PROCESSES[TEST_PROCESS]
 
 DATABASES = {
     "default": env.db("DATABASE_URL", default="postgres://postgres@127.0.0.1:5432/computeshare"),
@@ -36,8 +40,8 @@ OFFER_LIST_COUNT_CACHE_SECONDS = 0
 
 
 def _redis_of_this_process(url: str) -> str:
-    """The Redis database below `url`'s for the second process (15, then 14), so that two
-    processes never count each other's log-ins or take each other's tasks."""
+    """The Redis database below `url`'s for the other processes (15, then 14 and 13), so
+    that no two processes count each other's log-ins or take each other's tasks."""
     parts = urlsplit(url)
     database = int(parts.path.strip("/") or 0) - _PROCESS_INDEX
     if database < 0:

@@ -81,6 +81,9 @@
     for (const name of FILLED) {
       const input = field(name);
       if (!input || input.dataset.typed === "true") continue;
+      // The field being typed in is left alone even before its first keystroke lands: a value
+      // set under the caret would have the keystroke appended to the script's.
+      if (input === document.activeElement) continue;
       if (Object.prototype.hasOwnProperty.call(values, name)) {
         input.value = values[name];
         input.dataset.fromScript = "true";

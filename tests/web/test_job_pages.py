@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from hpc.types import RunRecord
 from marketplace.models import Allocation, Resource
 from organizations.models import Membership
 from scheduler_bridge import services
@@ -613,6 +614,48 @@ def test_an_ended_jobs_page_shows_usage_cost_efficiency_and_history_without_poll
     assert history == ["Queued", "Submitted", "Running", "Completed"]
     assert page.by_id("job-cancel") is None
     assert page.by_id("job-facts").find(data_field="sizes").text() == "1 node, 1 task x 2 CPUs"
+
+
+def test_an_ended_array_of_tasks_under_a_second_shows_its_start_elapsed_and_efficiency(
+    client, team, allocation
+):
+    """Settled as accounting reports tasks shorter than its whole second (elapsed 0, the
+    start equal to the end): the page shows when the array started, each task's elapsed time
+    and the job's efficiency, not "—" and "once the job has ended"."""
+    job = submit(allocation, team.member, name="quick-array", array="0-1")
+    services.job_mark_submitted(job_id=job.pk, scheduler_job_id="800")
+    moment = datetime.datetime(2026, 11, 26, 16, 28, 21, tzinfo=datetime.UTC)
+    for task in job.tasks.order_by("array_task_id"):
+        run = RunRecord(
+            job_id=f"800_{task.array_task_id}",
+            raw_job_id=str(801 + task.array_task_id),
+            array_job_id="800",
+            array_task_id=task.array_task_id,
+            name=job.scheduler_name,
+            state="completed",
+            scheduler_state="COMPLETED",
+            exit_code=0,
+            submit_time=moment - datetime.timedelta(seconds=45),
+            start_time=moment,
+            end_time=moment,
+            elapsed_seconds=0,
+            allocated_cpus=1,
+            allocated_gpus=0,
+            cpu_seconds=0.015,
+        )
+        services.job_task_settle(task_id=task.pk, runs=[run], final=run)
+    services.job_state_refresh(job_id=job.pk)
+    client.force_login(team.member)
+
+    page = html(client.get(reverse("job-detail", args=[job.uuid])))
+
+    status = page.by_id("job-status")
+    assert status.find(data_field="state").text() == "Completed"
+    assert status.find(data_field="started").text() == "2026-11-26 16:28:21"
+    assert status.find(data_field="usage").text() == "0 units, elapsed under 1s, CPU time 0.030 s"
+    # 0.03 s of CPU over one core for one second per task.
+    assert status.find(data_field="efficiency").text() == "1.5 % CPU time over cores x elapsed"
+    assert [cell_texts(row)[4] for row in body_rows(page, "job-tasks")] == ["under 1s"] * 2
 
 
 def test_a_queued_jobs_page_polls_its_state_and_offers_to_cancel(client, team, allocation):

@@ -80,7 +80,9 @@ def test_the_sweep_form_grid_and_results_table(page: Page, live_server):
     table.fill("x,y\n1,2\n3\n")
     page.get_by_role("button", name="Run the sweep").click()
     expect(page.locator("#id_table ~ .invalid-feedback")).to_have_text(
-        "Line 3 has 1 values; the header names 2 columns."
+        "Line 3 has 1 value; the header names 2 columns. Give that line one value per column "
+        "(an empty value is two separators side by side), or put a value that holds a "
+        "separator between double quotes."
     )
     assert Sweep.objects.count() == 0 and Job.objects.count() == 0
 

@@ -524,7 +524,12 @@ class JobRowsView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         _, page, is_live, status = job_page_of_list(request)
-        context = {"page": page, "is_live": is_live, "query": list_query(request)}
+        context = {
+            "page": page,
+            "is_live": is_live,
+            "query": list_query(request),
+            "currency": settings.PLATFORM_CURRENCY,
+        }
         return render(request, "jobs/_rows.html", context, status=status)
 
 

@@ -541,9 +541,9 @@ def test_the_rows_fragment_keeps_the_filters_and_stops_polling_once_every_job_ha
     )
     assert fragment.status_code == 200
     assert fragment["Cache-Control"].startswith("max-age=0")
-    body = html(fragment).find("tbody")
-    assert body.attrs["id"] == "job-rows" and "hx-trigger" not in body.attrs
-    row = body.find("tr")
+    body = html(fragment).by_id("job-rows")
+    assert body is not None and "hx-trigger" not in body.attrs
+    row = body.find("tbody").find("tr")
     assert cell_texts(row)[1] == "Failed NonZeroExitCode"
 
 
@@ -785,6 +785,53 @@ def test_the_allocations_page_links_the_jobs_and_the_form_of_each_active_allocat
     assert page.by_id("organization-jobs").attrs["href"] == (
         f"{reverse('job-list')}?organization={team.organization.uuid}"
     )
+
+
+def test_the_allocations_cards_carry_each_status_and_the_buttons_of_an_active_one(
+    client, team, allocation
+):
+    """Below 768 px the table gives way to one card per allocation (the browser test checks
+    which shows at which width): each with its status, and the active one with its forms."""
+    closed = allocation_bought(team.organization)
+    Allocation.objects.filter(pk=closed.pk).update(closed_at=timezone.now())
+    client.force_login(team.member)
+
+    page = html(client.get(reverse("organization-allocations", args=[team.organization.uuid])))
+
+    cards = page.by_id("allocation-cards").find_all("li")
+    assert [card.attrs["data-allocation-card"] for card in cards] == [
+        str(closed.uuid),
+        str(allocation.uuid),
+    ]
+    assert [card.find(data_field="status").text() for card in cards] == ["closed", "active"]
+    assert [[link.attrs["href"] for link in card.find_all("a")][1:] for card in cards] == [
+        [],
+        [
+            reverse("job-submit", args=[allocation.uuid]),
+            reverse("sweep-submit", args=[allocation.uuid]),
+        ],
+    ]
+    assert "d-md-none" in page.by_id("allocation-cards").classes
+    assert "d-none" in page.by_id("allocations").parent.classes
+
+
+def test_the_jobs_cards_carry_each_jobs_state_and_follow_it_with_the_rows(client, team, allocation):
+    queued = submit(allocation, team.member, name="queued")
+    ended = finish(submit(allocation, team.member, name="ended"))
+    client.force_login(team.member)
+
+    for url in (reverse("job-list"), reverse("job-list-rows")):
+        live = html(client.get(url)).by_id("job-rows")
+
+        cards = live.by_id("job-cards").find_all("li")
+        assert [card.attrs["data-job-card"] for card in cards] == [
+            str(ended.uuid),
+            str(queued.uuid),
+        ]
+        assert [card.find(data_field="state").text() for card in cards] == ["Completed", "Queued"]
+        assert cards[0].find(data_field="cost").text() == "1.00 USD"
+        assert live.attrs["hx-trigger"] == "every 3s"
+    assert html(client.get(reverse("job-list"))).by_id("jobs").find("th").text() == "Name"
 
 
 # --- Jobs the team's own jobs submitted on the cluster, and jobs that ran again ----------------

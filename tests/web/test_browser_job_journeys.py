@@ -92,6 +92,12 @@ def not_panning(page: Page) -> None:
     assert width <= page.viewport_size["width"], f"{page.url} is {width} px wide"  # type: ignore[index]
 
 
+def tasks_ended(backend: Any, scheduler_job_id: str, count: int) -> bool:
+    """Whether the backend's accounting has `count` ended runs of the job."""
+    runs = backend.runs([scheduler_job_id])
+    return len(runs) == count and all(run.is_ended for run in runs)
+
+
 def is_phone(page: Page) -> bool:
     return page.viewport_size["width"] < 768  # type: ignore[index]
 
@@ -229,12 +235,14 @@ def test_an_array_of_tasks_under_a_second_shows_its_start_elapsed_and_efficiency
     services.cluster_jobs_submit(cluster_id=job.cluster_id)
     job.refresh_from_db()
     backend = backend_for(job.cluster)
-    wait_for(lambda: all(run.is_ended for run in backend.runs([job.scheduler_job_id])), timeout=30)
-    for _ in range(10):
+    wait_for(lambda: tasks_ended(backend, job.scheduler_job_id, 3), timeout=30)
+
+    def poll_ended() -> bool:
         services.cluster_poll(cluster_id=job.cluster_id)
         job.refresh_from_db()
-        if job.is_ended:
-            break
+        return job.is_ended
+
+    wait_for(poll_ended, timeout=30)
     assert job.state == JobState.COMPLETED and job.started_at is not None
 
     log_in(screen, base, member.username)

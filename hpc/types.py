@@ -299,6 +299,31 @@ class RunRecord:
     def is_ended(self) -> bool:
         return self.state in RUN_ENDED_STATES
 
+    @property
+    def has_run(self) -> bool:
+        """Whether the run started on the cluster. Accounting counts whole seconds: a task of a
+        fraction of a second ran with an elapsed time of 0 (sacct prints its Start equal to its
+        End, as for array tasks 800_0 and 800_1 in recorded/sacct_max_rss_with_steps.txt), so
+        the elapsed time alone cannot tell. A run cancelled before it started has no start
+        (sacct's `None`, the local backend's None) or nothing allocated to it."""
+        if self.start_time is None:
+            return False
+        return (
+            self.elapsed_seconds > 0
+            or self.allocated_cpus > 0
+            or self.allocated_gpus > 0
+            or self.cpu_seconds > 0
+        )
+
+    @property
+    def counted_seconds(self) -> int:
+        """The run's elapsed time as efficiency counts it: at least one second for a run that
+        ran (accounting's whole seconds would make a short task's cores x elapsed zero, and its
+        efficiency unknown), none for one that never started. Charging uses `elapsed_seconds`."""
+        if self.has_run:
+            return max(self.elapsed_seconds, 1)
+        return self.elapsed_seconds
+
 
 class Backend(Protocol):
     """The interface both schedulers implement. Every call has a deadline; a transient failure

@@ -139,7 +139,8 @@ class Progress(BaseModel):
     cost = money_field(default=ZERO)
     elapsed_seconds = models.PositiveBigIntegerField(default=0)
     cpu_seconds = models.DecimalField(max_digits=20, decimal_places=3, default=ZERO)
-    # Core-seconds (or GPU-seconds) allocated over the runs: the denominator of efficiency.
+    # Core-seconds (or GPU-seconds) allocated over the runs: the denominator of efficiency
+    # (a run shorter than accounting's whole second counts one: `RunRecord.counted_seconds`).
     allocated_core_seconds = models.PositiveBigIntegerField(default=0)
     # The largest resident set (MaxRSS) any step of the runs reached, in bytes; None until a
     # run with steps was settled.

@@ -329,7 +329,8 @@ class UsageApi(APIView):
             OpenApiParameter("format", str, enum=["json", "csv"], required=False),
         ],
         responses={200: paginated(UsageRowSerializer), **LIST_ERRORS},
-        description="Usage per job: units, cost and times. Jobs that the team's own jobs "
+        description="Usage per job that ran: units, cost and times (a job shorter than "
+        "accounting's whole second is a row at 0 units). Jobs that the team's own jobs "
         "submitted on the cluster are listed too, as `origin` `tenant` with their Slurm id "
         "(`scheduler_job_id`): they are charged to the team's allocation like any other. "
         "`format=csv` downloads every row, with the same columns.",

@@ -54,8 +54,9 @@ class SweepSubmitForm(StyledFormMixin, forms.Form):
         required=False,
         strip=False,
         initial=SAMPLE_TABLE,
-        help_text="A header of column names, then one row per task. Each column becomes a "
-        "variable of its task (letters, digits and <code>_</code>).",
+        help_text="A header of column names, then one row per task, separated by commas, "
+        "tabs or semicolons: a range pasted from a spreadsheet reads as it is. Each column "
+        "becomes a variable of its task (letters, digits and <code>_</code>).",
         widget=forms.Textarea(
             attrs={"rows": 8, "spellcheck": "false", "wrap": "off", "class": "font-monospace"}
         ),
@@ -63,8 +64,11 @@ class SweepSubmitForm(StyledFormMixin, forms.Form):
     table_file = forms.FileField(
         label="…or a CSV file",
         required=False,
-        help_text="Instead of the table above: a CSV file saved from a spreadsheet (UTF-8).",
-        widget=forms.ClearableFileInput(attrs={"accept": ".csv,text/csv,text/plain"}),
+        help_text="Instead of the table above: a CSV (or tab-separated) file saved from a "
+        "spreadsheet (UTF-8).",
+        widget=forms.ClearableFileInput(
+            attrs={"accept": ".csv,.tsv,.txt,text/csv,text/tab-separated-values,text/plain"}
+        ),
     )
     time_limit_minutes = _whole_number(
         "Time limit per task (minutes)",

@@ -125,7 +125,9 @@ def job_usage_list(
 ) -> QuerySet[Job]:
     """The organization's jobs that ran, for its usage report: ended in the range (or still
     running), oldest first; those the team's own jobs submitted on the cluster among them, with
-    their `origin` and Slurm id."""
+    their `origin` and Slurm id. A job that ran is one with a start or a charge: one that ran
+    for less than accounting's whole second was charged 0 units and is a row too (its start is
+    accounting's, `RunRecord.has_run`); one cancelled before it started is not."""
     jobs = (
         Job.objects.filter(organization=organization)
         .exclude(state__in=[JobState.QUEUED])

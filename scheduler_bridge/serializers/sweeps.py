@@ -15,7 +15,9 @@ from scheduler_bridge.models import Job, JobState, Sweep, SweepRow
 from scheduler_bridge.serializers.jobs import optional_size
 
 TABLE_HELP = (
-    "CSV: a header of column names, then one row per task. Each column becomes an environment "
+    "CSV: a header of column names, then one row per task, the values separated by commas, "
+    "tabs (a range copied from a spreadsheet) or semicolons, as the header's own separator "
+    "says; a value holding one goes in double quotes. Each column becomes an environment "
     "variable of its task (letters, digits and _, not starting with a digit, not SLURM_...), "
     "and the row's values are also the script's arguments, in column order. At most "
     "SWEEP_MAX_ROWS rows. Refused with 400 `sweep_table_empty`, `sweep_header_invalid`, "
@@ -67,7 +69,8 @@ class SweepCreateSerializer(serializers.Serializer):
 
 class SweepMultipartSchema(SweepCreateSerializer):
     table_file = serializers.FileField(
-        required=False, help_text="The table as a CSV file, instead of `table`."
+        required=False,
+        help_text="The table as a file (CSV, or tab- or semicolon-separated), instead of `table`.",
     )
 
 

@@ -903,7 +903,7 @@ def _run_charge(
         cost=cost,
         elapsed_seconds=run.elapsed_seconds,
         cpu_seconds=cpu_seconds,
-        core_seconds=cores * run.elapsed_seconds,
+        core_seconds=cores * run.counted_seconds,
         max_rss_bytes=run.max_rss_bytes,
     )
 
@@ -941,8 +941,9 @@ def _task_end(task: JobTask, final: RunRecord | None) -> Decimal | None:
     status_move(task, final.state, field="state")
     task.state_reason = final.reason[:500] if final.state != JobState.COMPLETED else ""
     task.exit_code = final.exit_code
-    # A job cancelled while pending has Slurm's start time equal to its end, and never ran.
-    if final.elapsed_seconds > 0 and final.start_time is not None:
+    # A task of less than a second ran, though accounting counts no whole second of it: its
+    # start is accounting's (`has_run`). One cancelled while pending never ran, and has none.
+    if final.has_run:
         task.started_at = final.start_time
     task.ended_at = final.end_time or timezone.now()
     release: Decimal = task.reserved_units - task.units

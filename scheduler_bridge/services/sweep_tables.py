@@ -1,11 +1,13 @@
 """A sweep's table of parameters and the array script that runs it: pure functions.
 
-The table is CSV: a header of column names, then one row per task. Each column name becomes an
-environment variable of its task, so it is checked as one (`environment_name_problem`, the
-rule of a job's variables); each value is a string. The array's script is a bash wrapper that
-picks its row by `SLURM_ARRAY_TASK_ID`, exports the row's values under the column names, gives
-them as arguments too (in column order), and runs the team's own script in the row's own folder
-(`row-<n>`), so that tasks writing a file of the same name do not overwrite each other's."""
+The table is CSV: a header of column names, then one row per task, its values separated by
+commas, tabs (a range copied from a spreadsheet) or semicolons (CSV saved where the comma is the
+decimal mark). Each column name becomes an environment variable of its task, so it is checked
+as one (`environment_name_problem`, the rule of a job's variables); each value is a string.
+The array's script is a bash wrapper that picks its row by `SLURM_ARRAY_TASK_ID`, exports the
+row's values under the column names, gives them as arguments too (in column order), and runs
+the team's own script in the row's own folder (`row-<n>`), so that tasks writing a file of the
+same name do not overwrite each other's."""
 
 from __future__ import annotations
 
@@ -15,6 +17,8 @@ import secrets
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from django.utils.translation import ngettext
 
 from hpc.types import environment_name_problem
 from scheduler_bridge import errors
@@ -28,35 +32,48 @@ MAX_COLUMNS = 100
 MAX_TABLE_BYTES = 160 * 1024
 
 
+# What a table's values may be separated by, the first the default.
+DELIMITERS = (",", "\t", ";")
+# Said with every refusal of the table's shape: what a table the form reads looks like.
+TABLE_SHAPE = (
+    "The first line names the columns; each line after it is one task, with one value per "
+    "column, separated by commas, tabs (as a spreadsheet copies them) or semicolons."
+)
+
+
 @dataclass(frozen=True)
 class Table:
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
 
 
+def table_delimiter(text: str) -> str:
+    """The separator of a table, read from its header line: column names are variable names,
+    which hold none of the `DELIMITERS`, so the header's own characters tell which it is (the
+    one it holds most; a header of one column holds none, and is read as CSV). Not
+    `csv.Sniffer`: it guesses from every line, where a value may hold another separator (a
+    decimal comma in a tab-separated table) as often as the separator itself."""
+    header = next((line for line in text.splitlines() if line.strip()), "")
+    counts = {delimiter: header.count(delimiter) for delimiter in DELIMITERS}
+    best = max(DELIMITERS, key=lambda delimiter: counts[delimiter])
+    return best if counts[best] else DELIMITERS[0]
+
+
 def sweep_table_parse(text: str, *, max_rows: int) -> Table:
-    """Reads a CSV table (a header, then rows); refuses with a stable code what cannot be one
-    task per row: 400 `sweep_table_empty`, `sweep_header_invalid` (extra `columns`, each with
-    its reason), `sweep_row_ragged` (extra `line`, `expected`, `found`), `sweep_too_many_rows`
-    (extra `limit`, `found`), `sweep_value_invalid` (extra `line`, `column`),
-    `sweep_table_too_large` (extra `limit_bytes`). Blank lines are skipped."""
+    """Reads a table (a header, then rows; separated as `table_delimiter` finds); refuses with
+    a stable code, and a message saying what to change, what cannot be one task per row: 400
+    `sweep_table_empty`, `sweep_header_invalid` (extra `columns`, each with its reason),
+    `sweep_row_ragged` (extra `line`, `expected`, `found`), `sweep_too_many_rows` (extra
+    `limit`, `found`), `sweep_value_invalid` (extra `line`, `column`), `sweep_table_too_large`
+    (extra `limit_bytes`). Blank lines are skipped, and so are the empty columns a
+    spreadsheet's copy can end with (no name, no value)."""
     if "\x00" in text:
         raise errors.SweepValueInvalid("The table holds a NUL character.", extra={})
     if len(text.encode()) > MAX_TABLE_BYTES:
         raise errors.SweepTableTooLarge(extra={"limit_bytes": MAX_TABLE_BYTES})
     # A UTF-8 byte order mark, as spreadsheets write it, is not part of the first name.
     text = text.removeprefix("\ufeff")
-    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
-    records: list[tuple[int, list[str]]] = []
-    try:
-        for record in reader:
-            if record and any(cell.strip() for cell in record):
-                records.append((reader.line_num, record))
-    except csv.Error as error:
-        raise errors.SweepRowRagged(
-            f"Line {reader.line_num} is not valid CSV: {error}.",
-            extra={"line": reader.line_num},
-        ) from error
+    records = _trailing_empty_columns_dropped(_records(text))
     if not records:
         raise errors.SweepTableEmpty()
     _, header = records[0]
@@ -71,7 +88,9 @@ def sweep_table_parse(text: str, *, max_rows: int) -> Table:
         if problem is not None:
             problems.setdefault(name, problem)
     if problems:
-        raise errors.SweepHeaderInvalid("; ".join(problems.values()), extra={"columns": problems})
+        raise errors.SweepHeaderInvalid(
+            f"{'; '.join(problems.values())} {TABLE_SHAPE}", extra={"columns": problems}
+        )
     if len(columns) > MAX_COLUMNS:
         raise errors.SweepHeaderInvalid(
             f"At most {MAX_COLUMNS} columns.", extra={"columns": {}, "limit": MAX_COLUMNS}
@@ -89,7 +108,7 @@ def sweep_table_parse(text: str, *, max_rows: int) -> Table:
     for line, record in rows:
         if len(record) != len(columns):
             raise errors.SweepRowRagged(
-                f"Line {line} has {len(record)} values; the header names {len(columns)} columns.",
+                _ragged_text(line, found=len(record), expected=len(columns)),
                 extra={"line": line, "expected": len(columns), "found": len(record)},
             )
         for column, value in zip(columns, record, strict=True):
@@ -99,6 +118,60 @@ def sweep_table_parse(text: str, *, max_rows: int) -> Table:
                     extra={"line": line, "column": column},
                 )
     return Table(columns=columns, rows=tuple(tuple(record) for _, record in rows))
+
+
+def _records(text: str) -> list[tuple[int, list[str]]]:
+    """The table's non-blank records with the line each ends on; `sweep_row_ragged` for text
+    the csv module cannot read (a quote left open)."""
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=table_delimiter(text), strict=True)
+    records: list[tuple[int, list[str]]] = []
+    try:
+        for record in reader:
+            if record and any(cell.strip() for cell in record):
+                records.append((reader.line_num, record))
+    except csv.Error as error:
+        raise errors.SweepRowRagged(
+            f"Line {reader.line_num} cannot be read: {error}. A value that holds a separator, "
+            'a quote or a line break goes between double quotes, its own quotes doubled ("").',
+            extra={"line": reader.line_num},
+        ) from error
+    return records
+
+
+def _trailing_empty_columns_dropped(
+    records: list[tuple[int, list[str]]],
+) -> list[tuple[int, list[str]]]:
+    """The records without the empty cells at their ends past the last named column, and
+    without the columns at the end that have no name and no value in any row: a spreadsheet's
+    copy of a range wider than the table, or a separator left at the end of a line."""
+    if not records:
+        return records
+
+    def is_blank(cells: list[str], column: int) -> bool:
+        return len(cells) <= column or not cells[column].strip()
+
+    width = len(records[0][1])
+    while width > 1 and all(is_blank(cells, width - 1) for _, cells in records):
+        width -= 1
+    return [
+        (
+            line,
+            cells[:width] if all(is_blank(cells, i) for i in range(width, len(cells))) else cells,
+        )
+        for line, cells in records
+    ]
+
+
+def _ragged_text(line: int, *, found: int, expected: int) -> str:
+    has = ngettext("Line %(line)d has %(found)d value", "Line %(line)d has %(found)d values", found)
+    names = ngettext(
+        "the header names %(expected)d column", "the header names %(expected)d columns", expected
+    )
+    return (
+        f"{has % {'line': line, 'found': found}}; {names % {'expected': expected}}. Give that "
+        "line one value per column (an empty value is two separators side by side), or put a "
+        "value that holds a separator between double quotes."
+    )
 
 
 def sweep_table_csv(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> str:

@@ -12,7 +12,7 @@ from django.utils import timezone
 from hpc.backends.local import SandboxStatus
 from marketplace.models import Cluster
 from marketplace.templatetags.market import units
-from scheduler_bridge.models import Job
+from scheduler_bridge.models import Job, JobTask
 from scheduler_bridge.services.backends import local_sandbox as local_sandbox_now
 
 register = template.Library()
@@ -34,14 +34,17 @@ def duration(seconds: int | float | Decimal | None) -> str:
 
 
 @register.filter
-def elapsed(job: Job) -> str:
-    """What accounting metered once there is usage; while the job runs and nothing was
-    metered yet, how long it has run so far. Empty before it starts."""
+def elapsed(job: Job | JobTask) -> str:
+    """What accounting metered of a job or an array's task once there is usage; while it runs
+    and nothing was metered yet, how long it has run so far; `under 1s` when it ran for less
+    than the whole second accounting counts. Empty before it starts."""
     if job.elapsed_seconds:
         return duration(job.elapsed_seconds)
-    if job.started_at is not None and not job.is_ended:
+    if job.started_at is None:
+        return ""
+    if not job.is_ended:
         return f"{duration((timezone.now() - job.started_at).total_seconds())} so far"
-    return ""
+    return "under 1s"
 
 
 @register.filter

@@ -524,7 +524,12 @@ class JobRowsView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         _, page, is_live, status = job_page_of_list(request)
-        context = {"page": page, "is_live": is_live, "query": list_query(request)}
+        context = {
+            "page": page,
+            "is_live": is_live,
+            "query": list_query(request),
+            "currency": settings.PLATFORM_CURRENCY,
+        }
         return render(request, "jobs/_rows.html", context, status=status)
 
 
@@ -599,9 +604,24 @@ class JobFilesArchiveView(LoginRequiredMixin, View):
 
 
 class JobDetailView(LoginRequiredMixin, View):
+    """The job's page. `?stream=stderr&task=<index>` opens its output on that stream of that
+    task of the array (a sweep's failed row links there); anything else opens stdout of the
+    first task."""
+
     def get(self, request: HttpRequest, job_id: str) -> HttpResponse:
         job = selectors.job_get_for_user(request_user(request), job_id)
-        return render(request, "jobs/detail.html", {**job_context(job), **job_files_context(job)})
+        context = {**job_context(job), **job_files_context(job)}
+        return render(request, "jobs/detail.html", {**context, **output_opened(request, context)})
+
+
+def output_opened(request: HttpRequest, context: dict[str, Any]) -> dict[str, Any]:
+    """The stream and the array's task the page's output opens on: the query's, when it names
+    a stream and one of the array's tasks (`job_context`'s)."""
+    stream = "stderr" if request.GET.get("stream") == "stderr" else "stdout"
+    task_id = whole_number(request.GET.get("task", ""))
+    if task_id not in {task.array_task_id for task in context["tasks"]}:
+        task_id = None
+    return {"output_stream": stream, "output_task": task_id}
 
 
 @method_decorator(never_cache, name="dispatch")

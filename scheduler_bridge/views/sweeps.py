@@ -15,6 +15,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.decorators import method_decorator
+from django.utils.translation import ngettext
 from django.views import View
 from django.views.decorators.cache import never_cache
 
@@ -93,11 +94,15 @@ class SweepSubmitView(LoginRequiredMixin, View):
                 request, allocation, form, refusal=refusal_text(error), status=error.status_code
             )
         job = sweep.sweep_jobs.get().job
+        queued = ngettext(
+            "%(count)d row queued as one array job",
+            "%(count)d rows queued as one array job",
+            job.task_count,
+        ) % {"count": job.task_count}
         messages.success(
             request,
-            f"{sweep.name}: {job.task_count} rows queued as one array job, at most "
-            f"{sweep.concurrency} at once; it reserves {job.reserved_units.normalize():f} units "
-            "of the allocation until it ends.",
+            f"{sweep.name}: {queued}, at most {sweep.concurrency} at once; it reserves "
+            f"{job.reserved_units.normalize():f} units of the allocation until it ends.",
         )
         return HttpResponseRedirect(reverse("sweep-detail", args=[sweep.uuid]))
 
@@ -154,10 +159,14 @@ class SweepRetryFailedView(LoginRequiredMixin, View):
         except ApplicationError as error:
             messages.error(request, refusal_text(error))
         else:
+            retried = ngettext(
+                "The %(count)d failed row runs again as a new array job",
+                "The %(count)d failed rows run again as a new array job",
+                sweep_job.job.task_count,
+            ) % {"count": sweep_job.job.task_count}
             messages.success(
                 request,
-                f"The {sweep_job.job.task_count} failed rows run again as a new array job; "
-                f"it reserves {sweep_job.job.reserved_units.normalize():f} units.",
+                f"{retried}; it reserves {sweep_job.job.reserved_units.normalize():f} units.",
             )
         return HttpResponseRedirect(reverse("sweep-detail", args=[sweep.uuid]))
 

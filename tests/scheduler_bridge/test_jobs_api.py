@@ -379,8 +379,9 @@ def test_the_list_makes_the_same_queries_for_1_and_30_jobs(team, allocation):
     assert len(thirty) == len(one)
 
 
-def _ran(allocation, member, name, *, elapsed):
-    """A job that ran and was settled as accounting reported it."""
+def _ran(allocation, member, name, *, elapsed, started=True):
+    """A job that ran and was settled as accounting reported it (`started` False: one
+    cancelled while it pended, which accounting records with no start and nothing allocated)."""
     from datetime import UTC, datetime
 
     from hpc.types import RunRecord
@@ -399,16 +400,16 @@ def _ran(allocation, member, name, *, elapsed):
         array_job_id=str(job.pk),
         array_task_id=None,
         name=job.scheduler_name,
-        state="completed",
-        scheduler_state="COMPLETED",
+        state="completed" if started else "cancelled",
+        scheduler_state="COMPLETED" if started else "CANCELLED by 1000",
         exit_code=0,
         submit_time=moment,
-        start_time=moment,
+        start_time=moment if started else None,
         end_time=moment,
         elapsed_seconds=elapsed,
-        allocated_cpus=1,
+        allocated_cpus=1 if started else 0,
         allocated_gpus=0,
-        cpu_seconds=elapsed / 2,
+        cpu_seconds=elapsed / 2 if started else 0.0,
     )
     services.job_task_settle(task_id=job.tasks.get().pk, runs=[run], final=run)
     return services.job_state_refresh(job_id=job.pk)
@@ -602,6 +603,30 @@ def test_the_output_of_a_job_submitted_on_the_cluster_is_not_kept(team, allocati
     assert answer.json()["detail"].startswith("This job was submitted on the cluster by one of")
     assert with_a_bad_query.status_code == 409
     assert client_for(team.outsider).get(f"/api/v1/jobs/{job.uuid}/output/").status_code == 404
+
+
+def test_a_job_that_ran_for_under_a_second_costs_nothing_and_is_still_a_row_of_the_usage(
+    team, allocation
+):
+    """Accounting counts whole seconds: a job of a fraction of one is metered 0 units. It ran,
+    so it is a row of the usage report (JSON and CSV) with its start; a job cancelled while it
+    pended never ran, and is not."""
+    quick = _ran(allocation, team.member, "quick", elapsed=0)
+    _ran(allocation, team.member, "never-ran", elapsed=0, started=False)
+    path = f"/api/v1/organizations/{team.organization.uuid}/usage/"
+
+    rows = client_for(team.member).get(path).json()["results"]
+    table = list(
+        csv.DictReader(io.StringIO(client_for(team.member).get(f"{path}?format=csv").text))
+    )
+
+    assert [(row["name"], row["units"], row["cost"]) for row in rows] == [
+        ("quick", "0", "0.000000")
+    ]
+    assert [
+        (row["job"], row["name"], row["units"], row["cost"], row["started_at"][:19])
+        for row in table
+    ] == [(str(quick.uuid), "quick", "0", "0.000000", "2026-11-20T12:00:00")]
 
 
 def test_the_usage_report_lists_the_runs_the_platform_did_not_submit_with_their_slurm_id(

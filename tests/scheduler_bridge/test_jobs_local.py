@@ -92,6 +92,41 @@ def test_a_local_array_and_a_cancelled_job(local_allocation):
     assert sleeper.state == JobState.CANCELLED
 
 
+def test_a_local_array_of_tasks_under_a_second_shows_its_start_elapsed_and_efficiency(
+    local_allocation,
+):
+    """Tasks that end before any poll sees them run, each in less than the whole second that
+    accounting counts: the job still starts when its first task did, each task has its start,
+    and the job has an efficiency (its CPU time over one core-second per task)."""
+    array = _submit(
+        local_allocation, array="0-2", script="#!/bin/bash\necho $SLURM_ARRAY_TASK_ID\n"
+    )
+    services.cluster_jobs_submit(cluster_id=array.cluster_id)
+    backend = backend_for(array.cluster)
+    array.refresh_from_db()
+    deadline = time.monotonic() + 20
+    while not (
+        len(records := backend.runs([array.scheduler_job_id])) == 3
+        and all(record.is_ended for record in records)
+    ):
+        assert time.monotonic() < deadline, "the tasks did not end"
+        time.sleep(0.2)
+
+    array = _poll_until_ended(array)
+
+    tasks = list(array.tasks.order_by("array_task_id"))
+    runs = {run.task_id: run for run in JobRun.objects.filter(task__job=array)}
+    assert array.state == JobState.COMPLETED
+    # An `echo` takes milliseconds; on a loaded machine one may pass a whole second.
+    counted = sum(max(task.elapsed_seconds, 1) for task in tasks)
+    assert all(task.started_at == runs[task.pk].started_at is not None for task in tasks)
+    assert array.started_at == min(task.started_at for task in tasks)
+    assert array.allocated_core_seconds == counted
+    assert array.efficiency == min(
+        Decimal(1), (array.cpu_seconds / counted).quantize(Decimal("0.0001"))
+    )
+
+
 def test_the_nightly_reconciliation_charges_a_run_that_no_poll_settled(local_allocation):
     job = _submit(local_allocation, script="#!/bin/bash\nsleep 1\n")
     services.cluster_jobs_submit(cluster_id=job.cluster_id)

@@ -4,11 +4,13 @@ and by the nightly reconciliation)."""
 
 from datetime import UTC, datetime
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 
 from billing.models import Entry, Transaction
 from billing.selectors import ledger_verify
+from hpc.slurm.accounting import parse_sacct_runs
 from hpc.types import RunRecord
 from marketplace.models import Allocation
 from scheduler_bridge import services
@@ -203,3 +205,48 @@ def test_each_array_task_settles_alone_and_the_job_ends_with_the_last():
         "failed",
     ]
     assert Allocation.objects.get(pk=job.allocation_id).reserved == 0
+
+
+@pytest.mark.django_db
+def test_an_array_of_tasks_under_a_second_has_its_start_and_efficiency_from_accounting():
+    """Array 800 of the recorded sacct output: tasks 0 and 1 ran for less than a second
+    (ElapsedRaw 0, Start equal to End), 2 and 3 for one. Settled from those records, the
+    job starts when its first task did, its tasks keep accounting's start and elapsed time,
+    and its efficiency is its CPU time over one core for one second per task; nothing is
+    charged for the seconds accounting did not count."""
+    recorded = (Path(__file__).parent / "recorded" / "sacct_max_rss_with_steps.txt").read_text()
+    now = datetime(2026, 11, 26, 17, 0, 0, tzinfo=UTC)
+    records = {
+        record.array_task_id: record
+        for record in parse_sacct_runs(recorded, with_steps=True, now=now)
+        if record.array_job_id == "800"
+    }
+    job = submitted_job(cpus=1, minutes=5, array="0-3")
+
+    for task in job.tasks.order_by("array_task_id"):
+        record = records[task.array_task_id]
+        services.job_task_settle(task_id=task.pk, runs=[record], final=record)
+    job = services.job_state_refresh(job_id=job.pk)
+
+    started = datetime(2026, 11, 26, 16, 28, 21, tzinfo=UTC)
+    assert (job.state, job.started_at) == (JobState.COMPLETED, started)
+    assert job.ended_at == datetime(2026, 11, 26, 16, 28, 23, tzinfo=UTC)
+    tasks = list(job.tasks.order_by("array_task_id"))
+    assert [(task.started_at, task.elapsed_seconds) for task in tasks] == [
+        (started, 0),
+        (started, 0),
+        (datetime(2026, 11, 26, 16, 28, 22, tzinfo=UTC), 1),
+        (datetime(2026, 11, 26, 16, 28, 22, tzinfo=UTC), 1),
+    ]
+    assert [task.allocated_core_seconds for task in tasks] == [1, 1, 1, 1]
+    assert job.cpu_seconds == Decimal("0.063")
+    assert (job.elapsed_seconds, job.allocated_core_seconds) == (2, 4)
+    assert job.efficiency == Decimal("0.0158")  # 0.063 s of CPU over 4 core-seconds
+    assert tasks[0].efficiency == Decimal("0.0150")
+    assert job.units == Decimal("0.000556")  # the two whole seconds of tasks 2 and 3
+    assert list(JobRun.objects.filter(task__job=job).values_list("elapsed_seconds", flat=True)) == [
+        0,
+        0,
+        1,
+        1,
+    ]

@@ -949,3 +949,47 @@ def test_recorded_max_rss_is_the_largest_of_a_runs_steps_and_none_when_none_was_
     assert by_id["796"].cpu_seconds == pytest.approx(2.264)
     assert by_id["799"].cpu_seconds == pytest.approx(0.120)  # the batch step's and srun's
     assert by_id["797"].requested_cpus == 1
+
+
+def test_recorded_array_tasks_of_under_a_second_ran_and_count_one_second_of_their_cores():
+    """Tasks 800_0 and 800_1 of the recorded array ran for less than a second: sacct prints
+    their Start equal to their End and an ElapsedRaw of 0, but they had a core and used CPU
+    time. They ran (their start is a start), and their cores x elapsed, the denominator of
+    efficiency, counts one second; their elapsed time, which is what is charged, stays 0."""
+    records = parse_sacct_runs_of(
+        recorded("sacct_max_rss_with_steps.txt"), with_steps=True, now=at(17, 0, 0)
+    )
+    by_id = {record.job_id: record for record in records}
+
+    quick = by_id["800_0"]
+    assert (quick.start_time, quick.end_time, quick.elapsed_seconds) == (
+        at(16, 28, 21),
+        at(16, 28, 21),
+        0,
+    )
+    assert (quick.has_run, quick.counted_seconds, quick.allocated_cpus) == (True, 1, 1)
+    assert (by_id["800_1"].has_run, by_id["800_1"].counted_seconds) == (True, 1)
+    assert (by_id["800_2"].has_run, by_id["800_2"].counted_seconds) == (True, 1)
+    assert (by_id["796"].has_run, by_id["796"].counted_seconds) == (True, 10)
+
+
+def test_recorded_runs_cancelled_while_pending_never_ran():
+    """An array cancelled before its tasks started and a heterogeneous job cancelled while it
+    pended: no start, nothing allocated, so no start time and no seconds for efficiency."""
+    array = parse_sacct_runs(
+        recorded("sacct_array_cancelled_pending_with_steps.txt"),
+        with_steps=True,
+        now=at(15, 47, 30),
+    )
+    het = parse_sacct_runs(
+        recorded("sacct_het_cancelled_pending_with_steps.txt"), with_steps=True, now=at(6, 2, 31)
+    )
+
+    assert [(r.job_id, r.has_run, r.counted_seconds) for r in [*array, *het]] == [
+        ("10_0", False, 0),
+        ("10_1", False, 0),
+        ("10_2", False, 0),
+        ("10_3", False, 0),
+        ("139+0", False, 0),
+        ("139+1", False, 0),
+    ]

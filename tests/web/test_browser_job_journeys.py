@@ -1,7 +1,10 @@
 """A member's job journeys in headless Chromium, at desktop width and on a 390 px phone: "New
 job" from the jobs list lands on the form of the team's active allocation; an array's progress
-on the list and on its page; a running job's output, where the stream clicked last is the one
-shown even while a poll of the other is in flight, and its download.
+on the list and on its page; an array of tasks shorter than a second, run for real, shows its
+start, each task's elapsed time and its efficiency; the jobs and the allocations are a table on
+the desktop and one card each on the phone, their states and "Submit a job" in sight; a
+running job's output, where the stream clicked last is the one shown even while a poll of the
+other is in flight, and its download.
 
 The jobs run on the local backend (the demo's), whose output files the test writes where the
 job would: no Celery worker runs here, so the test moves the job on as the poll would."""
@@ -18,11 +21,14 @@ import pytest
 from django.conf import settings
 from django.urls import reverse
 from django.utils import timezone
-from playwright.sync_api import Browser, Page, expect
+from playwright.sync_api import Browser, Locator, Page, expect
 
 from marketplace.models import Allocation, Cluster
 from organizations.models import Membership
+from scheduler_bridge import services
 from scheduler_bridge.models import Job, JobState, JobTask
+from scheduler_bridge.services.backends import backend_for
+from tests.conftest import local_cluster_root, wait_for
 from tests.factories import (
     ClusterFactory,
     MembershipFactory,
@@ -84,6 +90,31 @@ def open_nav(page: Page, name: str) -> None:
 def not_panning(page: Page) -> None:
     width = page.evaluate("document.documentElement.scrollWidth")
     assert width <= page.viewport_size["width"], f"{page.url} is {width} px wide"  # type: ignore[index]
+
+
+def tasks_ended(backend: Any, scheduler_job_id: str, count: int) -> bool:
+    """Whether the backend's accounting has `count` ended runs of the job."""
+    runs = backend.runs([scheduler_job_id])
+    return len(runs) == count and all(run.is_ended for run in runs)
+
+
+def is_phone(page: Page) -> bool:
+    return page.viewport_size["width"] < 768  # type: ignore[index]
+
+
+def in_sight(element: Locator) -> None:
+    """Visible whole once scrolled to vertically: on a phone, nothing to pan sideways for."""
+    expect(element).to_be_visible()
+    element.scroll_into_view_if_needed()
+    expect(element).to_be_in_viewport(ratio=1)
+    assert element.page.evaluate("window.scrollX") == 0
+
+
+def job_entry(page: Page, job: Job) -> Locator:
+    """The job's row of the jobs list on a wide screen, its card on a phone."""
+    if is_phone(page):
+        return page.locator(f"#job-cards [data-job-card='{job.uuid}']")
+    return page.locator(f"#jobs tr[data-job='{job.uuid}']")
 
 
 def local_allocation(organization: Any, *, quantity: int = 100) -> Allocation:
@@ -173,8 +204,9 @@ def test_an_array_shows_its_progress_on_the_list_and_on_its_page(screen: Page, l
 
     log_in(screen, base, member.username)
     screen.goto(f"{base}{reverse('job-list')}")
-    row = screen.locator(f"#jobs tr[data-job='{job.uuid}']")
+    row = job_entry(screen, job)
     expect(row.locator("[data-field=array-progress]")).to_have_text("6 of 10 tasks done")
+    expect(row.locator("[data-field=state]")).to_be_visible()
     not_panning(screen)
 
     row.get_by_role("link", name="sweep").click()
@@ -184,6 +216,96 @@ def test_an_array_shows_its_progress_on_the_list_and_on_its_page(screen: Page, l
     JobTask.objects.filter(job=job).update(state=JobState.COMPLETED)
     expect(progress).to_have_text("10 of 10 tasks done", timeout=10_000)
     not_panning(screen)
+
+
+def test_an_array_of_tasks_under_a_second_shows_its_start_elapsed_and_efficiency(
+    screen: Page, live_server, settings, tmp_path_factory, no_worker_takes_the_tasks
+):
+    """Run for real on the local backend, and followed by the poll only once every task has
+    ended (as the demo's poll, every 10 s, finds a quick array): the tasks' elapsed time is
+    under accounting's whole second, and the page still says when the array started, each
+    task's elapsed time and the job's efficiency."""
+    settings.LOCAL_CLUSTER_ROOT = local_cluster_root(tmp_path_factory)
+    base = live_server.url
+    team = funded_organization("1000", name="Quick Team")
+    member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
+    job = submit(
+        local_allocation(team), member, name="quick", array="0-2", script="#!/bin/bash\ntrue\n"
+    )
+    services.cluster_jobs_submit(cluster_id=job.cluster_id)
+    job.refresh_from_db()
+    backend = backend_for(job.cluster)
+    wait_for(lambda: tasks_ended(backend, job.scheduler_job_id, 3), timeout=30)
+
+    def poll_ended() -> bool:
+        services.cluster_poll(cluster_id=job.cluster_id)
+        job.refresh_from_db()
+        return job.is_ended
+
+    wait_for(poll_ended, timeout=30)
+    assert job.state == JobState.COMPLETED and job.started_at is not None
+
+    log_in(screen, base, member.username)
+    screen.goto(f"{base}{reverse('job-list')}")
+    entry = job_entry(screen, job)
+    expect(entry.locator("[data-field=state]")).to_have_text("Completed")
+    expect(entry.locator("[data-field=state]")).to_be_visible()
+    not_panning(screen)
+
+    screen.goto(f"{base}{reverse('job-detail', args=[job.uuid])}")
+    status = screen.locator("#job-status")
+    expect(status.locator("[data-field=started]")).to_have_text(
+        f"{job.started_at:%Y-%m-%d %H:%M:%S}"
+    )
+    expect(status.locator("[data-field=efficiency]")).to_have_text(
+        f"{job.efficiency * 100:.1f} % CPU time over cores x elapsed"
+    )
+    elapsed = status.locator("#job-tasks [data-field=task-elapsed]")
+    expect(elapsed).to_have_count(3)
+    for index, task in enumerate(job.tasks.order_by("array_task_id")):
+        expect(elapsed.nth(index)).to_have_text(
+            f"{task.elapsed_seconds}s" if task.elapsed_seconds else "under 1s"
+        )
+    not_panning(screen)
+
+
+def test_the_allocations_and_the_jobs_show_their_states_and_submit_a_job_without_panning(
+    screen: Page, live_server
+):
+    """At 1280 px the tables; at 390 px one card per allocation and per job, with the state of
+    each and the allocation's "Submit a job" in sight, and nothing wider than the screen."""
+    base = live_server.url
+    team = funded_organization("1000", name="Phone Team")
+    member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
+    allocation = local_allocation(team)
+    job = started(submit(allocation, member, name="a job with a rather long name to wrap"))
+
+    log_in(screen, base, member.username)
+    screen.goto(f"{base}{reverse('organization-allocations', args=[team.uuid])}")
+    if is_phone(screen):
+        expect(screen.locator("#allocations")).to_be_hidden()
+        entry = screen.locator(f"#allocation-cards [data-allocation-card='{allocation.uuid}']")
+    else:
+        expect(screen.locator("#allocation-cards")).to_be_hidden()
+        entry = screen.locator(f"#allocations tr[data-allocation='{allocation.uuid}']")
+    expect(entry.locator("[data-field=status]")).to_have_text("active")
+    in_sight(entry.locator("[data-field=status]"))
+    in_sight(screen.get_by_role("link", name="Submit a job on laptop/local"))
+    not_panning(screen)
+
+    screen.goto(f"{base}{reverse('job-list')}")
+    if is_phone(screen):
+        expect(screen.locator("#jobs")).to_be_hidden()
+    else:
+        expect(screen.locator("#job-cards")).to_be_hidden()
+    state = job_entry(screen, job).locator("[data-field=state]")
+    expect(state).to_have_text("Running")
+    in_sight(state)
+    not_panning(screen)
+
+    screen.goto(f"{base}{reverse('organization-allocations', args=[team.uuid])}")
+    screen.get_by_role("link", name="Submit a job on laptop/local").click()
+    expect(screen.get_by_role("heading", name="Submit a job on laptop/local")).to_be_visible()
 
 
 # Waits on the page's polls: at desktop width only (the phone's layout is the crawl's).

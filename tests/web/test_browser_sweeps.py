@@ -19,20 +19,24 @@ import io
 import time
 import uuid
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from django.core.files.base import ContentFile
+from django.urls import reverse
 from django.utils import timezone
 from playwright.sync_api import Page, expect
 
 from billing.models import Transaction
 from billing.selectors import ledger_verify
+from marketplace.models import Cluster
 from organizations.models import Membership
 from scheduler_bridge import services
 from scheduler_bridge.job_files import job_files_storage, stored_name
 from scheduler_bridge.models import Job, JobFile, JobRun, JobTask, Sweep, SweepRow
-from tests.conftest import client_for, wait_for
+from tests.conftest import client_for, local_cluster_root, wait_for
 from tests.factories import (
+    ClusterFactory,
     MembershipFactory,
     PartitionFactory,
     allocation_bought,
@@ -80,7 +84,9 @@ def test_the_sweep_form_grid_and_results_table(page: Page, live_server):
     table.fill("x,y\n1,2\n3\n")
     page.get_by_role("button", name="Run the sweep").click()
     expect(page.locator("#id_table ~ .invalid-feedback")).to_have_text(
-        "Line 3 has 1 values; the header names 2 columns."
+        "Line 3 has 1 value; the header names 2 columns. Give that line one value per column "
+        "(an empty value is two separators side by side), or put a value that holds a "
+        "separator between double quotes."
     )
     assert Sweep.objects.count() == 0 and Job.objects.count() == 0
 
@@ -176,6 +182,100 @@ def test_the_sweep_form_grid_and_results_table(page: Page, live_server):
     assert errors == [
         "Failed to load resource: the server responded with a status of 400 (Bad Request)"
     ]
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_pasted_table_runs_and_a_failed_row_links_to_its_stderr_and_is_retried_alone(
+    page: Page, live_server, settings, tmp_path_factory, no_worker_takes_the_tasks, width
+):
+    """A range copied from a spreadsheet (tab-separated, decimal commas) pasted into the form
+    runs one task per row. Once the rows ended, one of them failed: its row links to its
+    task's stderr and exit code on the job's page, which opens on that stream of that task;
+    "Retry the 1 failed row" says one row runs again. On the demo's local backend, whose
+    output files the test writes where the task would; at 390 px nothing pans sideways."""
+    settings.LOCAL_CLUSTER_ROOT = local_cluster_root(tmp_path_factory)
+    page.set_viewport_size({"width": width, "height": 844})
+    base = live_server.url
+    team = funded_organization("1000", name="Paste Team")
+    member = MembershipFactory(organization=team, role=Membership.Role.MEMBER).user
+    cluster = ClusterFactory(name="laptop", backend=Cluster.Backend.LOCAL, ssh_host="", ssh_user="")
+    allocation = allocation_bought(
+        team, partition=PartitionFactory(cluster=cluster, name="local", cpus=4, gpus=0)
+    )
+    errors = _console_errors(page)
+
+    log_in(page, base, member.username)
+    page.goto(f"{base}{reverse('sweep-submit', args=[allocation.uuid])}")
+    page.get_by_label("Name").fill("pasted sweep")
+    page.get_by_label("Parameters (CSV)").fill("rate\tmomentum\n0,1\t0,9\n0,2\t0,8\n0,3\t0,7\n")
+    page.get_by_label("Time limit per task (minutes)").fill("30")
+    page.get_by_role("button", name="Run the sweep").click()
+    expect(page.locator(".alert-success")).to_contain_text(
+        "pasted sweep: 3 rows queued as one array job"
+    )
+    sweep = Sweep.objects.get()
+    assert [row.values for row in sweep.rows.order_by("index")] == [
+        ["0,1", "0,9"],
+        ["0,2", "0,8"],
+        ["0,3", "0,7"],
+    ]
+
+    # Row 1 fails with exit code 3 and a message on its stderr; the others complete.
+    job = sweep.sweep_jobs.get().job
+    now = timezone.now()
+    Job.objects.filter(pk=job.pk).update(scheduler_job_id="1001", submitted_at=now)
+    for index in range(3):
+        JobTask.objects.filter(job=job, array_task_id=index).update(
+            state="failed" if index == 1 else "completed",
+            exit_code=3 if index == 1 else 0,
+            ended_at=now,
+        )
+    folder = Path(settings.LOCAL_CLUSTER_ROOT) / job.directory
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "stderr-1.txt").write_text("ValueError: momentum 0,8 is not a number\n")
+    storage = job_files_storage()
+    for index in (0, 2):
+        stored = storage.save(
+            stored_name(job.uuid, "result", f"stdout-{index}.txt"), ContentFile(b"0.5\n")
+        )
+        JobFile.objects.create(
+            job=job, kind="result", name=f"stdout-{index}.txt", size=4, stored=stored
+        )
+    Job.objects.filter(pk=job.pk).update(state="failed", ended_at=now, results_state="ready")
+    services.sweep_results_gather(job_id=job.pk)
+
+    expect(page.locator("[data-field=sweep-state]")).to_have_text(
+        "Ended, results gathered", timeout=10_000
+    )
+    failed = page.locator("#sweep-results tbody tr").nth(1)
+    expect(failed).to_have_attribute("data-result-state", "failed")
+    link = failed.locator("[data-field=row-stderr]")
+    expect(link).to_have_text("stderr and exit code 3 of row 1")
+    expect(page.locator("#sweep-results [data-field=row-stderr]")).to_have_count(1)
+    retry = page.get_by_role("button", name="Retry the 1 failed row")
+    expect(retry).to_have_text("Retry the 1 failed row")
+    assert not _pans_sideways(page)
+
+    link.click()
+    expect(page.get_by_role("heading", name="pasted sweep")).to_be_visible()
+    output = page.locator("#job-output")
+    expect(output).to_have_attribute("data-stream", "stderr")
+    expect(page.locator("#job-output-task")).to_have_value("1")
+    expect(page.locator("#job-output-text")).to_have_text(
+        "ValueError: momentum 0,8 is not a number"
+    )
+    expect(page.locator("#job-tasks tr[data-task='1']")).to_contain_text("Failed")
+    expect(page.locator("#job-tasks tr[data-task='1'] td").nth(3)).to_have_text("3")
+    assert not _pans_sideways(page)
+
+    page.go_back()
+    page.get_by_role("button", name="Retry the 1 failed row").click()
+    expect(page.locator(".alert-success")).to_have_text(
+        "The 1 failed row runs again as a new array job; it reserves 0.5 units."
+    )
+    assert sweep.sweep_jobs.count() == 2
+    assert not _pans_sideways(page)
+    assert errors == []
 
 
 # --- On the real test cluster -----------------------------------------------------------------

@@ -14,6 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from hpc.types import RunRecord
 from marketplace.models import Allocation, Resource
 from organizations.models import Membership
 from scheduler_bridge import services
@@ -540,9 +541,9 @@ def test_the_rows_fragment_keeps_the_filters_and_stops_polling_once_every_job_ha
     )
     assert fragment.status_code == 200
     assert fragment["Cache-Control"].startswith("max-age=0")
-    body = html(fragment).find("tbody")
-    assert body.attrs["id"] == "job-rows" and "hx-trigger" not in body.attrs
-    row = body.find("tr")
+    body = html(fragment).by_id("job-rows")
+    assert body is not None and "hx-trigger" not in body.attrs
+    row = body.find("tbody").find("tr")
     assert cell_texts(row)[1] == "Failed NonZeroExitCode"
 
 
@@ -613,6 +614,48 @@ def test_an_ended_jobs_page_shows_usage_cost_efficiency_and_history_without_poll
     assert history == ["Queued", "Submitted", "Running", "Completed"]
     assert page.by_id("job-cancel") is None
     assert page.by_id("job-facts").find(data_field="sizes").text() == "1 node, 1 task x 2 CPUs"
+
+
+def test_an_ended_array_of_tasks_under_a_second_shows_its_start_elapsed_and_efficiency(
+    client, team, allocation
+):
+    """Settled as accounting reports tasks shorter than its whole second (elapsed 0, the
+    start equal to the end): the page shows when the array started, each task's elapsed time
+    and the job's efficiency, not "—" and "once the job has ended"."""
+    job = submit(allocation, team.member, name="quick-array", array="0-1")
+    services.job_mark_submitted(job_id=job.pk, scheduler_job_id="800")
+    moment = datetime.datetime(2026, 11, 26, 16, 28, 21, tzinfo=datetime.UTC)
+    for task in job.tasks.order_by("array_task_id"):
+        run = RunRecord(
+            job_id=f"800_{task.array_task_id}",
+            raw_job_id=str(801 + task.array_task_id),
+            array_job_id="800",
+            array_task_id=task.array_task_id,
+            name=job.scheduler_name,
+            state="completed",
+            scheduler_state="COMPLETED",
+            exit_code=0,
+            submit_time=moment - datetime.timedelta(seconds=45),
+            start_time=moment,
+            end_time=moment,
+            elapsed_seconds=0,
+            allocated_cpus=1,
+            allocated_gpus=0,
+            cpu_seconds=0.015,
+        )
+        services.job_task_settle(task_id=task.pk, runs=[run], final=run)
+    services.job_state_refresh(job_id=job.pk)
+    client.force_login(team.member)
+
+    page = html(client.get(reverse("job-detail", args=[job.uuid])))
+
+    status = page.by_id("job-status")
+    assert status.find(data_field="state").text() == "Completed"
+    assert status.find(data_field="started").text() == "2026-11-26 16:28:21"
+    assert status.find(data_field="usage").text() == "0 units, elapsed under 1s, CPU time 0.030 s"
+    # 0.03 s of CPU over one core for one second per task.
+    assert status.find(data_field="efficiency").text() == "1.5 % CPU time over cores x elapsed"
+    assert [cell_texts(row)[4] for row in body_rows(page, "job-tasks")] == ["under 1s"] * 2
 
 
 def test_a_queued_jobs_page_polls_its_state_and_offers_to_cancel(client, team, allocation):
@@ -742,6 +785,53 @@ def test_the_allocations_page_links_the_jobs_and_the_form_of_each_active_allocat
     assert page.by_id("organization-jobs").attrs["href"] == (
         f"{reverse('job-list')}?organization={team.organization.uuid}"
     )
+
+
+def test_the_allocations_cards_carry_each_status_and_the_buttons_of_an_active_one(
+    client, team, allocation
+):
+    """Below 768 px the table gives way to one card per allocation (the browser test checks
+    which shows at which width): each with its status, and the active one with its forms."""
+    closed = allocation_bought(team.organization)
+    Allocation.objects.filter(pk=closed.pk).update(closed_at=timezone.now())
+    client.force_login(team.member)
+
+    page = html(client.get(reverse("organization-allocations", args=[team.organization.uuid])))
+
+    cards = page.by_id("allocation-cards").find_all("li")
+    assert [card.attrs["data-allocation-card"] for card in cards] == [
+        str(closed.uuid),
+        str(allocation.uuid),
+    ]
+    assert [card.find(data_field="status").text() for card in cards] == ["closed", "active"]
+    assert [[link.attrs["href"] for link in card.find_all("a")][1:] for card in cards] == [
+        [],
+        [
+            reverse("job-submit", args=[allocation.uuid]),
+            reverse("sweep-submit", args=[allocation.uuid]),
+        ],
+    ]
+    assert "d-md-none" in page.by_id("allocation-cards").classes
+    assert "d-none" in page.by_id("allocations").parent.classes
+
+
+def test_the_jobs_cards_carry_each_jobs_state_and_follow_it_with_the_rows(client, team, allocation):
+    queued = submit(allocation, team.member, name="queued")
+    ended = finish(submit(allocation, team.member, name="ended"))
+    client.force_login(team.member)
+
+    for url in (reverse("job-list"), reverse("job-list-rows")):
+        live = html(client.get(url)).by_id("job-rows")
+
+        cards = live.by_id("job-cards").find_all("li")
+        assert [card.attrs["data-job-card"] for card in cards] == [
+            str(ended.uuid),
+            str(queued.uuid),
+        ]
+        assert [card.find(data_field="state").text() for card in cards] == ["Completed", "Queued"]
+        assert cards[0].find(data_field="cost").text() == "1.00 USD"
+        assert live.attrs["hx-trigger"] == "every 3s"
+    assert html(client.get(reverse("job-list"))).by_id("jobs").find("th").text() == "Name"
 
 
 # --- Jobs the team's own jobs submitted on the cluster, and jobs that ran again ----------------

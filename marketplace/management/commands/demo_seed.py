@@ -51,14 +51,16 @@ PEOPLE = [
 # Demo credit per buying organization, posted once as a staff adjustment.
 CREDIT = {"Nimbus Research": Decimal("500.00"), "Helix Genomics": Decimal("300.00")}
 
-# Past auctions: days ago they closed, units, reserve, and the bids (team, units, price).
+# Past auctions: days ago they closed, days their window lasts, units, reserve, and the bids
+# (team, units, price). Most windows were a week; the one of three weeks ago is still open, and
+# demo_jobs runs the teams' past jobs on it; the last one's opened just now.
 HISTORY = [
-    (35, 160, "0.020", [("Nimbus Research", 80, "0.031"), ("Helix Genomics", 120, "0.026")]),
-    (28, 160, "0.020", [("Nimbus Research", 100, "0.029"), ("Helix Genomics", 90, "0.033")]),
-    (21, 200, "0.020", [("Nimbus Research", 60, "0.025"), ("Helix Genomics", 80, "0.024")]),
-    (14, 160, "0.020", [("Nimbus Research", 90, "0.034"), ("Helix Genomics", 100, "0.030")]),
-    (7, 160, "0.020", [("Nimbus Research", 120, "0.036"), ("Helix Genomics", 70, "0.032")]),
-    (0, 200, "0.020", [("Nimbus Research", 150, "0.038"), ("Helix Genomics", 100, "0.035")]),
+    (35, 7, 160, "0.020", [("Nimbus Research", 80, "0.031"), ("Helix Genomics", 120, "0.026")]),
+    (28, 7, 160, "0.020", [("Nimbus Research", 100, "0.029"), ("Helix Genomics", 90, "0.033")]),
+    (21, 28, 200, "0.020", [("Nimbus Research", 60, "0.025"), ("Helix Genomics", 80, "0.024")]),
+    (14, 7, 160, "0.020", [("Nimbus Research", 90, "0.034"), ("Helix Genomics", 100, "0.030")]),
+    (7, 7, 160, "0.020", [("Nimbus Research", 120, "0.036"), ("Helix Genomics", 70, "0.032")]),
+    (0, 30, 200, "0.020", [("Nimbus Research", 150, "0.038"), ("Helix Genomics", 100, "0.035")]),
 ]
 # Each past offer is listed this long before its auction closes; its bids come in between.
 LISTED_BEFORE_CLOSE = timedelta(days=3)
@@ -140,7 +142,7 @@ class Command(BaseCommand):
 
     @staticmethod
     def _history_start(now: datetime.datetime) -> datetime.datetime:
-        oldest = max(days_ago for days_ago, *_ in HISTORY)
+        oldest = max(row[0] for row in HISTORY)
         return now - timedelta(days=oldest + 1) - LISTED_BEFORE_CLOSE
 
     def _admin(self, organization_name: str) -> Membership:
@@ -210,11 +212,10 @@ class Command(BaseCommand):
         self, owner: Membership, cluster: Cluster, partition: str, now: datetime.datetime
     ) -> Iterator[tuple[datetime.datetime, Callable[[], object]]]:
         """(when, what) for each event of the market's past, in no particular order."""
-        for days_ago, quantity, reserve, bids in HISTORY:
+        for days_ago, window_days, quantity, reserve, bids in HISTORY:
             closes = now - timedelta(days=days_ago, minutes=5)
             window_start = closes + timedelta(minutes=1)
-            # The last auction's window is open now; the others' were a week each.
-            window_end = closes + timedelta(days=7 if days_ago else 30)
+            window_end = closes + timedelta(days=window_days)
             listing: dict[str, Offer] = {}
             yield (
                 closes - LISTED_BEFORE_CLOSE,

@@ -41,8 +41,8 @@ def cli(
 ) -> None:
     """ComputeShare from a terminal: offers, allocations, jobs and their files.
 
-    Start with `computeshare login` (the offers need none). Wherever a command takes an id, the
-    start of it will do, such as the 8 characters the pages show, when only one of yours
+    Start with `computeshare login` (the offers need none). Wherever a command takes an id, its
+    start will do, such as the 8 characters the pages show, when only one of what you can see
     starts so. Shell completion: `computeshare completion bash`."""
     try:
         config = config_load()

@@ -8,6 +8,7 @@ import django_filters
 from django.core.validators import RegexValidator
 from django.db.models import F, Q, QuerySet
 
+from computeshare.ids import id_prefix_q, id_prefix_validate
 from hpc.slurm.inventory import FEATURE_PATTERN
 from marketplace.models import Capacity, Offer, Resource
 
@@ -27,6 +28,9 @@ def json_list_has(field: str, name: str) -> Q:
 
 
 class OfferFilter(django_filters.FilterSet):
+    id_prefix = django_filters.CharFilter(
+        method="filter_id_prefix", max_length=36, validators=[id_prefix_validate]
+    )
     resource = django_filters.ChoiceFilter(choices=Resource.choices)
     capacity = django_filters.ChoiceFilter(choices=Capacity.choices)
     cluster = django_filters.UUIDFilter(field_name="cluster__uuid")
@@ -89,6 +93,9 @@ class OfferFilter(django_filters.FilterSet):
         if "_form_class" not in cls.__dict__:
             cls._form_class = super().get_form_class()
         return cls._form_class
+
+    def filter_id_prefix(self, queryset: QuerySet[Offer], name: str, value: str) -> Any:
+        return queryset.filter(id_prefix_q(value)) if value else queryset
 
     def filter_min_quantity(self, queryset: QuerySet[Offer], name: str, value: Any) -> Any:
         if value is None:

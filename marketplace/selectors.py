@@ -26,6 +26,7 @@ from django.db.models.query import ValuesIterable
 from django.utils import timezone
 
 from computeshare.errors import NotFound, ValidationFailed
+from computeshare.ids import id_prefix_q
 from computeshare.models import User
 from computeshare.numbers import MICRO_UNIT
 from marketplace import capacity
@@ -131,12 +132,16 @@ def cluster_get(cluster_uuid: Any) -> Cluster:
         raise NotFound("No such cluster.") from error
 
 
-def cluster_list_for_user(user: User) -> QuerySet[Cluster]:
+def cluster_list_for_user(user: User, *, id_prefix: str | None = None) -> QuerySet[Cluster]:
     """`cluster_list`, each cluster with `viewer_is_owner`: whether the user is a member of its
     organization. Its owners alone see its connection and pool settings and its
-    verifications; this is where that is decided, the serializers render it."""
+    verifications; this is where that is decided, the serializers render it. Narrowed to the
+    clusters whose id starts with `id_prefix` when given."""
     owner_of = organization_ids_of(user)
-    return cluster_list().annotate(
+    clusters = cluster_list()
+    if id_prefix:
+        clusters = clusters.filter(id_prefix_q(id_prefix))
+    return clusters.annotate(
         viewer_is_owner=Case(
             When(organization_id__in=owner_of, then=Value(True)),
             default=Value(False),
@@ -426,9 +431,11 @@ def bid_list_for_user(
     offer_uuid: uuid.UUID | None = None,
     organization_uuid: uuid.UUID | None = None,
     status: str | None = None,
+    id_prefix: str | None = None,
 ) -> QuerySet[Bid]:
     """The bids of the user's organizations, newest first; narrowed to an offer, an
-    organization (each by object or by id) or a status when given."""
+    organization (each by object or by id), a status or the start of the bid's id when
+    given."""
     bids = Bid.objects.filter(
         organization__in=Membership.objects.filter(user=user).values("organization")
     )
@@ -442,6 +449,8 @@ def bid_list_for_user(
         bids = bids.filter(organization__uuid=organization_uuid)
     if status is not None:
         bids = bids.filter(status=status)
+    if id_prefix:
+        bids = bids.filter(id_prefix_q(id_prefix))
     return bids.select_related(
         "offer__cluster", "offer__partition", "organization", "hold"
     ).order_by("-created_at", "-id")
@@ -461,9 +470,11 @@ def allocation_list_for_user(
     organization_uuid: uuid.UUID | None = None,
     cluster_uuid: uuid.UUID | None = None,
     status: str | None = None,
+    id_prefix: str | None = None,
 ) -> QuerySet[Allocation]:
     """The allocations of the user's organizations, the latest window first; narrowed to an
-    organization (by object or by id), a cluster or a window's status when given."""
+    organization (by object or by id), a cluster, a window's status or the start of the
+    allocation's id when given."""
     allocations = Allocation.objects.filter(
         organization__in=Membership.objects.filter(user=user).values("organization")
     )
@@ -475,6 +486,8 @@ def allocation_list_for_user(
         allocations = allocations.filter(cluster__uuid=cluster_uuid)
     if status is not None:
         allocations = allocations_with_status(allocations, status)
+    if id_prefix:
+        allocations = allocations.filter(id_prefix_q(id_prefix))
     return allocations.select_related(
         "organization", "offer", "cluster", "partition", "hold"
     ).order_by("-window_start", "-id")

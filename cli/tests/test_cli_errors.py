@@ -65,3 +65,27 @@ def test_an_answer_that_is_not_the_api_s_says_so_without_its_markup() -> None:
     assert "<" not in error.detail
     assert error.detail.startswith("The server answered HTTP 404: not an answer of the")
     assert api_error(502, b"").detail == "The server answered HTTP 502."
+
+
+def test_a_wrong_user_name_or_password_is_an_authentication_failure() -> None:
+    body = b'{"detail": "Wrong user name or password.", "code": "invalid_credentials", "extra": {}}'
+    error = api_error(400, body)
+    assert (error.code, error.exit_code) == ("invalid_credentials", ExitCode.AUTH)
+    # Any other 400 is still the caller's input.
+    assert api_error(400, b'{"detail": "No.", "code": "invalid"}').exit_code == ExitCode.USAGE
+
+
+def test_a_refused_connection_says_to_check_the_address_and_the_server() -> None:
+    from computeshare_cli.client import ApiClient
+    from computeshare_cli.errors import CliError
+
+    client = ApiClient("http://127.0.0.1:9", retries=0, timeout=2)
+    with client, pytest.raises(CliError) as raised:
+        client.get("/offers/")
+    error = raised.value
+    assert error.exit_code == ExitCode.UNAVAILABLE
+    assert str(error).startswith("The connection to http://127.0.0.1:9 failed: ")
+    assert str(error).endswith(
+        ". Check the address (--url, COMPUTESHARE_URL, or the one stored at login) and that "
+        "the server is running. [network_error]"
+    )

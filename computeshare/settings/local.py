@@ -1,4 +1,4 @@
-"""Development and the embedded demo: SQLite, the filesystem broker, mail on the console."""
+"""Development and the embedded demo: SQLite, the filesystem broker, mail as files in var/mail/."""
 
 from computeshare.settings.base import *  # noqa: F403
 from computeshare.settings.base import env
@@ -9,6 +9,11 @@ from computeshare.settings.insecure import (
 )
 
 DEBUG = env.bool("DJANGO_DEBUG", default=True)
+
+# Each mail the demo sends (invitations, budget alerts, job notices) is a file of its own in
+# var/mail/ (EMAIL_FILE_PATH, base.py), where it can be read after the fact: on the console it
+# was lost among the web server's lines.
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.filebased.EmailBackend")
 
 # The demo's payments go to the local Stripe server that `make demo` starts
 # (scripts/localstripe_server.py), never to Stripe.

@@ -1,8 +1,10 @@
 """REST endpoints of the market (API.md: Clusters, Offers, bids, purchases, Allocations).
 
 Checks run in the house order: visible (404), allowed (403), state (409), input (400), then
-the service. Clusters and offers are public to anyone signed in; bids and allocations only to
-the members of the organization that holds them."""
+the service. Offers and the price history are public, as their pages are: visitors read them
+without a token (`PUBLIC_READS`), and sign in to list, bid or buy. Clusters are public to
+anyone signed in; bids and allocations only to the members of the organization that holds
+them."""
 
 from typing import Any
 
@@ -10,6 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
+from rest_framework.permissions import IsAuthenticatedOrReadOnly
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -24,6 +27,7 @@ from computeshare.api import (
 )
 from computeshare.authentication import request_user
 from computeshare.errors import NotFound, PermissionDenied, ValidationFailed
+from computeshare.ids import ID_PREFIX_PARAMETER
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from marketplace import capacity, selectors, services
 from marketplace.models import Cluster
@@ -39,6 +43,7 @@ from marketplace.serializers.market import (
     ClusterConnectionSerializer,
     ClusterCreateSerializer,
     ClusterDetailSerializer,
+    ClusterFilterSerializer,
     ClusterSerializer,
     IdleFilterSerializer,
     IdleTimeSerializer,
@@ -55,6 +60,8 @@ from organizations import selectors as organization_selectors
 from organizations.models import Membership
 
 ORDER_ERRORS = {**ERRORS, 402: ErrorSerializer, 502: ErrorSerializer}
+# Reads (GET) for anyone, a token (or a session) for everything else.
+PUBLIC_READS = [IsAuthenticatedOrReadOnly]
 
 
 class _OrganizationField(serializers.Serializer):
@@ -108,7 +115,7 @@ class ClusterListCreateApi(APIView):
     @extend_schema(
         operation_id="clusters_list",
         responses={200: paginated(ClusterSerializer), **LIST_ERRORS},
-        parameters=PAGE_PARAMETERS,
+        parameters=[*PAGE_PARAMETERS, ID_PREFIX_PARAMETER],
         description=(
             "Every cluster with its partitions and `tenant_accounts`: how many teams it serves "
             "at once (`total`) and how many more it can take now (`free`). The owners also see "
@@ -116,9 +123,11 @@ class ClusterListCreateApi(APIView):
         ),
     )
     def get(self, request: Request) -> Response:
-        return paginated_response(
-            request, self, selectors.cluster_list_for_user(request_user(request)), ClusterSerializer
+        filters = validated(ClusterFilterSerializer, request.query_params)
+        clusters = selectors.cluster_list_for_user(
+            request_user(request), id_prefix=filters.get("id_prefix")
         )
+        return paginated_response(request, self, clusters, ClusterSerializer)
 
     @extend_schema(
         operation_id="clusters_create",
@@ -276,6 +285,7 @@ class TenantAccountScrubApi(APIView):
 # --- Offers --------------------------------------------------------------------------------------
 
 OFFER_FILTERS = [
+    ID_PREFIX_PARAMETER,
     OpenApiParameter("resource", str, enum=["cpu", "gpu"], required=False),
     OpenApiParameter(
         "capacity",
@@ -318,13 +328,16 @@ OFFER_FILTERS = [
 
 
 class OfferListCreateApi(APIView):
+    permission_classes = PUBLIC_READS
+
     @extend_schema(
         operation_id="offers_list",
         responses={200: paginated(OfferSerializer), **LIST_ERRORS},
         parameters=[*PAGE_PARAMETERS, *OFFER_FILTERS],
         description=(
             "Offers with their public aggregate demand and, in `tenant_accounts`, how many "
-            "teams the offer's cluster serves at once and how many more it can take now."
+            "teams the offer's cluster serves at once and how many more it can take now. "
+            "Public: no token needed, as the offers pages need no log-in."
         ),
     )
     def get(self, request: Request) -> Response:
@@ -378,13 +391,15 @@ class OfferListCreateApi(APIView):
 
 
 class OfferDetailApi(APIView):
+    permission_classes = PUBLIC_READS
+
     @extend_schema(
         operation_id="offers_retrieve",
         responses={200: OfferSerializer, 401: ErrorSerializer, 404: ErrorSerializer},
         description=(
             "One offer. `tenant_accounts.free` is 0 when every tenant account of its cluster is "
             "another team's: a team without an account there is then refused a purchase or a "
-            "win until one frees."
+            "win until one frees. Public: no token needed."
         ),
     )
     def get(self, request: Request, offer_id: str) -> Response:
@@ -483,6 +498,8 @@ class OfferBidCreateApi(APIView):
 
 
 class PriceHistoryApi(APIView):
+    permission_classes = PUBLIC_READS
+
     @extend_schema(
         operation_id="offers_price_history",
         responses={200: paginated(PriceHistorySerializer), **LIST_ERRORS},
@@ -502,7 +519,7 @@ class PriceHistoryApi(APIView):
         ],
         description="Cleared offers of one kind of capacity, oldest first: when each auction "
         "closed, its clearing price (per core-hour or GPU-hour), the units sold and the units "
-        "offered.",
+        "offered. Public: no token needed.",
     )
     def get(self, request: Request) -> Response:
         data = validated(PriceHistoryFilterSerializer, request.query_params)
@@ -537,6 +554,7 @@ class BidListApi(APIView):
                 required=False,
             ),
             OpenApiParameter("organization", str, required=False),
+            ID_PREFIX_PARAMETER,
         ],
     )
     def get(self, request: Request) -> Response:
@@ -546,6 +564,7 @@ class BidListApi(APIView):
             offer_uuid=filters.get("offer"),
             organization_uuid=filters.get("organization"),
             status=filters.get("status"),
+            id_prefix=filters.get("id_prefix"),
         )
         return paginated_response(request, self, bids, BidSerializer)
 
@@ -585,6 +604,7 @@ class AllocationListApi(APIView):
             OpenApiParameter("status", str, enum=["upcoming", "active", "closed"], required=False),
             OpenApiParameter("organization", str, required=False),
             OpenApiParameter("cluster", str, required=False),
+            ID_PREFIX_PARAMETER,
         ],
     )
     def get(self, request: Request) -> Response:
@@ -594,6 +614,7 @@ class AllocationListApi(APIView):
             organization_uuid=filters.get("organization"),
             cluster_uuid=filters.get("cluster"),
             status=filters.get("status"),
+            id_prefix=filters.get("id_prefix"),
         )
         return paginated_response(request, self, allocations, AllocationSerializer)
 

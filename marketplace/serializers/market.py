@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
+from computeshare.ids import IdPrefixField
 from computeshare.moments import BoundedDateTimeField
 from computeshare.numbers import (
     MICRO_PLACES,
@@ -572,6 +573,7 @@ class BidSerializer(serializers.Serializer):
 
 
 class BidFilterSerializer(serializers.Serializer):
+    id_prefix = IdPrefixField()
     offer = serializers.UUIDField(required=False)
     status = serializers.ChoiceField(choices=Bid.Status.choices, required=False)
     organization = serializers.UUIDField(required=False)
@@ -622,12 +624,17 @@ class AllocationSerializer(serializers.Serializer):
 
 
 class AllocationFilterSerializer(serializers.Serializer):
+    id_prefix = IdPrefixField()
     status = serializers.ChoiceField(choices=Allocation.Status.choices, required=False)
     organization = serializers.UUIDField(required=False)
     cluster = serializers.UUIDField(required=False)
 
 
 # --- Capacity ------------------------------------------------------------------------------------
+
+
+class ClusterFilterSerializer(serializers.Serializer):
+    id_prefix = IdPrefixField()
 
 
 class CalendarFilterSerializer(serializers.Serializer):

@@ -32,6 +32,7 @@ from computeshare.api import (
 from computeshare.authentication import request_user
 from computeshare.csv_export import csv_writer
 from computeshare.errors import FieldErrors, NotFound, ValidationFailed
+from computeshare.ids import ID_PREFIX_PARAMETER
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
 from computeshare.parsers import JSONParser
 from marketplace import selectors as market_selectors
@@ -168,6 +169,7 @@ class JobListCreateApi(APIView):
             OpenApiParameter(
                 "organization", str, required=False, description="An organization id."
             ),
+            ID_PREFIX_PARAMETER,
         ],
     )
     def get(self, request: Request) -> Response:
@@ -175,7 +177,7 @@ class JobListCreateApi(APIView):
             "state": request.query_params.getlist("state"),
             **{
                 key: request.query_params[key]
-                for key in ("allocation", "organization")
+                for key in ("allocation", "organization", "id_prefix")
                 if key in request.query_params
             },
         }
@@ -187,6 +189,7 @@ class JobListCreateApi(APIView):
             states=filters.get("state"),
             allocation=filters.get("allocation"),
             organization=filters.get("organization"),
+            id_prefix=filters.get("id_prefix"),
         )
         return paginated_response(request, self, jobs, JobSerializer)
 

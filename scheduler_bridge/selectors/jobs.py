@@ -23,6 +23,7 @@ from django.db.models import (
 from django.utils import timezone
 
 from computeshare.errors import NotFound
+from computeshare.ids import id_prefix_q
 from computeshare.models import User
 from computeshare.numbers import MICRO_UNIT
 from marketplace.models import Allocation, Cluster, PendingReservation, Resource, TenantLease
@@ -65,6 +66,7 @@ def job_list_filtered(
     states: list[str] | None = None,
     allocation: Any = None,
     organization: Any = None,
+    id_prefix: str | None = None,
 ) -> QuerySet[Job]:
     # An array's progress on the list ("6 of 10 tasks done"), counted in the same query.
     jobs = job_list_for_user(user).annotate(
@@ -76,6 +78,8 @@ def job_list_filtered(
         jobs = jobs.filter(allocation__uuid=allocation)
     if organization is not None:
         jobs = jobs.filter(organization__uuid=organization)
+    if id_prefix:
+        jobs = jobs.filter(id_prefix_q(id_prefix))
     return jobs
 
 

@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
+from computeshare.ids import IdPrefixField
 from computeshare.moments import month_start
 from computeshare.numbers import WholeNumber
 from marketplace.serializers.market import Units, units_text
@@ -546,6 +547,7 @@ class JobFilterSerializer(serializers.Serializer):
     )
     allocation = serializers.UUIDField(required=False)
     organization = serializers.UUIDField(required=False)
+    id_prefix = IdPrefixField()
 
 
 class JobOutputQuerySerializer(serializers.Serializer):

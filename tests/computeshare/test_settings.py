@@ -298,3 +298,42 @@ def test_the_trusted_proxy_count_is_one_setting_for_log_ins_and_drf(monkeypatch,
     loaded = runpy.run_path(str(REPOSITORY / "computeshare" / "settings" / "base.py"))
 
     assert loaded["REST_FRAMEWORK"]["NUM_PROXIES"] == expected
+
+
+def test_the_demo_writes_each_mail_to_a_file_of_its_own_in_var_mail(tmp_path, monkeypatch):
+    """Issue 30: the demo's mail is read from var/mail/, one file per message."""
+    where = (
+        "from django.conf import settings\n"
+        "print(settings.EMAIL_BACKEND, settings.EMAIL_FILE_PATH)\n"
+    )
+    send = (
+        "from django.core.mail import send_mail\n"
+        "for number in (1, 2):\n"
+        "    send_mail(f'Notice {number}', 'Body', None, ['tom@nimbus-research.example'])\n"
+    )
+    demo = {
+        "DJANGO_SETTINGS_MODULE": "computeshare.settings.local",
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'demo.sqlite3'}",
+    }
+    mail = tmp_path / "mail"
+    for name in ("EMAIL_BACKEND", "EMAIL_FILE_PATH"):
+        monkeypatch.delenv(name, raising=False)
+
+    settings_read = run_unconfigured(
+        "manage.py", "shell", "--no-imports", "--command", where, **demo
+    )
+    sent = run_unconfigured(
+        "manage.py", "shell", "--no-imports", "--command", send, **demo, EMAIL_FILE_PATH=str(mail)
+    )
+
+    assert settings_read.returncode == 0, settings_read.stderr
+    assert settings_read.stdout.splitlines()[-1] == (
+        f"django.core.mail.backends.filebased.EmailBackend {REPOSITORY / 'var' / 'mail'}"
+    )
+    assert sent.returncode == 0, sent.stderr
+    files = sorted(mail.iterdir())
+    assert len(files) == 2
+    assert sorted(
+        next(line for line in path.read_text().splitlines() if line.startswith("Subject:"))
+        for path in files
+    ) == ["Subject: Notice 1", "Subject: Notice 2"]

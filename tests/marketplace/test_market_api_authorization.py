@@ -1,7 +1,8 @@
 """Who may call which market endpoint (API.md: Clusters; Offers, bids, purchases; Allocations),
 as one table: each role against each endpoint, and a refusal changes nothing.
 
-The rules the table encodes: clusters and offers are readable by anyone signed in; creating a
+The rules the table encodes: offers and the price history are readable by anyone, without a
+token (their pages are public); clusters are readable by anyone signed in; creating a
 cluster needs admin of the organization in the body; changing or verifying a cluster and
 creating or cancelling its offers need admin of the cluster's organization (others see the
 cluster, so they get 403); buying and bidding need admin of the organization in the body (its
@@ -56,9 +57,9 @@ MATRIX: dict[str, tuple[int, int, int, int, int, int]] = {
     "GET /clusters/{cluster}/":          (200,    200,    200,    200,    200,    401),
     "PATCH /clusters/{cluster}/":        (200,    403,    403,    403,    403,    401),
     "POST /clusters/{cluster}/verify/":  (202,    403,    403,    403,    403,    401),
-    "GET /offers/":                      (200,    200,    200,    200,    200,    401),
+    "GET /offers/":                      (200,    200,    200,    200,    200,    200),
     "POST /offers/":                     (201,    403,    403,    403,    403,    401),
-    "GET /offers/{offer}/":              (200,    200,    200,    200,    200,    401),
+    "GET /offers/{offer}/":              (200,    200,    200,    200,    200,    200),
     "POST /offers/{offer}/buy/":         (400,    400,    201,    403,    400,    401),
     "POST /offers/{offer}/bids/":        (400,    400,    201,    403,    400,    401),
     "POST /offers/{spare}/cancel/":      (200,    403,    403,    403,    403,    401),
@@ -69,7 +70,7 @@ MATRIX: dict[str, tuple[int, int, int, int, int, int]] = {
                                          (200,    200,    403,    403,    403,    401),
     "GET /clusters/{cluster}/track-record/":
                                          (200,    200,    200,    200,    200,    401),
-    "GET /offers/price-history/":        (200,    200,    200,    200,    200,    401),
+    "GET /offers/price-history/":        (200,    200,    200,    200,    200,    200),
     "GET /bids/":                        (200,    200,    200,    200,    200,    401),
     "GET /bids/{bid}/":                  (404,    404,    200,    200,    404,    401),
     "DELETE /bids/{bid}/":               (404,    404,    204,    403,    404,    401),

@@ -225,8 +225,12 @@ def _json(response: httpx.Response) -> Any:
 
 def _network_error(base_url: str, error: httpx.TransportError) -> CliError:
     kind = "timed out" if isinstance(error, httpx.TimeoutException) else "failed"
-    return CliError(
-        f"The connection to {base_url} {kind}: {error or type(error).__name__}",
-        code="network_error",
-        exit_code=ExitCode.UNAVAILABLE,
-    )
+    detail = f"The connection to {base_url} {kind}: {error or type(error).__name__}"
+    if isinstance(error, httpx.ConnectError):
+        # Nothing answered at that address (refused, or no such host): most often a mistyped
+        # address or a server not started, rather than a network that will come back.
+        detail += (
+            ". Check the address (--url, COMPUTESHARE_URL, or the one stored at login) and "
+            "that the server is running."
+        )
+    return CliError(detail, code="network_error", exit_code=ExitCode.UNAVAILABLE)

@@ -3,6 +3,7 @@ acts for."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -12,6 +13,7 @@ import click
 from computeshare_cli.client import ApiClient
 from computeshare_cli.config import TOKEN_ENV, Config
 from computeshare_cli.errors import CliError, ExitCode
+from computeshare_cli.ids import id_resolve, is_id_start, is_whole_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,28 +29,51 @@ class State:
     timeout: float
     _client: ApiClient | None = field(default=None, repr=False)
 
-    def client(self, *, authenticated: bool = True) -> ApiClient:
-        if authenticated and not self.token:
+    def client(self, *, login_required: bool = True) -> ApiClient:
+        """The API client, with the token when there is one. Without `login_required` (what
+        the API serves to visitors: the offers, the price history) it goes without one."""
+        if login_required and not self.token:
             raise CliError(
                 f"Not logged in: run `computeshare login`, or set {TOKEN_ENV}.",
                 code="not_logged_in",
                 exit_code=ExitCode.AUTH,
             )
         if self._client is None:
-            self._client = ApiClient(
-                self.url, self.token if authenticated else None, timeout=self.timeout
-            )
+            self._client = ApiClient(self.url, self.token, timeout=self.timeout)
         return self._client
 
+    def resolve(self, kind: str, given: str, *, login_required: bool = True) -> str:
+        """The whole id of the `kind` object meant by `given`, a whole id or its start (looked
+        up only then, so that a whole id needs no log-in where the command needs none)."""
+        if is_whole_id(given.strip()):
+            return str(uuid.UUID(given.strip()))
+        return id_resolve(self.client(login_required=login_required), kind, given)
+
     def organization_id(self, given: str | None) -> str:
-        """The organization a command acts for: `--org` (an id or a name), else the stored
-        default, else the caller's only organization."""
+        """The organization a command acts for: `--org` (an id, its start, or a name), else the
+        stored default, else the caller's only organization. The start of an id is matched
+        here, among the caller's organizations that /me/ lists anyway."""
         wanted = given or self.config.organization
         organizations = self.client().get("/me/")["organizations"]
         if wanted:
             for organization in organizations:
                 if wanted in (organization["id"], organization["name"]):
                     return str(organization["id"])
+            if is_id_start(wanted):
+                digits = wanted.replace("-", "").lower()
+                starting = [
+                    o for o in organizations if str(o["id"]).replace("-", "").startswith(digits)
+                ]
+                if len(starting) == 1:
+                    return str(starting[0]["id"])
+                if starting:
+                    names = ", ".join(f"{o['name']} ({o['id']})" for o in starting)
+                    raise CliError(
+                        f"Several of your organizations have an id that starts with {wanted}: "
+                        f"{names}; give more of the id.",
+                        code="ambiguous_id",
+                        exit_code=ExitCode.USAGE,
+                    )
             raise CliError(
                 f"You are not a member of an organization {wanted!r}.",
                 code="not_found",

@@ -16,7 +16,7 @@ class ExitCode(IntEnum):
     OK = 0
     ERROR = 1  # anything not in a class below
     USAGE = 2  # bad arguments (click's own status for them) and 400/413/422 from the API
-    AUTH = 3  # 401, 403, or no token stored
+    AUTH = 3  # 401, 403, a wrong user name or password (400 invalid_credentials), or no token
     NOT_FOUND = 4  # 404
     CONFLICT = 5  # 409
     MONEY = 6  # 402: not enough money, budget or allocation
@@ -25,9 +25,14 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
-def exit_code_for_status(status: int) -> ExitCode:
-    """The exit status for an HTTP error status."""
-    if status in (401, 403):
+# Refusals the API answers with 400 that are about who the caller is, not about the input's
+# shape: a script tells them from a typo in its arguments by the exit status.
+AUTH_CODES = {"invalid_credentials"}
+
+
+def exit_code_for_status(status: int, code: str | None = None) -> ExitCode:
+    """The exit status for an HTTP error status (and the API's code, when it sent one)."""
+    if code in AUTH_CODES or status in (401, 403):
         return ExitCode.AUTH
     if status == 404:
         return ExitCode.NOT_FOUND
@@ -76,12 +81,13 @@ def api_error(status: int, body: bytes) -> CliError:
             parsed = None
     if isinstance(parsed, dict) and "detail" in parsed:
         extra = parsed.get("extra")
+        code = str(parsed["code"]) if parsed.get("code") else None
         return CliError(
             detail=str(parsed["detail"]),
-            code=str(parsed["code"]) if parsed.get("code") else None,
+            code=code,
             status=status,
             extra=extra if isinstance(extra, dict) else {},
-            exit_code=exit_code_for_status(status),
+            exit_code=exit_code_for_status(status, code),
         )
     text = body[:300].decode("utf-8", errors="replace").strip()
     if text.startswith("<"):

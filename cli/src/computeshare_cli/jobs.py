@@ -32,7 +32,9 @@ from rich.progress import (
 from computeshare_cli.client import ApiClient, new_idempotency_key
 from computeshare_cli.context import State, org_option, pass_state
 from computeshare_cli.errors import CliError, ExitCode
+from computeshare_cli.ids import CANDIDATES_SHOWN
 from computeshare_cli.output import (
+    cell,
     fields_print,
     json_print,
     size_text,
@@ -97,7 +99,11 @@ def job_options(function: F) -> F:
     """The sizes of a job, shared by `submit` and `quote`."""
     options = [
         click.argument("script", type=click.Path(exists=True, dir_okay=False, path_type=Path)),
-        click.option("--allocation", required=True, help="The allocation id to draw on."),
+        click.option(
+            "--allocation",
+            help="The allocation to draw on: its id or the id's start. Default: your only "
+            "active allocation.",
+        ),
         click.option(
             "--name", help="Default: the script's --job-name, else the script's file name."
         ),
@@ -181,6 +187,50 @@ def job_body(
     return body
 
 
+def allocation_choose(state: State, given: str | None) -> str:
+    """The allocation a job draws on: `--allocation` (an id or its start), else the caller's
+    only active allocation, which is said on stderr. With several, an error lists them to
+    choose from; with none, it says how to get one."""
+    if given:
+        return state.resolve("allocation", given)
+    page = state.client().get("/allocations/", {"status": "active", "page_size": CANDIDATES_SHOWN})
+    rows: list[dict[str, Any]] = page.get("results", [])
+    if len(rows) == 1:
+        chosen = rows[0]
+        if not state.as_json:
+            stderr.print(
+                f"Using allocation {chosen['id']} ({_allocation_text(chosen)}), your only "
+                "active one.",
+                highlight=False,
+            )
+        return str(chosen["id"])
+    if not rows:
+        raise CliError(
+            "You have no active allocation to run a job on: buy or bid on an offer "
+            "(`computeshare offers list`), or see when yours start (`computeshare allocations "
+            "list`).",
+            code="no_active_allocation",
+            exit_code=ExitCode.NOT_FOUND,
+        )
+    count = int(page.get("count") or len(rows))
+    lines = [f"  {row['id']}  {_allocation_text(row)}" for row in rows]
+    if count > len(rows):
+        lines.append(f"  … and {count - len(rows)} more (`computeshare allocations list`)")
+    raise CliError(
+        f"You have {count} active allocations: choose one with --allocation (the start of its "
+        "id will do):\n" + "\n".join(lines),
+        code="allocation_required",
+        exit_code=ExitCode.USAGE,
+    )
+
+
+def _allocation_text(row: dict[str, Any]) -> str:
+    return (
+        f"{cell(row.get('cluster_name'))}/{cell(row.get('partition'))}, "
+        f"{cell(row.get('capacity'))}, until {cell(row.get('window_end'))}"
+    )
+
+
 def directives_warn(answer: dict[str, Any]) -> None:
     """Says which of the script's #SBATCH lines the job runs without, and why."""
     for each in (answer.get("directives") or {}).get("overridden", []):
@@ -235,6 +285,7 @@ def jobs_submit(
 ) -> None:
     """Submit SCRIPT on an allocation: its #SBATCH lines are read as sbatch reads them, and
     the flags given win over them."""
+    sizes["allocation"] = allocation_choose(state, sizes["allocation"])
     body = job_body(script, **sizes)
     files = input_files_parse(inputs)
     key = idempotency_key or new_idempotency_key()
@@ -341,6 +392,7 @@ class _CountingReader(io.RawIOBase):
 def jobs_quote(state: State, /, script: Path, **sizes: Any) -> None:
     """What SCRIPT would reserve and cost, and when Slurm expects it to start; submits
     nothing and holds nothing."""
+    sizes["allocation"] = allocation_choose(state, sizes["allocation"])
     quote = state.client().post("/jobs/quote/", job_body(script, **sizes))
     if state.as_json:
         json_print(quote)
@@ -365,7 +417,7 @@ def jobs_quote(state: State, /, script: Path, **sizes: Any) -> None:
 
 @jobs.command("list")
 @click.option("--state", "states", multiple=True, type=click.Choice(STATES))
-@click.option("--allocation", help="An allocation id.")
+@click.option("--allocation", help="An allocation id, or its start.")
 @org_option
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @pass_state
@@ -378,6 +430,8 @@ def jobs_list(
 ) -> None:
     """Your organizations' jobs, newest first."""
     org = state.organization_id(organization) if organization else None
+    if allocation:
+        allocation = state.resolve("allocation", allocation)
     rows = list(
         state.client().paginate(
             "/jobs/",
@@ -396,6 +450,7 @@ def jobs_list(
 @pass_state
 def jobs_show(state: State, job_id: str) -> None:
     """One job: sizes, state, usage, cost, and its array's tasks by state."""
+    job_id = state.resolve("job", job_id)
     job = state.client().get(f"/jobs/{job_id}/")
     if state.as_json:
         json_print(job)
@@ -488,6 +543,7 @@ def _tasks_summary(job: dict[str, Any]) -> str | None:
 def jobs_wait(state: State, job_id: str, interval: float) -> None:
     """Follow a job to its end with a progress bar over its tasks; exit status 8 unless it
     completed."""
+    job_id = state.resolve("job", job_id)
     job = job_wait(state, job_id, interval=interval)
     _job_end_print(state, job)
     if job["state"] != "completed":
@@ -564,6 +620,7 @@ def jobs_output(
     from computeshare_cli.parsing import new_output
 
     client = state.client()
+    job_id = state.resolve("job", job_id)
     query = {
         "stream": "stderr" if use_stderr else "stdout",
         "task": task,
@@ -588,6 +645,7 @@ def jobs_output(
 @pass_state
 def jobs_cancel(state: State, job_id: str) -> None:
     """Cancel a job: it never reaches the cluster, or gets scancel there."""
+    job_id = state.resolve("job", job_id)
     job = state.client().post(f"/jobs/{job_id}/cancel/")
     if state.as_json:
         json_print(job)
@@ -601,6 +659,7 @@ def jobs_cancel(state: State, job_id: str) -> None:
 def jobs_files(state: State, job_id: str) -> None:
     """The files the job left in its folder, with their sizes."""
     client = state.client()
+    job_id = state.resolve("job", job_id)
     first = client.get(f"/jobs/{job_id}/files/", {"page_size": 1})
     rows = list(client.paginate(f"/jobs/{job_id}/files/"))
     if state.as_json:
@@ -660,6 +719,7 @@ def jobs_download(
     if archive and not everything:
         raise ArgumentError("--archive goes with --all.")
     client = state.client()
+    job_id = state.resolve("job", job_id)
     _results_ready(client, job_id, timeout=results_timeout)
     written: list[Path] = []
     if everything:

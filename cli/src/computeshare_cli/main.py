@@ -41,7 +41,9 @@ def cli(
 ) -> None:
     """ComputeShare from a terminal: offers, allocations, jobs and their files.
 
-    Start with `computeshare login`. Shell completion: `computeshare completion bash`."""
+    Start with `computeshare login` (the offers need none). Wherever a command takes an id, its
+    start will do, such as the 8 characters the pages show, when only one of what you can see
+    starts so. Shell completion: `computeshare completion bash`."""
     try:
         config = config_load()
     except ConfigError as error:
@@ -171,7 +173,7 @@ OFFER_COLUMNS = [
 
 @cli.group()
 def offers() -> None:
-    """Browse the market's offers."""
+    """Browse the market's offers (no log-in needed, as on the site)."""
 
 
 @offers.command("list")
@@ -181,7 +183,7 @@ def offers() -> None:
     type=click.Choice(["preemptible", "reserved"]),
     help="Preemptible hours, or reserved blocks of whole cores (GPUs) for the whole window.",
 )
-@click.option("--cluster", help="A cluster id.")
+@click.option("--cluster", help="A cluster id (its start, when logged in).")
 @click.option("--partition")
 @click.option("--status", type=click.Choice(["open", "cleared", "cancelled"]))
 @click.option("--min-quantity")
@@ -195,8 +197,10 @@ def offers() -> None:
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @pass_state
 def offers_list(state: State, /, limit: int, **filters: str | None) -> None:
-    """Offers, filtered as the API filters them."""
-    rows = list(state.client().paginate("/offers/", filters, limit=limit))
+    """Offers, filtered as the API filters them. No log-in needed."""
+    if filters.get("cluster"):
+        filters["cluster"] = state.resolve("cluster", str(filters["cluster"]))
+    rows = list(state.client(login_required=False).paginate("/offers/", filters, limit=limit))
     if state.as_json:
         json_print(rows)
         return
@@ -207,8 +211,10 @@ def offers_list(state: State, /, limit: int, **filters: str | None) -> None:
 @click.argument("offer_id")
 @pass_state
 def offers_show(state: State, offer_id: str) -> None:
-    """One offer, with its demand."""
-    offer = state.client().get(f"/offers/{offer_id}/")
+    """One offer, with its demand. OFFER_ID: the whole id or its start (the 8 characters the
+    pages show). No log-in needed."""
+    offer_id = state.resolve("offer", offer_id, login_required=False)
+    offer = state.client(login_required=False).get(f"/offers/{offer_id}/")
     if state.as_json:
         json_print(offer)
         return
@@ -241,7 +247,7 @@ PRICE_HISTORY_COLUMNS = [
 
 
 @offers.command("price-history")
-@click.option("--cluster", help="A cluster id.")
+@click.option("--cluster", help="A cluster id (its start, when logged in).")
 @click.option("--partition")
 @click.option("--resource", type=click.Choice(["cpu", "gpu"]))
 @click.option(
@@ -254,8 +260,12 @@ PRICE_HISTORY_COLUMNS = [
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @pass_state
 def offers_price_history(state: State, /, limit: int, **filters: str | None) -> None:
-    """Cleared auctions, oldest first: the price every winner paid per core-hour (GPU-hour)."""
-    rows = list(state.client().paginate("/offers/price-history/", filters, limit=limit))
+    """Cleared auctions, oldest first: the price every winner paid per core-hour (GPU-hour).
+    No log-in needed."""
+    if filters.get("cluster"):
+        filters["cluster"] = state.resolve("cluster", str(filters["cluster"]))
+    client = state.client(login_required=False)
+    rows = list(client.paginate("/offers/price-history/", filters, limit=limit))
     if state.as_json:
         json_print(rows)
         return
@@ -294,6 +304,7 @@ ALLOCATION_COLUMNS = [
 def buy(state: State, offer_id: str, quantity: str, organization: str | None) -> None:
     """Buy units of an offer now; answers the allocation."""
     client = state.client()
+    offer_id = state.resolve("offer", offer_id)
     allocation = client.post(
         f"/offers/{offer_id}/buy/",
         {"organization": state.organization_id(organization), "quantity": quantity},
@@ -342,6 +353,7 @@ def bid(
     }
     if min_quantity is not None:
         body["min_quantity"] = min_quantity
+    offer_id = state.resolve("offer", offer_id)
     answer = state.client().post(
         f"/offers/{offer_id}/bids/", body, idempotency_key=new_idempotency_key()
     )
@@ -357,11 +369,13 @@ def bids() -> None:
 
 
 @bids.command("list")
-@click.option("--offer", help="An offer id.")
+@click.option("--offer", help="An offer id, or its start.")
 @click.option("--status", type=click.Choice(["open", "won", "partially_won", "lost", "withdrawn"]))
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @pass_state
 def bids_list(state: State, offer: str | None, status: str | None, limit: int) -> None:
+    if offer:
+        offer = state.resolve("offer", offer)
     rows = list(state.client().paginate("/bids/", {"offer": offer, "status": status}, limit=limit))
     if state.as_json:
         json_print(rows)
@@ -374,6 +388,7 @@ def bids_list(state: State, offer: str | None, status: str | None, limit: int) -
 @pass_state
 def bids_withdraw(state: State, bid_id: str) -> None:
     """Withdraw an open bid; its hold is released."""
+    bid_id = state.resolve("bid", bid_id)
     state.client().delete(f"/bids/{bid_id}/")
     if state.as_json:
         json_print({"id": bid_id, "status": "withdrawn"})
@@ -410,6 +425,7 @@ def allocations_list(
 @click.argument("allocation_id")
 @pass_state
 def allocations_show(state: State, allocation_id: str) -> None:
+    allocation_id = state.resolve("allocation", allocation_id)
     allocation = state.client().get(f"/allocations/{allocation_id}/")
     if state.as_json:
         json_print(allocation)

@@ -1,10 +1,13 @@
 """The site's navigation and the pages every visitor can reach from its header and footer,
 through Django's test client: "Organizations" opens the list of the user's organizations, a
-"Money" item carries the wallet's balance (one query, the organization the page is about)."""
+"Money" item carries the wallet's balance (one query, the organization the page is about), the
+footer's Status link is a page saying what /healthz says, the favicon is never a 404, and the
+API docs sit in the site's own page with a way back."""
 
 from decimal import Decimal
 
 import pytest
+from django.contrib.staticfiles import finders
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -129,3 +132,73 @@ def test_the_header_wallet_costs_one_query_and_none_for_visitors(client, team):
     accounts = [query["sql"] for query in queries if '"billing_account"' in query["sql"]]
     assert len(accounts) == 1
     assert not [query for query in visitor_queries if '"billing_account"' in query["sql"]]
+
+
+def test_the_footers_status_link_is_a_page_saying_what_healthz_says(client):
+    home = client.get("/")
+    response = client.get(reverse("status"))
+
+    footer = html(home).find("footer")
+    assert [link.attrs["href"] for link in footer.find_all("a")] == [
+        reverse("api-docs"),
+        reverse("status"),
+    ]
+    assert response.status_code == 200
+    assert "no-cache" in response["Cache-Control"]
+    page = html(response)
+    assert page.by_id("status-summary").text() == ("ComputeShare is working: every part answered.")
+    parts = {
+        row.attrs["data-part"]: row.find(data_field="state").text()
+        for row in page.by_id("status-parts").find_all("li")
+    }
+    assert parts == {"database": "Working", "broker": "Working"}
+    # Monitors keep their JSON.
+    assert client.get(reverse("healthz")).json() == {"database": "ok", "broker": "ok"}
+
+
+def test_the_status_page_says_which_part_does_not_answer_with_healthzs_status(client, settings):
+    # A real connection attempt to a loopback port where nothing listens.
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:9/0"
+
+    response = client.get(reverse("status"))
+
+    assert response.status_code == 503
+    page = html(response)
+    assert page.by_id("status-summary").text().startswith("Part of ComputeShare is not answering")
+    broker = page.by_id("status-parts").find(data_part="broker")
+    assert broker.find(data_field="state").text() == "Not answering"
+    assert broker.text().startswith("Task queue")
+
+
+def test_the_favicon_is_at_the_address_browsers_ask_for(client):
+    response = client.get("/favicon.ico")
+    page = html(client.get("/"))
+
+    assert response.status_code == 301
+    assert response["Location"] == "/static/favicon.ico"
+    icon = finders.find("favicon.ico")
+    assert icon is not None
+    with open(icon, "rb") as file:
+        assert file.read(4) == b"\x00\x00\x01\x00"  # an ICO file's header
+    icons = [link.attrs["href"] for link in page.find_all("link") if link.attrs["rel"] == "icon"]
+    assert icons == ["/static/favicon.ico", "/static/favicon.svg"]
+
+
+@pytest.mark.parametrize("signed_in", [False, True])
+def test_the_api_docs_are_in_the_sites_page_with_a_way_back(client, user, signed_in):
+    if signed_in:
+        client.force_login(user)
+
+    response = client.get(reverse("api-docs"))
+
+    assert response.status_code == 200
+    page = html(response)
+    assert page.by_id("main-nav") is not None
+    assert page.find("footer") is not None
+    assert page.by_id("api-docs-back").attrs["href"] == reverse("home")
+    assert page.by_id("swagger-ui") is not None
+    scripts = [script.attrs.get("src") for script in page.find_all("script")]
+    assert "/static/vendor/swagger-ui/swagger-ui-bundle.js" in scripts
+    assert page.find("title").text() == "API docs · ComputeShare"
+    tokens = page.by_id("api-docs-intro").find("a")
+    assert tokens.attrs["href"] == reverse("api-tokens" if signed_in else "login")

@@ -155,7 +155,7 @@ def test_a_visitor_browses_offers_and_is_asked_to_log_in_to_bid(
     search.fill("fjord avx2")
     page.get_by_role("button", name="Search", exact=True).click()
     expect(listing.locator("[data-offer]")).to_have_count(3)
-    listing.get_by_role("link", name="Open").first.click()
+    listing.get_by_role("link", name="View").first.click()
     expect(page.locator("#offer-hardware")).to_contain_text("256 GB")
     expect(page.locator("#bid-form")).to_have_count(0)
     assert_fits_and_no_errors(page)

@@ -113,7 +113,7 @@ def test_an_owner_lists_capacity_and_a_team_finds_it_bids_and_wins_it(page: Page
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("fjord")
     expect(rows.first).to_contain_text("200 / 200")
-    rows.first.get_by_role("link", name=re.compile("^Open the offer")).click()
+    rows.first.get_by_role("link", name=re.compile("^View the offer")).click()
     expect(page.get_by_role("heading", name="200 core-hours on fjord/batch")).to_be_visible()
 
     # The hold the bid will place shows as the team types, against the wallet's balance.

@@ -245,7 +245,7 @@ def test_the_offers_page_lists_open_offers_with_their_figures(client, buyer, own
         "3.00",
         f"{offer.auction_closes_at:%Y-%m-%d %H:%M}",
         "1 / 40",
-        "Open",
+        "View",
     ]
     assert rows[0].find("a").attrs["href"] == reverse("offer-detail", args=[offer.uuid])
     assert page.find("h2").text() == "1 offer"

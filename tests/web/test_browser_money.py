@@ -262,3 +262,25 @@ def test_on_a_phone_a_card_typed_as_printed_pays_and_the_page_logs_no_error(
         assert errors == []
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_top_ups_table_says_each_status_in_words(
+    page: Page, live_server, organization, admin, width
+):
+    """Issue 30: the table showed "pending" and "expired"."""
+    for status in (TopUp.Status.EXPIRED, TopUp.Status.PENDING):
+        TopUp.objects.create(
+            organization=organization,
+            created_by=admin,
+            amount=Decimal("25.00"),
+            currency="USD",
+            status=status,
+        )
+    page.set_viewport_size({"width": width, "height": 900})
+
+    log_in(page, live_server.url, admin.username)
+    open_money_page(page, live_server.url, organization)
+
+    expect(page.locator("#top-ups tbody .badge")).to_have_text(["Pending", "Expired"])
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")

@@ -100,7 +100,7 @@ def test_an_admin_tops_up_with_a_card_and_the_webhook_credits_the_wallet(
     rows = page.locator("#top-ups tbody tr")
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("25.00 USD")
-    expect(rows.first.locator(".badge")).to_have_text("succeeded")
+    expect(rows.first.locator(".badge")).to_have_text("Succeeded")
     ledger = page.locator("#ledger tbody tr")
     expect(ledger).to_have_count(1)
     expect(ledger.first).to_contain_text("Top-up")
@@ -170,7 +170,7 @@ def test_a_declined_card_is_refused_on_the_page_and_the_top_up_fails_unpaid(
     page.reload()
     row = page.locator("#top-ups tbody tr")
     expect(row).to_have_count(1)
-    expect(row.first.locator(".badge")).to_have_text("failed")
+    expect(row.first.locator(".badge")).to_have_text("Failed")
     expect(row.first).to_contain_text("Your card was declined.")
     expect(page.locator("#wallet-available")).to_have_text(re.compile(r"^\s*0\.00\s+USD\s*$"))
 

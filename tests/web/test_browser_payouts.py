@@ -74,7 +74,7 @@ def test_an_owner_connects_stripe_sees_payable_earnings_and_pays_out(
     history = page.locator("#payouts .payout")
     expect(history).to_have_count(1)
     expect(history.first).to_contain_text("36.00 USD")
-    expect(history.first.locator(".badge")).to_have_text("paid")
+    expect(history.first.locator(".badge")).to_have_text("Paid")
     assert fits_the_width(page)
 
     account = ConnectedAccount.objects.get(organization=owner)

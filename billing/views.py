@@ -20,6 +20,7 @@ from django.views import View
 from billing import selectors as billing_selectors
 from billing import services as billing_services
 from billing.forms import BudgetForm
+from billing.stripe_requirements import requirements_in_words
 from computeshare.authentication import request_user
 from computeshare.csv_export import csv_writer
 from computeshare.errors import ApplicationError, ValidationFailed
@@ -205,6 +206,7 @@ class PayoutsView(LoginRequiredMixin, View):
             "membership": membership,
             "organization": organization,
             "account": account,
+            "requirements": requirements_in_words(account.requirements_due if account else []),
             "balance": billing_selectors.payout_balance(organization),
             "payouts": billing_selectors.payout_list(organization)[:50],
             "notice": self.NOTICES.get(request.GET.get("onboarding", "")),

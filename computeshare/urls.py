@@ -2,7 +2,8 @@ from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from computeshare.health import healthz
+from computeshare.health import healthz, status_page
+from computeshare.views import favicon
 
 api_v1: list[URLPattern | URLResolver] = [
     path("", include("organizations.api_urls")),
@@ -16,6 +17,8 @@ api_v1: list[URLPattern | URLResolver] = [
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    path("status/", status_page, name="status"),
+    path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
     path("api/v1/", include(api_v1)),
     path("", include("organizations.urls")),

@@ -1,7 +1,9 @@
-"""Error pages: JSON under /api/, HTML elsewhere."""
+"""Error pages: JSON under /api/, HTML elsewhere; the favicon at the address browsers ask for
+without a link tag (/favicon.ico)."""
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect, JsonResponse
 from django.shortcuts import render
+from django.templatetags.static import static
 from django.views import defaults
 
 from computeshare.api import json_not_found, json_server_error
@@ -30,3 +32,9 @@ def bad_request(request: HttpRequest, exception: Exception) -> HttpResponse:
         body = {"detail": "The request is malformed.", "code": "malformed_request", "extra": {}}
         return JsonResponse(body, status=400)
     return defaults.bad_request(request, exception)
+
+
+def favicon(request: HttpRequest) -> HttpResponse:
+    """Pages without the base template's link tag (the API's JSON, a file) still make the
+    browser ask for /favicon.ico: it is the static one, not a 404 in the log."""
+    return HttpResponsePermanentRedirect(static("favicon.ico"))

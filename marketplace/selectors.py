@@ -25,6 +25,7 @@ from django.db.models.functions import Coalesce
 from django.db.models.query import ValuesIterable
 from django.utils import timezone
 
+from billing.models import Account
 from computeshare.errors import NotFound, ValidationFailed
 from computeshare.ids import id_prefix_q
 from computeshare.models import User
@@ -1037,4 +1038,47 @@ def offer_suggestion(
         auction_closes_at=start - capacity.HOUR,
         reserve_price=price,
         price_basis=basis,
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class NavigationWallet:
+    """What the site's header shows a member: one organization's money available."""
+
+    organization_uuid: uuid.UUID
+    organization_name: str
+    available: Decimal
+    currency: str
+
+
+def navigation_wallet_get(
+    user: User, organization_uuid: uuid.UUID | str | None = None
+) -> NavigationWallet | None:
+    """The wallet of the organization the page is about when the user is a member of it,
+    else of the user's first organization by name (the dashboard's own choice); None for a
+    user in no organization. One query, whatever the number of organizations."""
+    organizations = Organization.objects.filter(memberships__user=user)
+    order: list[Any] = ["name", "id"]
+    try:
+        current = uuid.UUID(str(organization_uuid)) if organization_uuid else None
+    except ValueError:
+        current = None
+    if current is not None:
+        order.insert(0, Case(When(uuid=current, then=Value(0)), default=Value(1)))
+    available = Account.objects.filter(
+        organization=OuterRef("pk"), kind=Account.Kind.AVAILABLE
+    ).values("balance")[:1]
+    row = (
+        organizations.annotate(available=Subquery(available))
+        .order_by(*order)
+        .values("uuid", "name", "available")
+        .first()
+    )
+    if row is None:
+        return None
+    return NavigationWallet(
+        organization_uuid=row["uuid"],
+        organization_name=row["name"],
+        available=row["available"] if row["available"] is not None else Decimal(0),
+        currency=settings.PLATFORM_CURRENCY,
     )

@@ -26,6 +26,7 @@ urlpatterns = [
         login_unlock.LoginUnlockView.as_view(),
         name="login-unlock",
     ),
+    path("organizations/", organizations.OrganizationListView.as_view(), name="organization-list"),
     path(
         "organizations/new/",
         organizations.OrganizationCreateView.as_view(),

@@ -20,6 +20,7 @@ from hpc.types import ENDED_STATES as HPC_ENDED_STATES
 from hpc.types import JobOptions, platform_job_name
 from marketplace.models import Allocation, Cluster, TenantLease, units_field
 from organizations.models import Organization
+from scheduler_bridge.job_reasons import reason_text
 from scheduler_bridge.job_requests import JobSize
 
 SECONDS_PER_HOUR = Decimal(3600)
@@ -152,6 +153,11 @@ class Progress(BaseModel):
     @property
     def is_ended(self) -> bool:
         return self.state in ENDED_STATES
+
+    @property
+    def state_reason_text(self) -> str:
+        """The reason in words, never Slurm's code: "Exited with code 3"."""
+        return reason_text(self.state_reason, self.exit_code)
 
     @property
     def efficiency(self) -> Decimal | None:

@@ -11,16 +11,22 @@ from scheduler_bridge.models import Job
 def job_ended(job: Job) -> None:
     if job.submitted_by_id is None:
         return  # a job of the team's own, seen on its tenant account: nobody here submitted it
-    exit_code = "" if job.exit_code is None else f", exit code {job.exit_code}"
+    # Slurm's reason in words ("NonZeroExitCode" is "exited with code 3"), once: a reason that
+    # is the exit code itself takes the exit code's place.
+    reason = job.state_reason_text
+    if reason and job.state_reason.startswith("NonZeroExitCode"):
+        ending, reason = f": {reason[0].lower()}{reason[1:]}", ""
+    else:
+        ending = "" if job.exit_code is None else f", exit code {job.exit_code}"
+    state = job.get_state_display().lower()
     notifications_record(
         [
             NotificationEvent(
                 kind="job_ended",
                 key=f"job_ended:job:{job.uuid}",
-                title=f"Job {job.name} {job.state}",
-                body=f"State {job.state}{exit_code}; cost so far {money_text(job.cost)} "
-                "(runs still being accounted add to it)."
-                + (f"\n{job.state_reason}" if job.state_reason else ""),
+                title=f"Job {job.name} {state}",
+                body=f"State {state}{ending}; cost so far {money_text(job.cost)} "
+                "(runs still being accounted add to it)." + (f"\n{reason}" if reason else ""),
                 link=reverse("job-detail", args=[job.uuid]),
                 organization_id=job.organization_id,
                 user_ids=[job.submitted_by_id],

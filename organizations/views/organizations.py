@@ -38,6 +38,19 @@ class SignUpView(FormView):
         return redirect("dashboard")
 
 
+class OrganizationListView(LoginRequiredMixin, TemplateView):
+    """The signed-in user's organizations, with their role in each: what the navigation's
+    "Organizations" opens (the dashboard is one organization's figures, not this list)."""
+
+    template_name = "organizations/organization_list.html"
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        user = cast(User, self.request.user)  # LoginRequiredMixin
+        context["organizations"] = selectors.organization_list_for_user(user)
+        return context
+
+
 class OrganizationCreateView(LoginRequiredMixin, FormView):
     template_name = "organizations/organization_create.html"
     form_class = OrganizationForm

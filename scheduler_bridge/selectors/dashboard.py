@@ -1,7 +1,8 @@
 """The reads of an organization's dashboard, the page after log-in: its wallet and budget, its
 open allocations, its unfinished jobs and its spending per day; and, when it owns clusters,
 its earnings, the utilization of its clusters (listed, sold, used and idle units per day) and
-the jobs running on them.
+the jobs running on them. An organization that owns clusters and has never bought is a seller
+only: its page shows its own half, not an empty wallet.
 
 They sit here, above the market and billing, because the dashboard shows jobs beside both.
 Every series is one query, whatever the number of days, jobs or allocations in it; the
@@ -124,6 +125,9 @@ class Dashboard:
     job_count: int
     spending: Chart
     is_owner: bool = False
+    is_buyer: bool = True
+    """Whether the organization buys time: an owner that has never bought an allocation
+    sees its clusters, earnings and payouts first, not an empty wallet and allocations."""
     shows_teams: bool = False
     clusters: list[Cluster] = field(default_factory=list)
     earnings: Chart | None = None
@@ -175,6 +179,9 @@ def dashboard_get(membership: Membership, *, days: int = DAYS) -> Dashboard:
     clusters = list(market_selectors.cluster_list_for_organization(organization))
     if clusters:
         _add_owner_view(dashboard, clusters)
+        # Decided from what the organization did, not from a setting: one that sells and has
+        # never bought is a seller only; its first purchase brings the buyer's half back.
+        dashboard.is_buyer = Allocation.objects.filter(organization=organization).exists()
     return dashboard
 
 

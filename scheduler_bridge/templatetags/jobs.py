@@ -12,12 +12,19 @@ from django.utils import timezone
 from hpc.backends.local import SandboxStatus
 from marketplace.models import Cluster
 from marketplace.templatetags.market import units
+from scheduler_bridge.job_reasons import reason_text
 from scheduler_bridge.models import Job, JobTask
 from scheduler_bridge.services.backends import local_sandbox as local_sandbox_now
 
 register = template.Library()
 # The market's filter, under the same name on the job pages.
 register.filter("units", units)
+
+
+@register.filter
+def reason_words(reason: str, exit_code: int | None = None) -> str:
+    """A state's reason in words (a history row's): `NonZeroExitCode` is "Exited with code 3"."""
+    return reason_text(reason or "", exit_code)
 
 
 @register.filter

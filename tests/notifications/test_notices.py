@@ -263,6 +263,51 @@ def test_an_ended_job_tells_the_one_who_submitted_it_with_its_state_and_cost():
     assert notice.link == f"/jobs/{job.uuid}/"
 
 
+@pytest.mark.parametrize(
+    ("state", "reason", "exit_code", "title", "body"),
+    [
+        (
+            JobState.FAILED,
+            "NonZeroExitCode",
+            3,
+            "Job render failed",
+            "State failed: exited with code 3; cost so far 0.00 USD "
+            "(runs still being accounted add to it).",
+        ),
+        (
+            JobState.TIMEOUT,
+            "TimeLimit",
+            0,
+            "Job render timed out",
+            "State timed out, exit code 0; cost so far 0.00 USD "
+            "(runs still being accounted add to it).\nReached its time limit",
+        ),
+    ],
+)
+def test_an_ended_jobs_notice_says_slurms_reason_in_words(state, reason, exit_code, title, body):
+    """Issue 30: the notice said "NonZeroExitCode"."""
+    allocation = allocation_bought()
+    submitter = member(allocation.organization, "mia")
+    job = Job.objects.create(
+        allocation=allocation,
+        organization=allocation.organization,
+        cluster=allocation.cluster,
+        submitted_by=submitter.user,
+        name="render",
+        script="#!/bin/bash\nexit 3\n",
+        time_limit_minutes=10,
+        partition_name=allocation.partition.name,
+        reserved_units=Decimal(1),
+        state=JobState.RUNNING,
+        exit_code=exit_code,
+    )
+
+    job_state_record(job, state, reason)
+
+    notice = Notification.objects.get(kind="job_ended")
+    assert (notice.title, notice.body) == (title, body)
+
+
 def test_an_allocation_tells_every_member_when_it_starts_and_when_it_ends_soon_once(settings):
     settings.WEBHOOK_ALLOCATION_ENDING_LEAD_SECONDS = 3 * 3600
     organization = funded_organization("0", name="Nimbus")

@@ -15,8 +15,14 @@ from billing import selectors as billing_selectors
 from billing import services as billing
 from billing.models import Entry
 from scheduler_bridge.models import Job
-from tests.factories import MembershipFactory, OrganizationFactory, funded_organization
+from tests.factories import (
+    MembershipFactory,
+    OrganizationFactory,
+    allocation_bought,
+    funded_organization,
+)
 from tests.scheduler_bridge.dashboard_data import DashboardData, dashboard_data, settle, submit
+from tests.web.test_money_pages import html
 
 pytestmark = pytest.mark.django_db
 
@@ -103,6 +109,76 @@ def test_an_owners_dashboard_names_the_teams_to_its_admins(client, data):
     # Other teams' jobs are listed by their Slurm ids, never by name nor linked.
     assert "parameter-sweep" not in page
     assert reverse("job-detail", args=[data.sweep.uuid]) not in page
+
+
+def test_an_organization_that_only_sells_sees_its_clusters_earnings_and_payouts_first(client, data):
+    client.force_login(data.owner_admin.user)
+
+    response = client.get(reverse("dashboard"))
+
+    dashboard = response.context["dashboard"]
+    assert dashboard.is_owner and not dashboard.is_buyer
+    document = html(response)
+    section = document.by_id("dashboard")
+    # Its own half only: no empty wallet, spending or "Find an offer".
+    for absent in ("wallet", "allocations", "running-jobs", "spending"):
+        assert section.by_id(absent) is None, absent
+    assert "Find an offer" not in section.text()
+    headings = [node.attrs.get("id") for node in section.find_all("h2")]
+    assert headings == ["dashboard-title", "owner-title"]
+    clusters = section.by_id("owner-clusters")
+    [row] = clusters.find_all("li")
+    assert row.attrs["data-cluster"] == str(data.cluster.uuid)
+    assert row.text() == "fjord Online Capacity"
+    assert row.find("a").attrs["href"] == reverse("cluster-capacity", args=[data.cluster.uuid])
+    earnings = section.by_id("owner-earnings")
+    wallet = billing_selectors.wallet_get(data.owners)
+    assert earnings.find(data_field="earnings").find("span").attrs["title"] == str(wallet.earnings)
+    assert earnings.by_id("owner-payouts").attrs["href"] == reverse(
+        "organization-payouts", args=[data.owners.uuid]
+    )
+    links = [node.text() for node in section.find("nav").find_all("a")]
+    assert links == ["Money", "Clusters", "Offers of our clusters", "Payouts"]
+
+
+def test_an_owners_member_is_told_that_its_admins_have_earnings_paid_out(client, data):
+    client.force_login(data.owner_member.user)
+
+    section = html(client.get(reverse("dashboard"))).by_id("dashboard")
+
+    assert section.by_id("owner-payouts").text() == (
+        "The admins of Fjord Compute have earnings paid out."
+    )
+    assert reverse("organization-payouts", args=[data.owners.uuid]) not in str(
+        [node.attrs for node in section.find_all("a")]
+    )
+
+
+def test_an_organization_that_buys_and_sells_sees_both_halves_the_buyers_first(client, data):
+    allocation_bought(data.owners, quantity=10)
+    client.force_login(data.owner_admin.user)
+
+    response = client.get(reverse("dashboard"))
+
+    dashboard = response.context["dashboard"]
+    assert dashboard.is_owner and dashboard.is_buyer
+    section = html(response).by_id("dashboard")
+    ids = [
+        node.attrs["id"]
+        for node in section.find_all()
+        if node.attrs.get("id") in ("wallet", "allocations", "owner-clusters", "owner-earnings")
+    ]
+    assert ids == ["wallet", "allocations", "owner-clusters", "owner-earnings"]
+    links = [node.text() for node in section.find("nav").find_all("a")]
+    assert links == [
+        "Money",
+        "Allocations and bids",
+        "Jobs",
+        "Buy time",
+        "Clusters",
+        "Offers of our clusters",
+        "Payouts",
+    ]
 
 
 def test_an_owners_members_see_the_jobs_on_its_clusters_without_the_teams(client, data):

@@ -224,4 +224,7 @@ def test_every_linked_page_passes_axe_fits_a_phone_and_logs_no_error(browser: Br
     assert "/organizations/<id>/money/" in reached["team admin"], reached["team admin"]
     assert "/organizations/<id>/clusters/" in reached["owner"], reached["owner"]
     assert "/login/" in reached["visitor"], reached["visitor"]
+    # The footer's Status page and the menu's list of organizations (issue 30).
+    assert "/status/" in reached["visitor"], reached["visitor"]
+    assert "/organizations/" in reached["member"], reached["member"]
     assert crawl.problems == [], "\n".join(crawl.problems)

@@ -111,8 +111,15 @@ def test_an_owners_admin_sees_earnings_utilization_and_the_jobs_on_the_cluster(
     log_in(page, "olga")
 
     expect(page.get_by_role("heading", name="Dashboard: Fjord Compute")).to_be_visible()
+    # It only sells: its clusters, earnings and payouts first, no empty wallet nor spending.
+    clusters = page.locator("#owner-clusters [data-cluster]")
+    expect(clusters).to_have_count(1)
+    expect(clusters.first).to_contain_text("fjord")
+    expect(clusters.first.locator("[data-field=status]")).to_have_text("Online")
+    expect(page.locator("#owner-earnings #owner-payouts")).to_be_visible()
+    expect(page.locator("#wallet")).to_have_count(0)
+    expect(page.get_by_text("Find an offer")).to_have_count(0)
     assert charts_drawn(page) == [
-        "spending-data",
         "earnings-data",
         f"utilization-{data.cluster.uuid}-cpu-data",
         "capacity-kinds-data",
@@ -155,7 +162,7 @@ def test_a_visitor_browses_offers_and_is_asked_to_log_in_to_bid(
     search.fill("fjord avx2")
     page.get_by_role("button", name="Search", exact=True).click()
     expect(listing.locator("[data-offer]")).to_have_count(3)
-    listing.get_by_role("link", name="Open").first.click()
+    listing.get_by_role("link", name="View").first.click()
     expect(page.locator("#offer-hardware")).to_contain_text("256 GB")
     expect(page.locator("#bid-form")).to_have_count(0)
     assert_fits_and_no_errors(page)

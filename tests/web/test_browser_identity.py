@@ -78,7 +78,9 @@ def test_newcomer_signs_up_creates_an_organization_adds_a_member_and_uses_a_toke
     expect(members.filter(has_text="alice")).to_contain_text("admin")
     assert not Membership.objects.filter(user__username="bob").exists()
 
-    # The tokens page makes a named token, shows its key once, and the key works.
+    # The tokens page (in the menu under her name) makes a named token, shows its key once, and
+    # the key works.
+    navigation(page).locator("#nav-account").click()
     navigation(page).get_by_role("link", name="API tokens").click()
     page.get_by_label("Name").fill("laptop")
     page.get_by_label("Expires").select_option(label="In 30 days")

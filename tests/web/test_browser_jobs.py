@@ -22,6 +22,7 @@ from tests.factories import (
     funded_organization,
 )
 from tests.web.test_browser_market import log_in, open_organization
+from tests.web.test_job_pages import finish, submit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -179,3 +180,35 @@ def test_a_pasted_script_fills_the_fields_as_it_is_typed_with_its_warnings(page:
         "script",
         "script",
     )
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_a_failed_jobs_page_says_why_in_words_and_wraps_its_long_script_lines(
+    page: Page, live_server, width
+):
+    """Issue 30: "NonZeroExitCode" read as it came from Slurm, and a long script line widened
+    the script's box past the screen."""
+    organization = funded_organization("100", name="Wrap Lab")
+    member = MembershipFactory(organization=organization, role=Membership.Role.MEMBER).user
+    allocation = allocation_bought(organization, partition=PartitionFactory(cpus=8, gpus=0))
+    long_line = "srun ./simulate " + " ".join(
+        f"--input=/scratch/wrap-lab/run-{n}" for n in range(20)
+    )
+    job = submit(allocation, member, name="wide", script=f"#!/bin/bash\n{long_line}\n")
+    finish(job, state=JobState.FAILED, exit_code=3, state_reason="NonZeroExitCode")
+    page.set_viewport_size({"width": width, "height": 900})
+    errors: list[str] = []
+    page.on("console", lambda message: message.type == "error" and errors.append(message.text))
+
+    log_in(page, live_server.url, member.username)
+    page.goto(f"{live_server.url}{reverse('job-detail', args=[job.uuid])}")
+
+    expect(page.locator("#job-status [data-field=state-reason]")).to_have_text("Exited with code 3")
+    script = page.locator("#job-script")
+    expect(script).to_contain_text("--input=/scratch/wrap-lab/run-19")
+    # Wrapped inside its box: nothing to scroll sideways there, nor on the page.
+    assert script.evaluate("element => element.scrollWidth <= element.clientWidth")
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    # The line breaks the script has are kept.
+    assert script.inner_text().splitlines()[0] == "#!/bin/bash"
+    assert errors == []

@@ -45,7 +45,7 @@ def log_out(page: Page) -> None:
 
 def open_organization(page: Page, name: str) -> None:
     page.locator("#main-nav").get_by_role("link", name="Organizations").click()
-    page.get_by_role("link", name=name).click()
+    page.get_by_role("link", name=name, exact=True).click()
     expect(page.get_by_role("heading", name=name, exact=True)).to_be_visible()
 
 
@@ -113,7 +113,7 @@ def test_an_owner_lists_capacity_and_a_team_finds_it_bids_and_wins_it(page: Page
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("fjord")
     expect(rows.first).to_contain_text("200 / 200")
-    rows.first.get_by_role("link", name=re.compile("^Open the offer")).click()
+    rows.first.get_by_role("link", name=re.compile("^View the offer")).click()
     expect(page.get_by_role("heading", name="200 core-hours on fjord/batch")).to_be_visible()
 
     # The hold the bid will place shows as the team types, against the wallet's balance.
@@ -296,3 +296,30 @@ def test_the_verify_button_shows_the_verification_live_until_the_cluster_is_onli
     assert verification.detail == (
         f"Online: 1 partition, {len(testcluster.managed_pool.tenants)} tenant accounts."
     )
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_demo_clusters_card_says_it_runs_on_this_machine(page: Page, live_server, width):
+    """Issue 30: the local backend's card showed "SSH @:22" and "Pinned host key —"."""
+    owners = OrganizationFactory(name="Demo Owners")
+    owner = MembershipFactory(organization=owners, role=Membership.Role.ADMIN).user
+    cluster = ClusterFactory(
+        organization=owners,
+        name="demo",
+        backend=Cluster.Backend.LOCAL,
+        tenant_group="",
+        ssh_host="",
+        ssh_user="",
+    )
+    page.set_viewport_size({"width": width, "height": 900})
+
+    log_in(page, live_server.url, owner.username)
+    page.goto(f"{live_server.url}{reverse('organization-clusters', args=[owners.uuid])}")
+
+    card = page.locator(f"#cluster-{cluster.uuid}")
+    expect(card.locator("[data-field=backend]")).to_contain_text(
+        "The local backend, on this machine"
+    )
+    expect(card).not_to_contain_text("@:")
+    expect(card.get_by_text("Pinned host key")).to_have_count(0)
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")

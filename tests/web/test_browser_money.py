@@ -100,7 +100,7 @@ def test_an_admin_tops_up_with_a_card_and_the_webhook_credits_the_wallet(
     rows = page.locator("#top-ups tbody tr")
     expect(rows).to_have_count(1)
     expect(rows.first).to_contain_text("25.00 USD")
-    expect(rows.first.locator(".badge")).to_have_text("succeeded")
+    expect(rows.first.locator(".badge")).to_have_text("Succeeded")
     ledger = page.locator("#ledger tbody tr")
     expect(ledger).to_have_count(1)
     expect(ledger.first).to_contain_text("Top-up")
@@ -170,7 +170,7 @@ def test_a_declined_card_is_refused_on_the_page_and_the_top_up_fails_unpaid(
     page.reload()
     row = page.locator("#top-ups tbody tr")
     expect(row).to_have_count(1)
-    expect(row.first.locator(".badge")).to_have_text("failed")
+    expect(row.first.locator(".badge")).to_have_text("Failed")
     expect(row.first).to_contain_text("Your card was declined.")
     expect(page.locator("#wallet-available")).to_have_text(re.compile(r"^\s*0\.00\s+USD\s*$"))
 
@@ -262,3 +262,25 @@ def test_on_a_phone_a_card_typed_as_printed_pays_and_the_page_logs_no_error(
         assert errors == []
     finally:
         context.close()
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_the_top_ups_table_says_each_status_in_words(
+    page: Page, live_server, organization, admin, width
+):
+    """Issue 30: the table showed "pending" and "expired"."""
+    for status in (TopUp.Status.EXPIRED, TopUp.Status.PENDING):
+        TopUp.objects.create(
+            organization=organization,
+            created_by=admin,
+            amount=Decimal("25.00"),
+            currency="USD",
+            status=status,
+        )
+    page.set_viewport_size({"width": width, "height": 900})
+
+    log_in(page, live_server.url, admin.username)
+    open_money_page(page, live_server.url, organization)
+
+    expect(page.locator("#top-ups tbody .badge")).to_have_text(["Pending", "Expired"])
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")

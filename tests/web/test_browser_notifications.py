@@ -8,7 +8,10 @@ from playwright.sync_api import Page, expect
 
 from notifications.models import Notification, NotificationPreference
 from notifications.services import NotificationEvent, notifications_record
-from tests.factories import PASSWORD, UserFactory
+from scheduler_bridge.models import Job, JobState
+from scheduler_bridge.services.submission import job_state_record
+from tests.factories import PASSWORD, MembershipFactory, UserFactory, allocation_bought
+from tests.web.test_job_pages import submit
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 
@@ -105,3 +108,24 @@ def test_the_preferences_page_turns_a_kind_off_and_it_sticks(page: Page, live_se
     assert chosen["invitation"] == (True, True)
     no_sideways_panning(page)
     assert errors == []
+
+
+@pytest.mark.parametrize("width", WIDTHS)
+def test_an_ended_jobs_notice_says_how_it_ended_in_words(page: Page, live_server, width):
+    """Issue 30: the notice said "NonZeroExitCode" where it means "exited with code 3"."""
+    page.set_viewport_size(dict(zip(("width", "height"), WIDTHS[width], strict=True)))
+    allocation = allocation_bought()
+    mia = MembershipFactory(organization=allocation.organization, user__username="mia").user
+    job = submit(allocation, mia, name="render")
+    Job.objects.filter(pk=job.pk).update(state=JobState.RUNNING, exit_code=3)
+    job.refresh_from_db()
+    job_state_record(job, JobState.FAILED, "NonZeroExitCode")
+
+    log_in(page, live_server.url, "mia")
+    page.locator("#nav-notifications").click()
+
+    notice = page.locator("#notifications [data-kind='job_ended']")
+    expect(notice).to_contain_text("Job render failed")
+    expect(notice).to_contain_text("State failed: exited with code 3;")
+    expect(notice).not_to_contain_text("NonZeroExitCode")
+    no_sideways_panning(page)

@@ -74,7 +74,7 @@ def test_an_owner_connects_stripe_sees_payable_earnings_and_pays_out(
     history = page.locator("#payouts .payout")
     expect(history).to_have_count(1)
     expect(history.first).to_contain_text("36.00 USD")
-    expect(history.first.locator(".badge")).to_have_text("paid")
+    expect(history.first.locator(".badge")).to_have_text("Paid")
     assert fits_the_width(page)
 
     account = ConnectedAccount.objects.get(organization=owner)
@@ -89,3 +89,30 @@ def test_an_owner_connects_stripe_sees_payable_earnings_and_pays_out(
 def _keep_errors(errors: list[str], message: ConsoleMessage) -> None:
     if message.type == "error":
         errors.append(message.text)
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_what_stripe_still_needs_reads_as_what_to_do(page: Page, live_server, width):
+    """Issue 30: the page listed "business_type, tos_acceptance.date"."""
+    owners = OrganizationFactory(name="Fjord Compute")
+    admin = MembershipFactory(organization=owners, role=Membership.Role.ADMIN).user
+    ConnectedAccount.objects.create(
+        organization=owners,
+        stripe_account="acct_browser_words",
+        created_by=admin,
+        requirements_due=["business_type", "tos_acceptance.date", "external_account"],
+    )
+    page.set_viewport_size({"width": width, "height": 900})
+
+    log_in(page, live_server.url, admin.username)
+    page.goto(f"{live_server.url}{reverse('organization-payouts', args=[owners.uuid])}")
+
+    expect(page.locator("#stripe-requirements li")).to_have_text(
+        [
+            "Say what kind of business the organization is (a company, an individual…)",
+            "Accept Stripe's terms of service",
+            "Add the bank account that payouts go to",
+        ]
+    )
+    expect(page.locator("#stripe-account")).not_to_contain_text("tos_acceptance")
+    assert fits_the_width(page)

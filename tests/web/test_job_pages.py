@@ -544,7 +544,7 @@ def test_the_rows_fragment_keeps_the_filters_and_stops_polling_once_every_job_ha
     body = html(fragment).by_id("job-rows")
     assert body is not None and "hx-trigger" not in body.attrs
     row = body.find("tbody").find("tr")
-    assert cell_texts(row)[1] == "Failed NonZeroExitCode"
+    assert cell_texts(row)[1] == "Failed Exited with code 3"
 
 
 def test_the_list_filters_by_state_organization_and_allocation(client, team, allocation):
@@ -689,7 +689,10 @@ def test_the_status_fragment_follows_the_job_and_stops_once_it_ended(client, tea
 
     pending_status = html(pending).by_id("job-status")
     assert pending_status.find(data_field="state").text() == "Pending"
-    assert pending_status.find(data_field="state-reason").text() == "Resources"
+    # Slurm's reason code in words.
+    assert pending_status.find(data_field="state-reason").text() == (
+        "Waiting for cores or nodes to free up"
+    )
     assert pending_status.attrs["hx-trigger"] == "every 3s"
     assert ended["Cache-Control"].startswith("max-age=0")
     ended_status = html(ended).by_id("job-status")

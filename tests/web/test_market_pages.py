@@ -245,7 +245,7 @@ def test_the_offers_page_lists_open_offers_with_their_figures(client, buyer, own
         "3.00",
         f"{offer.auction_closes_at:%Y-%m-%d %H:%M}",
         "1 / 40",
-        "Open",
+        "View",
     ]
     assert rows[0].find("a").attrs["href"] == reverse("offer-detail", args=[offer.uuid])
     assert page.find("h2").text() == "1 offer"
@@ -2004,3 +2004,43 @@ def test_the_cluster_card_says_which_kinds_it_sells_and_why_not(client, owner):
     assert kinds.find(data_kind="reserved").text() == (
         "Reserved blocks: the platform makes a Slurm reservation for each."
     )
+
+
+def test_a_cluster_on_the_local_backend_says_so_instead_of_an_empty_ssh_address(client):
+    """Issue 30: the demo's cluster showed "SSH @:22" and "Pinned host key —"."""
+    organization = OrganizationFactory(name="Demo Owners")
+    member = MembershipFactory(organization=organization, role=Membership.Role.MEMBER).user
+    cluster = ClusterFactory(
+        organization=organization,
+        name="demo",
+        backend=Cluster.Backend.LOCAL,
+        tenant_group="",
+        ssh_host="",
+        ssh_user="",
+        host_key_fingerprint="",
+    )
+    client.force_login(member)
+
+    card = html(client.get(clusters_url(organization))).by_id(f"cluster-{cluster.uuid}")
+
+    terms = [term.text() for term in card.find("dl").find_all("dt")]
+    assert "SSH" not in terms and "Pinned host key" not in terms
+    assert terms[0] == "Runs on"
+    assert card.find(data_field="backend").text() == (
+        "The local backend, on this machine: its jobs run as processes beside this site "
+        "(the demo's cluster), not over SSH, so there is no login node nor host key to show."
+    )
+    assert "@:" not in card.text()
+
+
+def test_a_cluster_reached_over_ssh_still_shows_its_address_and_pinned_key(client, owner):
+    fingerprint = "SHA256:4H7Q0bZ2xkqV9m1Xo5s3YwW8r6Tn0pL1cJd2Ee3Ff4g"
+    Cluster.objects.filter(pk=owner.cluster.pk).update(host_key_fingerprint=fingerprint)
+    client.force_login(owner.member)
+
+    card = html(client.get(clusters_url(owner.organization))).by_id(f"cluster-{owner.cluster.uuid}")
+
+    terms = [term.text() for term in card.find("dl").find_all("dt")]
+    assert terms[:2] == ["SSH", "Pinned host key"]
+    assert card.find(data_field="backend") is None
+    assert card.find(data_field="fingerprint").text() == fingerprint

@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from billing import selectors, services
-from billing.models import Budget, BudgetAlert, Hold, ReferenceKind, Transaction
+from billing.models import Budget, BudgetAlert, Hold, ReferenceKind, TopUp, Transaction
 from billing.selectors import month_start
 from organizations.models import Membership
 from tests.factories import MembershipFactory, OrganizationFactory, allocation_bought
@@ -755,3 +755,21 @@ def test_the_money_pages_latest_entries_show_a_jobs_charges_as_one_line(client, 
         "Hold",
         "Adjustment",
     ]
+
+
+def test_the_top_ups_table_shows_each_status_in_words(client, team):
+    """Issue 30: "Pending" and "Expired", the labels of the model's choices, never the values."""
+    for status in (TopUp.Status.EXPIRED, TopUp.Status.PENDING):
+        TopUp.objects.create(
+            organization=team.organization,
+            created_by=team.admin,
+            amount=Decimal("25.00"),
+            currency="USD",
+            status=status,
+        )
+    client.force_login(team.admin)
+
+    page = html(client.get(money_url(team.organization)))
+
+    rows = page.by_id("top-ups").find("tbody").find_all("tr")
+    assert [row.find("span", css_class="badge").text() for row in rows] == ["Pending", "Expired"]

@@ -14,6 +14,7 @@ from tests.billing.stripe_flows import connected_and_active, earn, stripe_events
 from tests.billing.test_localstripe_server import WebhookReceiver
 from tests.conftest import OrganizationWithPeople
 from tests.localstripe import LocalStripe
+from tests.web.test_money_pages import html
 
 __all__ = ["stripe_events"]
 
@@ -88,3 +89,42 @@ def test_the_same_form_sent_twice_pays_out_once(
     assert list(Payout.objects.values_list("amount", "status")) == [(Decimal("9.00"), "paid")]
     page = client.get(page_of(team))
     assert b"9.00 USD sent to Stripe." in page.content
+
+
+def test_what_stripe_still_needs_is_said_in_words_with_the_payouts_statuses(client: Client, team):
+    """Issue 30: the page listed Stripe's field names ("business_type, tos_acceptance.date")."""
+    account = ConnectedAccount.objects.create(
+        organization=team.organization,
+        stripe_account="acct_words",
+        created_by=team.admin,
+        requirements_due=[
+            "business_type",
+            "tos_acceptance.date",
+            "tos_acceptance.ip",
+            "individual.address.city",
+            "individual.address.line1",
+            "company.structure",
+        ],
+    )
+    Payout.objects.create(
+        organization=team.organization,
+        connected_account=account,
+        amount=Decimal("12.00"),
+        currency="USD",
+        status=Payout.Status.FAILED,
+        created_by=team.admin,
+    )
+    client.force_login(team.admin)
+
+    answer = client.get(page_of(team))
+
+    page = html(answer)
+    assert [item.text() for item in page.by_id("stripe-requirements").find_all("li")] == [
+        "Say what kind of business the organization is (a company, an individual…)",
+        "Accept Stripe's terms of service",
+        "Give your address",
+        "Stripe asks for: company structure",
+    ]
+    assert "tos_acceptance" not in page.by_id("stripe-account").text()
+    [payout] = page.by_id("payouts").find_all("li")
+    assert payout.find("span", css_class="badge").text() == "Failed"

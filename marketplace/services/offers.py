@@ -474,7 +474,7 @@ def offer_extend(
         selectors.offer_load(
             window_start=offer.window_start,
             window_end=end,
-            listed_at=offer.created_at,
+            listed_at=selectors.offer_listed_at(offer.created_at, offer.auction_closes_at),
             units=units * unit_hours,
         ),
         excluding=offer,

@@ -121,9 +121,12 @@ class Command(BaseCommand):
                 services.bid_place(
                     actor=self._admin(team), offer=offer, quantity=units, price=price
                 )
-            # Moved into the past as if it had run then; the last one's window is open now.
+            # Moved into the past as if it had run then, listed half an hour before its auction
+            # closed (the calendar spreads an offer from the hour it was listed in); the last
+            # one's window is open now.
             closed_at = now - timedelta(days=days_ago, minutes=5)
             Offer.objects.filter(pk=offer.pk).update(
+                created_at=closed_at - timedelta(minutes=30),
                 auction_closes_at=closed_at,
                 window_start=closed_at + timedelta(minutes=1),
                 window_end=closed_at + timedelta(days=7 if days_ago else 30),

@@ -57,6 +57,9 @@ class Chart:
     days: list[datetime.date]
     series: list[Series]
     stacked: bool = False
+    is_money: bool = False
+    """Amounts in `unit` (a currency): the table writes them as every amount is written, and
+    the chart's axis in cents (static/js/charts.js)."""
 
     @property
     def data_id(self) -> str:
@@ -69,6 +72,7 @@ class Chart:
             "labels": [day.isoformat() for day in self.days],
             "unit": self.unit,
             "stacked": self.stacked,
+            "money": self.is_money,
             "datasets": [
                 {"label": series.label, "data": [float(value) for value in series.values]}
                 for series in self.series
@@ -168,6 +172,7 @@ def dashboard_get(membership: Membership, *, days: int = DAYS) -> Dashboard:
             key="spending",
             title="Spending per day",
             unit=wallet.currency,
+            is_money=True,
             days=day_list,
             series=[Series("Charged for jobs", [spent.get(day, Decimal(0)) for day in day_list])],
         ),
@@ -200,6 +205,7 @@ def _add_owner_view(dashboard: Dashboard, clusters: list[Cluster]) -> None:
         key="earnings",
         title="Net earnings per day and cluster",
         unit=dashboard.wallet.currency,
+        is_money=True,
         days=days,
         stacked=True,
         series=[

@@ -575,7 +575,7 @@ def test_an_admin_places_a_bid_and_sees_its_hold(client, buyer, offer):
 @pytest.mark.parametrize(
     ("quantity", "price", "minimum", "field", "message"),
     [
-        ("40", "0.99", "", "price", "Must be at least the reserve price, 1.000000."),
+        ("40", "0.99", "", "price", "Must be at least the reserve price, 1.00 USD per core-hour."),
         ("40", "0", "", "price", "Must be more than zero."),
         ("101", "2", "", "quantity", "The offer has 100 units."),
         ("0", "2", "", "quantity", "At least 1."),
@@ -1029,12 +1029,13 @@ def test_the_allocations_page_shows_allocations_and_bids(client, buyer, owner, o
     won = Allocation.objects.get(offer=auction)
     window = f"{offer.window_start:%Y-%m-%d %H:%M} → {offer.window_end:%Y-%m-%d %H:%M}"
     assert allocations[str(bought.uuid)] == [
-        "hpc1", "debug", "Core-hours", "10", "0", "0", "10", "3.00", "30.00", window,
+        "hpc1", "debug", "Core-hours", "10", "0.00", "0.00", "10.00", "3.00", "30.00", window,
         "upcoming bought now",
     ]  # fmt: skip
     auction_window = f"{auction.window_start:%Y-%m-%d %H:%M} → {auction.window_end:%Y-%m-%d %H:%M}"
     assert allocations[str(won.uuid)] == [
-        "hpc1", "debug", "Core-hours", "20", "0", "0", "20", "1.00", "20.00", auction_window,
+        "hpc1", "debug", "Core-hours", "20", "0.00", "0.00", "20.00", "1.00", "20.00",
+        auction_window,
         "upcoming won at auction",
     ]  # fmt: skip
     bids = [cell_texts(row)[1:] for row in body_rows(page, "organization-bids")]

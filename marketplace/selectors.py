@@ -13,11 +13,13 @@ from django.db.models import (
     BooleanField,
     Case,
     Count,
+    F,
     OuterRef,
     Prefetch,
     Q,
     QuerySet,
     Subquery,
+    Sum,
     Value,
     When,
 )
@@ -767,6 +769,16 @@ def owner_capacity_by_day(
         "sold",
     )
     return series
+
+
+def owner_sold_value(organization: Organization, *, since: datetime.datetime) -> Decimal:
+    """What teams bought on the organization's clusters since `since` (allocations, by when they
+    were bought), at their prices: what the owner sold, of which teams pay only what they use.
+    One query."""
+    total = Allocation.objects.filter(
+        cluster__organization=organization, created_at__gte=since
+    ).aggregate(total=Sum(F("quantity") * F("unit_price")))["total"]
+    return total or Decimal(0)
 
 
 def owner_reserved_cores_by_day(

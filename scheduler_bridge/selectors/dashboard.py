@@ -131,6 +131,10 @@ class Dashboard:
     shows_teams: bool = False
     clusters: list[Cluster] = field(default_factory=list)
     earnings: Chart | None = None
+    sold_value: Decimal = Decimal(0)
+    """What teams bought on the clusters in these days, at their prices."""
+    earned_value: Decimal = Decimal(0)
+    """What the clusters earned in these days, net of the platform's fee."""
     utilization: list[Chart] = field(default_factory=list)
     capacity_kinds: Chart | None = None
     cluster_jobs: list[JobProgress] = field(default_factory=list)
@@ -212,6 +216,10 @@ def _add_owner_view(dashboard: Dashboard, clusters: list[Cluster]) -> None:
             Series(source.source_name, [source.by_day.get(day, Decimal(0)) for day in days])
             for source in earned
         ],
+    )
+    dashboard.sold_value = market_selectors.owner_sold_value(organization, since=dashboard.since)
+    dashboard.earned_value = sum(
+        (series.total for series in dashboard.earnings.series), start=Decimal(0)
     )
     capacity = market_selectors.owner_capacity_by_day(organization, days)
     used = _used_by_day(organization, dashboard.since)

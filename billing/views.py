@@ -24,6 +24,7 @@ from billing.stripe_requirements import requirements_in_words
 from computeshare.authentication import request_user
 from computeshare.csv_export import csv_writer
 from computeshare.errors import ApplicationError, ValidationFailed
+from computeshare.figures import amount_text
 from computeshare.forms import form_add_service_error
 from organizations import selectors as organization_selectors
 from organizations.models import Membership
@@ -261,7 +262,9 @@ class PayoutsView(LoginRequiredMixin, View):
                 status=error.status_code,
             )
         if payout.status == payout.Status.PAID:
-            messages.success(request, f"{payout.amount} {payout.currency} sent to Stripe.")
+            messages.success(
+                request, f"{amount_text(payout.amount, payout.currency)} sent to Stripe."
+            )
         elif payout.status == payout.Status.PENDING:
             messages.warning(request, "Stripe did not answer; the payout is sent again shortly.")
         else:

@@ -26,6 +26,8 @@ class Load:
     start: datetime
     end: datetime
     units: int
+    bought: int = 0
+    """Of `units`, what buyers bought (an auction's clearing, buy-now); the rest is listed."""
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,9 @@ class Hour:
     """What the offers already listed take in this hour."""
     asked: Fraction = Fraction(0)
     """What the offer being checked would add."""
+    bought: Fraction = Fraction(0)
+    """Of `sold`, what buyers bought; the rest is listed and not sold yet. The capacity rule
+    counts both (`sold`); an owner's page tells them apart."""
 
     @property
     def is_over(self) -> bool:
@@ -87,12 +92,21 @@ def calendar(
     """Every hour from `start` to `end` with what `loads` take of it (and what `asked` would)."""
     hours = hours_between(start, end)
     sold = dict.fromkeys(hours, Fraction(0))
+    bought = dict.fromkeys(hours, Fraction(0))
     for load in loads:
         for hour, share in spread(load, hours).items():
             sold[hour] += share
+            if load.bought:
+                bought[hour] += share * Fraction(load.bought, load.units)
     extra = spread(asked, hours) if asked is not None else {}
     return [
-        Hour(start=hour, capacity=capacity, sold=sold[hour], asked=extra.get(hour, Fraction(0)))
+        Hour(
+            start=hour,
+            capacity=capacity,
+            sold=sold[hour],
+            asked=extra.get(hour, Fraction(0)),
+            bought=bought[hour],
+        )
         for hour in hours
     ]
 

@@ -1,22 +1,12 @@
 """The price history's chart as the data Chart.js draws (static/js/charts.js): x is when each
 auction closed, y its clearing price. The page shows the same points as a table."""
 
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 
+from computeshare.figures import price_text
 from marketplace.models import Offer
-
-CENT = Decimal("0.01")
-
-
-def price_text(value: Decimal) -> str:
-    """A unit price: to the cent when that is exact (`2.50`), else every digit (`0.0125`)."""
-    exact = value.normalize()
-    if exact == exact.quantize(CENT):
-        return f"{value.quantize(CENT):f}"
-    return f"{exact:f}"
 
 
 def price_chart(history: list[Offer]) -> dict[str, Any] | None:

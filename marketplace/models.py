@@ -510,6 +510,20 @@ class Offer(BaseModel):
     def quantity_unit(self) -> str:
         return quantity_unit(self.resource, self.capacity)
 
+    @property
+    def price_unit(self) -> str:
+        """What a price is per, for both kinds of capacity: a core-hour or a GPU-hour."""
+        return "GPU-hour" if self.resource == Resource.GPU else "core-hour"
+
+    def total_at(self, price: Decimal) -> Decimal:
+        """What the whole quantity costs at `price` (per core-hour or GPU-hour): a reserved
+        block's cores (GPUs) for every hour of its window."""
+        return price * self.quantity * self.unit_hours
+
+    def per_day_at(self, price: Decimal) -> Decimal:
+        """What one core (GPU) of a reserved block costs a day at `price`."""
+        return price * 24
+
     def resource_noun(self, count: int) -> str:
         """ "core"/"cores" or "GPU"/"GPUs": what one unit of a reserved offer is."""
         noun = "GPU" if self.resource == Resource.GPU else "core"

@@ -18,9 +18,9 @@ from marketplace.models import Allocation, Offer
 from notifications import selectors as notification_selectors
 from notifications.services import (
     NotificationEvent,
-    money_text,
     notifications_record,
     notifications_record_after_commit,
+    price_text,
 )
 
 # As the webhooks': a window that opened (or ends) longer ago than this is not told any more.
@@ -46,7 +46,7 @@ def auction_cleared(
             key=f"auction_cleared:offer:{offer.uuid}",
             title=f"Your auction on {offer.cluster.name} cleared",
             body=f"{where}: {sum(fills.values())} of {offer.quantity} units sold at "
-            f"{money_text(price)} per unit, from {len(rows)} bids.",
+            f"{price_text(price)} per unit, from {len(rows)} bids.",
             link=link,
             organization_id=offer.cluster.organization_id,
             admins_only=True,
@@ -56,7 +56,7 @@ def auction_cleared(
     for row in rows:
         by_organization.setdefault(row.organization_id, []).append(row)
     # Bids' prices repeat (cents between the reserve and the top): each is written out once.
-    money = functools.lru_cache(maxsize=None)(money_text)
+    money = functools.lru_cache(maxsize=None)(price_text)
     for organization_id, bids in by_organization.items():
         kind, title, body = _auction_outcome(offer.cluster.name, where, bids, fills, price, money)
         events.append(
@@ -79,7 +79,7 @@ def _auction_outcome(
     bids: Sequence[BidRow],
     fills: Mapping[Hashable, int],
     price: Decimal | None,
-    money_text: Callable[[Decimal | None], str] = money_text,
+    money_text: Callable[[Decimal | None], str] = price_text,
 ) -> tuple[str, str, str]:
     """(kind, title, body) of one organization's notice over its bids."""
     won = sum(fills.get(bid.pk, 0) for bid in bids)

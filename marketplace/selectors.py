@@ -13,11 +13,13 @@ from django.db.models import (
     BooleanField,
     Case,
     Count,
+    F,
     OuterRef,
     Prefetch,
     Q,
     QuerySet,
     Subquery,
+    Sum,
     Value,
     When,
 )
@@ -611,6 +613,7 @@ def capacity_loads(
         "window_start",
         "window_end",
         "created_at",
+        "auction_closes_at",
         "status",
         "quantity",
         "units_sold",
@@ -618,15 +621,32 @@ def capacity_loads(
         "resource",
     )
     loads = []
-    for window_start, window_end, listed_at, status, quantity, units_sold, kind, of in rows:
+    for (
+        window_start,
+        window_end,
+        created_at,
+        closes_at,
+        status,
+        quantity,
+        units_sold,
+        kind,
+        of,
+    ) in rows:
         units = quantity if status == Offer.Status.OPEN else units_sold
+        bought = units_sold
         if kind == Capacity.RESERVED:
             units *= window_hours(window_start, window_end)
+            bought *= window_hours(window_start, window_end)
             if of != resource:  # a GPU block's nodes, on the CPU calendar
                 units = units // max(partition.gpus_per_node, 1) * partition.cpus_per_node
+                bought = bought // max(partition.gpus_per_node, 1) * partition.cpus_per_node
         loads.append(
             offer_load(
-                window_start=window_start, window_end=window_end, listed_at=listed_at, units=units
+                window_start=window_start,
+                window_end=window_end,
+                listed_at=offer_listed_at(created_at, closes_at),
+                units=units,
+                bought=min(bought, units),
             )
         )
     return loads
@@ -638,12 +658,26 @@ def offer_load(
     window_end: datetime.datetime,
     listed_at: datetime.datetime,
     units: int,
+    bought: int = 0,
 ) -> capacity.Load:
     """An offer's units, spread over the part of its window that could be sold when listed
     (from the hour it was listed in: the same for the check at listing and every later read)."""
     return capacity.Load(
-        start=max(window_start, capacity.hour_floor(listed_at)), end=window_end, units=units
+        start=max(window_start, capacity.hour_floor(listed_at)),
+        end=window_end,
+        units=units,
+        bought=bought,
     )
+
+
+def offer_listed_at(
+    created_at: datetime.datetime, auction_closes_at: datetime.datetime
+) -> datetime.datetime:
+    """When an offer was listed, for the calendar: its row's creation, and never after its
+    auction closed (no offer is listed after that). A row whose times were moved back after it
+    was written (the demo's history is written so) would otherwise count as listed in the last
+    minutes of its window, and every unit it sold would fall into those minutes' hour."""
+    return min(created_at, auction_closes_at)
 
 
 def partition_capacity(partition: Partition, resource: str) -> int:
@@ -749,6 +783,16 @@ def owner_capacity_by_day(
         "sold",
     )
     return series
+
+
+def owner_sold_value(organization: Organization, *, since: datetime.datetime) -> Decimal:
+    """What teams bought on the organization's clusters since `since` (allocations, by when they
+    were bought), at their prices: what the owner sold, of which teams pay only what they use.
+    One query."""
+    total = Allocation.objects.filter(
+        cluster__organization=organization, created_at__gte=since
+    ).aggregate(total=Sum(F("quantity") * F("unit_price")))["total"]
+    return total or Decimal(0)
 
 
 def owner_reserved_cores_by_day(

@@ -24,6 +24,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from django.utils.module_loading import import_string
 
+from computeshare import figures
 from computeshare.errors import ValidationFailed
 from computeshare.models import User
 from computeshare.queue import enqueue_after_commit
@@ -49,15 +50,19 @@ class NotificationEvent:
 
 
 def money_text(amount: Decimal | str | None) -> str:
-    """An amount as a person reads it in a notice, with the currency: to the cent when that is
-    exact (`2.50 USD`), else every significant digit (`0.0125 USD`), as the market's prices."""
+    """An amount as a person reads it in a notice, with the currency, as the pages write it
+    (computeshare/figures.py): to the cent (`2.50 USD`), `< 0.01 USD` under a cent."""
     if amount is None:
         return "—"
-    value = Decimal(amount)
-    exact = value.normalize()
-    cent = Decimal("0.01")
-    text = f"{value.quantize(cent):f}" if exact == exact.quantize(cent) else f"{exact:f}"
-    return f"{text} {settings.PLATFORM_CURRENCY}"
+    return figures.amount_text(amount, settings.PLATFORM_CURRENCY)
+
+
+def price_text(price: Decimal | str | None) -> str:
+    """A price per unit in a notice, with the currency: to the cent when that is exact
+    (`2.50 USD`), else every significant digit (`0.0125 USD`), as the market's prices."""
+    if price is None:
+        return "—"
+    return figures.price_text(price, settings.PLATFORM_CURRENCY)
 
 
 def _organization_recipients(

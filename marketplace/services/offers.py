@@ -22,6 +22,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, OuterRef, Subquery, Sum
 from django.db.models.functions import Coalesce
@@ -30,6 +31,7 @@ from django.utils import timezone
 from billing import services as billing
 from billing.models import ReferenceKind
 from computeshare.errors import Conflict, FieldErrors, PermissionDenied, ValidationFailed
+from computeshare.figures import price_text
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move
 from hpc.errors import ReservationRefused
@@ -474,7 +476,7 @@ def offer_extend(
         selectors.offer_load(
             window_start=offer.window_start,
             window_end=end,
-            listed_at=offer.created_at,
+            listed_at=selectors.offer_listed_at(offer.created_at, offer.auction_closes_at),
             units=units * unit_hours,
         ),
         excluding=offer,
@@ -769,7 +771,12 @@ def _bid_write(
         fields.add("min_quantity", "Must not be more than the quantity.")
     bid_price = _price(fields, "price", price)
     if bid_price is not None and bid_price < offer.reserve_price:
-        fields.add("price", f"Must be at least the reserve price, {offer.reserve_price}.")
+        fields.add(
+            "price",
+            "Must be at least the reserve price, "
+            f"{price_text(offer.reserve_price, settings.PLATFORM_CURRENCY)} "
+            f"per {offer.price_unit}.",
+        )
     fields.raise_if_any()
     assert units is not None and minimum is not None and bid_price is not None
     if offer.max_per_buyer is not None:

@@ -51,13 +51,18 @@ def calendar_rows(
     for day in range(CALENDAR_DAYS):
         cells = []
         for hour in hours[day * 24 : (day + 1) * 24]:
-            share = hour.sold / per_hour if per_hour else Fraction(0)
+            # Shaded by what buyers bought; what is listed and not sold yet is marked apart,
+            # and an hour that carries more than the partition has (sold and listed) is red.
+            share = hour.bought / per_hour if per_hour else Fraction(0)
+            listed = hour.sold - hour.bought
             cells.append(
                 {
                     "start": hour.start,
-                    "sold": capacity.units_text(hour.sold),
+                    "sold": capacity.units_text(hour.bought),
+                    "listed": capacity.units_text(listed),
+                    "is_listed": listed > 0,
                     "free": capacity.units_text(hour.free),
-                    "level": _level(share),
+                    "level": 5 if hour.sold > per_hour else _level(share),
                     "is_past": hour.start + capacity.HOUR <= now,
                 }
             )

@@ -7,7 +7,7 @@ not see is a 404), let the services decide, and show a service's refusal beside 
 concerns, or on top of the form with the figures that explain it (a 402 names the balance or
 the budget it ran into). A refusal by role (403) is left to the error page."""
 
-from decimal import ROUND_HALF_UP, Decimal
+from decimal import Decimal
 from typing import Any
 
 from django import forms
@@ -35,10 +35,11 @@ from computeshare.errors import (
     Throttled,
     ValidationFailed,
 )
+from computeshare.figures import amount_text, price_text
 from computeshare.forms import form_add_service_error
 from computeshare.models import User
 from marketplace import errors, selectors, services
-from marketplace.charts import price_chart, price_text
+from marketplace.charts import price_chart
 from marketplace.forms.market import (
     UTC,
     BidForm,
@@ -70,11 +71,6 @@ FIELD_OF_REFUSAL = {
 SHOWN_ON_FORM = (ValidationFailed, Conflict, PaymentRequired, errors.ClusterUnreachable)
 
 
-def cents(value: Any) -> str:
-    """An amount as the pages show it: rounded half up to the cent, thousands grouped."""
-    return f"{Decimal(value).quantize(CENT, rounding=ROUND_HALF_UP):,.2f}"
-
-
 def refusal_text(error: ApplicationError) -> str:
     """The service's sentence, with the figures from `extra` that let the user act on it."""
     extra = error.extra
@@ -82,15 +78,15 @@ def refusal_text(error: ApplicationError) -> str:
         if error.code == "insufficient_funds":
             currency = extra["currency"]
             return (
-                f"{error.detail} Available: {cents(extra['available'])} {currency}; "
-                f"this needs {cents(extra['required'])} {currency}."
+                f"{error.detail} Available: {amount_text(extra['available'])} {currency}; "
+                f"this needs {amount_text(extra['required'])} {currency}."
             )
         if error.code == "budget_exceeded":
             currency = extra["currency"]
             return (
-                f"{error.detail} Monthly limit: {cents(extra['monthly_limit'])} {currency}; "
-                f"committed and spent: {cents(extra['committed_and_spent'])} {currency}; "
-                f"this needs {cents(extra['requested'])} {currency}."
+                f"{error.detail} Monthly limit: {amount_text(extra['monthly_limit'])} {currency}; "
+                f"committed and spent: {amount_text(extra['committed_and_spent'])} {currency}; "
+                f"this needs {amount_text(extra['requested'])} {currency}."
             )
         if error.code == "insufficient_quantity":
             return f"Only {extra['remaining']} units are left for sale."
@@ -357,8 +353,8 @@ class OfferBidView(LoginRequiredMixin, View):
                     request,
                     f"Your bid of {bid.quantity} units at {price_text(bid.price)} "
                     f"{settings.PLATFORM_CURRENCY} is placed; "
-                    f"{cents(bid.hold.amount if bid.hold else 0)} {settings.PLATFORM_CURRENCY} "
-                    "is held on "
+                    f"{amount_text(bid.hold.amount if bid.hold else 0, settings.PLATFORM_CURRENCY)}"
+                    " is held on "
                     f"{actor.organization.name}'s wallet until the auction clears.",
                 )
                 return HttpResponseRedirect(offer_url(offer) + "#your-bids")
@@ -394,7 +390,7 @@ class OfferBuyView(LoginRequiredMixin, View):
                 messages.success(
                     request,
                     f"{actor.organization.name} bought {what}; "
-                    f"{cents(allocation.hold.amount)} "
+                    f"{amount_text(allocation.hold.amount)} "
                     f"{settings.PLATFORM_CURRENCY} is held for the window.",
                 )
                 return HttpResponseRedirect(
@@ -416,8 +412,8 @@ class BidWithdrawView(LoginRequiredMixin, View):
         else:
             messages.success(
                 request,
-                f"The bid is withdrawn; its hold of {cents(held)} {settings.PLATFORM_CURRENCY} "
-                "is back in the available balance.",
+                f"The bid is withdrawn; its hold of {amount_text(held, settings.PLATFORM_CURRENCY)}"
+                " is back in the available balance.",
             )
         return HttpResponseRedirect(next_url(request, offer_url(bid.offer)))
 

@@ -58,6 +58,9 @@ class Chart:
     days: list[datetime.date]
     series: list[Series]
     stacked: bool = False
+    is_money: bool = False
+    """Amounts in `unit` (a currency): the table writes them as every amount is written, and
+    the chart's axis in cents (static/js/charts.js)."""
 
     @property
     def data_id(self) -> str:
@@ -70,6 +73,7 @@ class Chart:
             "labels": [day.isoformat() for day in self.days],
             "unit": self.unit,
             "stacked": self.stacked,
+            "money": self.is_money,
             "datasets": [
                 {"label": series.label, "data": [float(value) for value in series.values]}
                 for series in self.series
@@ -131,6 +135,10 @@ class Dashboard:
     shows_teams: bool = False
     clusters: list[Cluster] = field(default_factory=list)
     earnings: Chart | None = None
+    sold_value: Decimal = Decimal(0)
+    """What teams bought on the clusters in these days, at their prices."""
+    earned_value: Decimal = Decimal(0)
+    """What the clusters earned in these days, net of the platform's fee."""
     utilization: list[Chart] = field(default_factory=list)
     capacity_kinds: Chart | None = None
     cluster_jobs: list[JobProgress] = field(default_factory=list)
@@ -172,6 +180,7 @@ def dashboard_get(membership: Membership, *, days: int = DAYS) -> Dashboard:
             key="spending",
             title="Spending per day",
             unit=wallet.currency,
+            is_money=True,
             days=day_list,
             series=[Series("Charged for jobs", [spent.get(day, Decimal(0)) for day in day_list])],
         ),
@@ -207,12 +216,17 @@ def _add_owner_view(dashboard: Dashboard, clusters: list[Cluster]) -> None:
         key="earnings",
         title="Net earnings per day and cluster",
         unit=dashboard.wallet.currency,
+        is_money=True,
         days=days,
         stacked=True,
         series=[
             Series(source.source_name, [source.by_day.get(day, Decimal(0)) for day in days])
             for source in earned
         ],
+    )
+    dashboard.sold_value = market_selectors.owner_sold_value(organization, since=dashboard.since)
+    dashboard.earned_value = sum(
+        (series.total for series in dashboard.earnings.series), start=Decimal(0)
     )
     capacity = market_selectors.owner_capacity_by_day(organization, days)
     used = _used_by_day(organization, dashboard.since)

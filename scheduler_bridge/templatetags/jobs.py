@@ -9,6 +9,7 @@ from decimal import Decimal
 from django import template
 from django.utils import timezone
 
+from computeshare import figures
 from hpc.backends.local import SandboxStatus
 from marketplace.models import Cluster
 from marketplace.templatetags.market import units
@@ -56,8 +57,9 @@ def elapsed(job: Job | JobTask) -> str:
 
 @register.filter
 def percent(fraction: Decimal | None) -> str:
-    """A fraction from 0 to 1 as `50.0 %`; empty when there is none (a job not yet ended)."""
-    return "" if fraction is None else f"{fraction * 100:.1f} %"
+    """A fraction from 0 to 1 as `50.0 %`; empty when there is none (a job not yet ended). The
+    rule is computeshare/figures.py's, which the CLI's writes the same way."""
+    return "" if fraction is None else figures.percent_text(fraction)
 
 
 @register.filter

@@ -10,8 +10,32 @@
     return withTime ? `${text.slice(0, 10)} ${text.slice(11, 16)}` : text.slice(0, 10);
   };
 
+  // Amounts as the pages write them (computeshare/figures.py): to the cent, "< 0.01" for a
+  // value under a cent but not zero; prices (rates) with the digits they have, at least two.
+  // Never Chart.js's own format, which writes a small axis as "1.00000E-4".
+  const moneyText = (value) => {
+    if (value !== 0 && Math.abs(value) < 0.005) return value > 0 ? "< 0.01" : "> -0.01";
+    return value.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 2 });
+  };
+  const priceText = (value) =>
+    value.toLocaleString("en-US", { minimumFractionDigits: 2, maximumFractionDigits: 6 });
+
+  // A money axis steps by whole cents and reaches a cent at least: a day of a few seconds'
+  // jobs still draws, on an axis of 0.00 to 0.01.
+  const moneyAxis = (unit) => ({
+    suggestedMax: 0.01,
+    ticks: { precision: 2, callback: (value) => moneyText(value) },
+    title: { display: true, text: unit },
+  });
+
   function seriesChart(canvas, data) {
     const stacked = canvas.dataset.kind === "stacked";
+    const y = data.money
+      ? { stacked, beginAtZero: true, ...moneyAxis(data.unit) }
+      : { stacked, beginAtZero: true, title: { display: true, text: data.unit } };
+    const tooltip = data.money
+      ? { callbacks: { label: (item) => `${item.dataset.label}: ${moneyText(item.parsed.y)} ${data.unit}` } }
+      : {};
     return {
       type: "bar",
       data: {
@@ -25,8 +49,9 @@
       options: {
         scales: {
           x: { stacked, ticks: { maxRotation: 0, autoSkip: true, maxTicksLimit: 8 } },
-          y: { stacked, beginAtZero: true, title: { display: true, text: data.unit } },
+          y,
         },
+        plugins: { tooltip },
       },
     };
   }
@@ -58,7 +83,11 @@
             title: { display: true, text: "auction closed (UTC)" },
             ticks: { maxTicksLimit: 5, callback: (value) => utcText(value, withTime) },
           },
-          y: { beginAtZero: true, title: { display: true, text: `${data.unit} per unit` } },
+          y: {
+            beginAtZero: true,
+            ticks: { callback: (value) => priceText(value) },
+            title: { display: true, text: `${data.unit} per unit` },
+          },
         },
         plugins: {
           legend: { display: false },

@@ -26,9 +26,11 @@
     return match ? BigInt(match[1]) : null;
   }
 
-  // Rounded half up to the cent with thousands grouped, as the pages' amounts are.
+  // Rounded half up to the cent with thousands grouped, as the pages' amounts are
+  // (computeshare/figures.py): "< 0.01" for an amount that is not zero but under half a cent.
   function money(millionths) {
     const cents = (millionths + CENT / 2n) / CENT;
+    if (millionths > 0n && cents === 0n) return "< 0.01";
     const whole = (cents / 100n).toString().replace(/\B(?=(\d{3})+(?!\d))/g, ",");
     return `${whole}.${(cents % 100n).toString().padStart(2, "0")}`;
   }

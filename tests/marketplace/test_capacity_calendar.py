@@ -187,6 +187,38 @@ def test_an_offer_whose_window_started_is_spread_from_the_hour_it_was_listed(own
     assert max(hour.sold for hour in hours) <= 16
 
 
+def test_a_cleared_offer_whose_rows_were_moved_into_the_past_is_spread_over_its_window(
+    owner, partition
+):
+    # Given an offer listed now whose auction and window were then moved a week back, as the
+    # demo's seed writes its history: its row says it was listed (created) after its auction
+    # closed and in the last hour of its window.
+    now = timezone.now()
+    window_end = capacity.hour_floor(now) + timedelta(minutes=1)
+    window_start = window_end - timedelta(days=7)
+    offer = services.offer_create(
+        actor=owner,
+        **listing(partition, now + 2 * HOUR, 24, 160, auction_closes_at=now + HOUR),
+    )
+    Offer.objects.filter(pk=offer.pk).update(
+        auction_closes_at=window_start - timedelta(minutes=1),
+        window_start=window_start,
+        window_end=window_end,
+        status=Offer.Status.CLEARED,
+        units_sold=160,
+    )
+
+    # When the calendar reads the week
+    hours = selectors.partition_calendar(partition, "cpu", window_start, window_end)
+
+    # Then its 160 units are spread evenly over the week (about 0.95 an hour), not all into the
+    # hour it was created in: an offer is listed before its auction closes, whatever its row says.
+    length = Fraction(7 * 24)  # the window's hours
+    assert sum(hour.sold for hour in hours) == 160
+    assert max(hour.sold for hour in hours) == Fraction(160) / length
+    assert hours[-1].sold == Fraction(160) / length / 60  # its last minute
+
+
 def test_growing_an_offer_past_the_calendar_is_refused_and_changes_nothing(owner, partition, day):
     # 10 cores an hour in hours 0-9; 6 in hours 5-14 (so hours 5-9 are full); 16 in 15-19.
     offer = services.offer_create(actor=owner, **listing(partition, day, 10, 100))
@@ -319,3 +351,22 @@ def test_extensions_racing_listings_never_oversell():
     assert Decimal(total) == sum(
         Decimal(hour.sold.numerator) / hour.sold.denominator for hour in hours
     )
+
+
+def test_the_demo_s_history_fits_its_partition_in_every_hour(settings, tmp_path_factory):
+    # Given the demo's seed: a past week's cleared offers on a partition of a few cores
+    from django.core.management import call_command
+
+    from tests.conftest import local_cluster_root
+
+    settings.LOCAL_CLUSTER_ROOT = local_cluster_root(tmp_path_factory)
+    call_command("demo_seed", verbosity=0)
+    partition = Partition.objects.get(cluster__name="aurora-local")
+    now = timezone.now()
+
+    # When the calendar reads the last week and the coming one
+    hours = selectors.partition_calendar(partition, "cpu", now - timedelta(days=7), now + HOUR)
+
+    # Then no hour carries more than the partition has: each offer is spread over its window
+    assert max(hour.sold for hour in hours) <= partition.cpus
+    assert all(hour.bought <= hour.sold for hour in hours)

@@ -1515,7 +1515,9 @@ def test_a_bid_below_the_reserve_says_what_the_reserve_is(market):
     answer = bid(market.team_admin, offer, market.team, quantity=10, price="0.5")
 
     body = assert_refused(answer, 400, "invalid")
-    assert body["extra"]["fields"] == {"price": ["Must be at least the reserve price, 1.000000."]}
+    assert body["extra"]["fields"] == {
+        "price": ["Must be at least the reserve price, 1.00 USD per core-hour."]
+    }
 
 
 @pytest.mark.parametrize("organization", ["rival", "owner"])

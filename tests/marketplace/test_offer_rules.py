@@ -408,7 +408,7 @@ def test_a_bid_holds_price_times_quantity_and_shows_in_the_demand(offer):
 INVALID_BIDS = {
     "price below the reserve": (
         {"quantity": 10, "price": "0.99"},
-        {"price": ["Must be at least the reserve price, 1.000000."]},
+        {"price": ["Must be at least the reserve price, 1.00 USD per core-hour."]},
     ),
     "price of zero": ({"quantity": 10, "price": "0"}, {"price": ["Must be more than zero."]}),
     "price not a number": ({"quantity": 10, "price": "lots"}, {"price": ["Not a decimal number."]}),

@@ -272,3 +272,23 @@ def test_a_new_organizations_dashboard_with_a_zero_limit_says_so(client):
     assert "No allocation is upcoming or active." in page
     assert "No job of this organization is queued or running." in page
     assert response.context["dashboard"].spending.series[0].total == 0
+
+
+def test_an_owner_reads_what_was_sold_beside_what_was_earned(client, data):
+    # Given the team bought 1,500 core-hours at 0.50 and 200 at 0.45 on the owner's cluster,
+    # and ran jobs on them
+    client.force_login(data.owner_admin.user)
+
+    # When the owner opens the dashboard
+    response = client.get(reverse("dashboard"))
+
+    # Then it shows both figures side by side, and that teams pay only for what they use
+    dashboard = response.context["dashboard"]
+    earned = sum(Entry.objects.filter(kind=Entry.Kind.EARNING).values_list("amount", flat=True))
+    assert dashboard.sold_value == Decimal("840.00")
+    assert dashboard.earned_value == earned
+    page = html(response)
+    figures = page.by_id("sold-and-earned")
+    assert figures.find(data_field="sold").text() == "840.00 USD"
+    assert figures.find(data_field="earned").text() == f"{earned:.2f} USD"
+    assert page.by_id("pay-for-use").text().startswith("Teams pay for what they use")

@@ -3,6 +3,7 @@ what the partition's offers take in each hour, the idle pattern what the poll's 
 and one click lists the offer suggested for the next idle window, after which the calendar
 shows it taken. Nothing pans sideways and the console stays free of errors."""
 
+import re
 from datetime import timedelta
 from decimal import Decimal
 
@@ -90,10 +91,15 @@ def test_an_owner_reads_the_calendar_and_lists_the_suggested_offer_in_one_click(
         '[data-partition="batch"] [data-resource="cpu"] [data-field="calendar"]'
     )
     offered = calendar.locator(f'[data-hour="{day.isoformat()}"]')
-    expect(offered).to_have_attribute("data-sold", "10.00")
+    # Listed and not sold yet: not counted as sold, but no longer free to list.
+    expect(offered).to_have_attribute("data-sold", "0.00")
+    expect(offered).to_have_attribute("data-listed", "10.00")
     expect(offered).to_have_attribute("data-free", "6.00")
+    expect(offered).to_have_attribute(
+        "title", re.compile(r": 0\.00 of 16 sold, 10\.00 listed and not sold yet, 6\.00 free")
+    )
     expect(calendar.locator(f'[data-hour="{(day + 6 * HOUR).isoformat()}"]')).to_have_attribute(
-        "data-sold", "0.00"
+        "data-listed", "0.00"
     )
     idle = page.locator('[data-partition="batch"] [data-resource="cpu"] [data-field="idle"]')
     sampled = idle.locator(f'[data-weekday="{first.strftime("%a")}"] [data-hour="{first.hour}"]')
@@ -127,7 +133,7 @@ def test_an_owner_reads_the_calendar_and_lists_the_suggested_offer_in_one_click(
         '[data-partition="batch"] [data-resource="cpu"] [data-field="calendar"]'
     )
     expect(calendar.locator(f'[data-hour="{first.isoformat()}"]')).to_have_attribute(
-        "data-sold", "12.00"
+        "data-listed", "12.00"
     )
     # What is left idle and unsold in those hours is suggested next: 4 an hour.
     expect(

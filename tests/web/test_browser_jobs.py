@@ -46,7 +46,8 @@ def test_a_member_submits_a_job_with_a_live_estimate_and_follows_it(page: Page, 
     tasks = page.locator("[data-field=estimate-tasks]")
     cost = page.locator("[data-field=estimate-cost]")
     expect(units).to_have_text("0.166667")  # the sample: 1 core for 10 minutes
-    expect(cost).to_have_text("0.333334 USD")  # 0.166667 units at 2.00
+    expect(cost).to_have_text("0.33 USD")  # 0.166667 units at 2.00, to the cent
+    expect(cost.locator("span")).to_have_attribute("title", "0.333334")
     expect(page.locator("[data-field=estimate-unreserved]")).to_have_text("100")
 
     # The script editor indents with Tab instead of leaving the field.

@@ -195,7 +195,7 @@ def test_an_owner_lists_capacity_and_a_team_finds_it_bids_and_wins_it(page: Page
     expect(allocation_row.locator("[data-field=quantity]")).to_have_text("40")
     expect(allocation_row.locator("[data-field=unit-price]")).to_have_text("1.50")
     expect(allocation_row.locator("[data-field=held]")).to_have_text("60.00")
-    expect(allocation_row.locator("[data-field=remaining]")).to_have_text("40")
+    expect(allocation_row.locator("[data-field=remaining]")).to_have_text("40.00")
     expect(allocation_row.locator("[data-field=status]")).to_have_text("upcoming")
     expect(team_bid.locator("[data-field=status]")).to_have_text("Won")
     expect(team_bid.locator("[data-field=price-paid]")).to_have_text("1.50")

@@ -111,6 +111,47 @@ def test_a_suggestion_taken_meanwhile_is_refused_and_nothing_is_listed(client, o
     assert Offer.objects.count() == before
 
 
+def test_sold_per_hour_counts_what_buyers_bought_and_marks_what_is_only_listed(client, owner):
+    # Given two offers tomorrow from 10:00 to 12:00: one listed and not sold (128 core-hours,
+    # 64 an hour), one whose auction sold 100 of its 200 (50 of 100 an hour)
+    admin = owner.organization.memberships.get(user=owner.admin)
+    start = capacity.hour_floor(timezone.now()).replace(hour=10) + timedelta(days=1)
+
+    def listed(quantity: int) -> Offer:
+        return services.offer_create(
+            actor=admin,
+            cluster=owner.cluster,
+            partition="debug",
+            resource="cpu",
+            quantity=quantity,
+            window_start=start,
+            window_end=start + 2 * HOUR,
+            auction_closes_at=start - HOUR,
+            reserve_price="1.00",
+        )
+
+    listed(128)
+    cleared = listed(200)
+    Offer.objects.filter(pk=cleared.pk).update(status=Offer.Status.CLEARED, units_sold=100)
+    client.force_login(owner.member)
+
+    # When the owner opens the capacity page
+    document = html(client.get(capacity_url(owner)))
+
+    # Then each of those hours shows 50 sold (the listed offer is not), 64 listed, 142 free
+    calendar = document.find(data_resource="cpu").find(data_field="calendar")
+    cell = calendar.find(data_hour=start.isoformat())
+    assert cell.attrs["data-sold"] == "50.00"
+    assert cell.attrs["data-listed"] == "64.00"
+    assert cell.attrs["data-free"] == "142.00"
+    assert "cs-listed" in cell.classes
+    assert cell.attrs["title"] == (
+        f"{start:%a %H:%M}: 50.00 of 256 sold, 64.00 listed and not sold yet, 142.00 free to list"
+    )
+    before = calendar.find(data_hour=(start - HOUR).isoformat())
+    assert (before.attrs["data-sold"], before.attrs["data-listed"]) == ("0.00", "0.00")
+
+
 def test_offers_show_their_owners_track_record_and_how_it_is_computed(client, owner):
     offer = OfferFactory(partition=owner.partition)
     now = timezone.now()

@@ -207,7 +207,7 @@ def test_the_submit_form_offers_a_sample_script_and_estimates_its_initial_sizes(
     assert estimate_figures(page) == {
         "units": "0.166667",
         "tasks": "1",
-        "cost": "0.333334 USD",
+        "cost": "0.33 USD",
         "unreserved": "100",
     }
     # The script and the sizes are read again as they are typed.
@@ -245,7 +245,7 @@ def test_the_gpu_field_is_shown_on_a_gpu_allocation_with_one_gpu_asked(client, t
         # Every task is rounded up on its own, as the submission reserves it.
         (
             {"time_limit_minutes": "1", "array": "0-2"},
-            {"units": "0.050001", "tasks": "3", "cost": "0.100002 USD", "unreserved": "100"},
+            {"units": "0.050001", "tasks": "3", "cost": "0.10 USD", "unreserved": "100"},
         ),
     ],
 )
@@ -274,15 +274,16 @@ def test_the_estimate_equals_what_the_submission_reserves(client, team, allocati
     assert estimate_figures(estimate)["units"] == f"{job.reserved_units.normalize():f}"
 
 
-def test_the_estimate_shows_the_cost_the_api_quotes_to_the_micro_unit(client, team, allocation):
+def test_the_estimate_shows_the_cost_the_api_quotes_to_the_cent_and_exactly_on_hover(
+    client, team, allocation
+):
     # 7 minutes on 3 tasks of an array: 0.116667 units each, 0.700002 for the lot at 2.00.
     client.force_login(team.member)
     data = form_data(time_limit_minutes="7", array="0-2")
     actor = Membership.objects.get(user=team.member, organization=team.organization)
 
-    estimate = estimate_figures(
-        html(client.get(reverse("job-estimate", args=[allocation.uuid]), data))
-    )
+    document = html(client.get(reverse("job-estimate", args=[allocation.uuid]), data))
+    estimate = estimate_figures(document)
     quote = services.job_quote(
         actor=actor,
         allocation=allocation,
@@ -290,7 +291,8 @@ def test_the_estimate_shows_the_cost_the_api_quotes_to_the_micro_unit(client, te
     )
 
     assert quote.estimated_max_cost == Decimal("0.700002")
-    assert estimate["cost"] == "0.700002 USD"
+    assert estimate["cost"] == "0.70 USD"
+    assert document.find(data_field="estimate-cost").find("span").attrs["title"] == "0.700002"
     assert estimate["units"] == f"{quote.reserved_units.normalize():f}"
 
 

@@ -241,8 +241,8 @@ def test_the_offers_page_lists_open_offers_with_their_figures(client, buyer, own
         "64 CPUs , 256 GB , 2 GPUs (a100) avx2 ib",
         "100 / 100 core-hours",
         window,
-        "1.00",
-        "3.00",
+        "1.00 USD per core-hour 100.00 USD for 100 core-hours",
+        "3.00 USD per core-hour 300.00 USD for 100 core-hours",
         f"{offer.auction_closes_at:%Y-%m-%d %H:%M}",
         "1 / 40",
         "View",
@@ -252,6 +252,41 @@ def test_the_offers_page_lists_open_offers_with_their_figures(client, buyer, own
     # Open is the default status, shown selected in the filter form.
     status = page.by_id("id_status")
     assert [option.attrs["value"] for option in status.find_all("option", selected="")] == ["open"]
+
+
+def test_a_reserved_block_shows_its_price_per_core_hour_its_total_and_per_core_per_day(
+    client, owner
+):
+    # Given a block of 2 cores for 6 hours at a reserve of 0.125 per core-hour, buy-now 0.20
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) + datetime.timedelta(days=1)
+    block = OfferFactory(
+        partition=owner.partition,
+        capacity="reserved",
+        quantity=2,
+        reserve_price=Decimal("0.125"),
+        buy_now_price=Decimal("0.20"),
+        auction_closes_at=start - datetime.timedelta(hours=1),
+        window_start=start,
+        window_end=start + datetime.timedelta(hours=6),
+    )
+
+    # When a visitor reads the offers (table and cards) and the offer's page
+    listing = html(client.get(reverse("offer-list")))
+    detail = html(client.get(reverse("offer-detail", args=[block.uuid])))
+
+    # Then each says the price per core-hour, the whole block's total (2 cores x 6 hours) and
+    # the price of a core for a day, the exact figure on hover
+    reserve = "0.125 USD per core-hour 1.50 USD for 2 cores 3.00 USD per core per day"
+    buy_now = "0.20 USD per core-hour 2.40 USD for 2 cores 4.80 USD per core per day"
+    row = listing.by_id("offers").find("tr", data_offer=str(block.uuid))
+    card = listing.by_id("offer-cards").find("li", data_offer=str(block.uuid))
+    for where in (row, card):
+        assert where.find(data_field="reserve").text() == reserve
+        assert where.find(data_field="buy-now").text() == buy_now
+    assert detail.by_id("offer-reserve-price").text() == reserve
+    assert detail.by_id("offer-buy-now-price").text() == buy_now
+    total = detail.by_id("offer-reserve-price").find(data_field="total").find("span")
+    assert total.attrs["title"] == "1.50"
 
 
 @pytest.fixture
@@ -437,8 +472,8 @@ def test_the_offer_page_shows_hardware_window_prices_and_only_aggregate_demand(
         "Kind": facts["Kind"],
         "Left": "100 of 100 core-hours",
         "Window (UTC)": f"{offer.window_start:%Y-%m-%d %H:%M} → {offer.window_end:%Y-%m-%d %H:%M}",
-        "Reserve price": "1.00 USD per core-hour",
-        "Buy-now price": "3.00 USD per core-hour",
+        "Reserve price": "1.00 USD per core-hour 100.00 USD for 100 core-hours",
+        "Buy-now price": "3.00 USD per core-hour 300.00 USD for 100 core-hours",
         "Auction closes (UTC)": facts["Auction closes (UTC)"],
         "Teams at once": "This cluster serves up to 24 teams at once; 24 accounts are free now.",
         "Owner's track record": facts["Owner's track record"],
@@ -575,7 +610,7 @@ def test_an_admin_places_a_bid_and_sees_its_hold(client, buyer, offer):
 @pytest.mark.parametrize(
     ("quantity", "price", "minimum", "field", "message"),
     [
-        ("40", "0.99", "", "price", "Must be at least the reserve price, 1.000000."),
+        ("40", "0.99", "", "price", "Must be at least the reserve price, 1.00 USD per core-hour."),
         ("40", "0", "", "price", "Must be more than zero."),
         ("101", "2", "", "quantity", "The offer has 100 units."),
         ("0", "2", "", "quantity", "At least 1."),
@@ -1029,12 +1064,13 @@ def test_the_allocations_page_shows_allocations_and_bids(client, buyer, owner, o
     won = Allocation.objects.get(offer=auction)
     window = f"{offer.window_start:%Y-%m-%d %H:%M} → {offer.window_end:%Y-%m-%d %H:%M}"
     assert allocations[str(bought.uuid)] == [
-        "hpc1", "debug", "Core-hours", "10", "0", "0", "10", "3.00", "30.00", window,
+        "hpc1", "debug", "Core-hours", "10", "0.00", "0.00", "10.00", "3.00", "30.00", window,
         "upcoming bought now",
     ]  # fmt: skip
     auction_window = f"{auction.window_start:%Y-%m-%d %H:%M} → {auction.window_end:%Y-%m-%d %H:%M}"
     assert allocations[str(won.uuid)] == [
-        "hpc1", "debug", "Core-hours", "20", "0", "0", "20", "1.00", "20.00", auction_window,
+        "hpc1", "debug", "Core-hours", "20", "0.00", "0.00", "20.00", "1.00", "20.00",
+        auction_window,
         "upcoming won at auction",
     ]  # fmt: skip
     bids = [cell_texts(row)[1:] for row in body_rows(page, "organization-bids")]

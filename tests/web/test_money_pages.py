@@ -260,7 +260,7 @@ def test_an_admin_saves_a_valid_budget(client, team, budget):
     assert Budget.objects.count() == 1
     page = client.get(response["Location"])
     assert "The budget is saved." in html(page).text()
-    assert html(page).by_id("budget-summary").text() == "0.00 of 1200.50 USD"
+    assert html(page).by_id("budget-summary").text() == "0.00 of 1,200.50 USD"
 
 
 def test_an_empty_limit_means_no_limit(client, team, budget):
@@ -744,7 +744,7 @@ def test_the_money_pages_latest_entries_show_a_jobs_charges_as_one_line(client, 
     assert len(charged) == 1
     cells = charged[0].find_all("td")
     assert cells[2].text() == "Charge"
-    assert cells[3].find("span").attrs["title"] == "-0.001960"
+    assert cells[3].find("span").attrs["title"] == "-0.00196"
     assert cells[5].find(data_field="line-entries").find("summary").text() == (
         "Job sweep (123_39 on hpc1): 40 entries (an array's tasks, each charged as it ended)"
     )

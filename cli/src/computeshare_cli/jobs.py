@@ -29,14 +29,19 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 
+from computeshare_cli import figures
 from computeshare_cli.client import ApiClient, new_idempotency_key
 from computeshare_cli.context import State, org_option, pass_state
 from computeshare_cli.errors import CliError, ExitCode
 from computeshare_cli.ids import CANDIDATES_SHOWN
 from computeshare_cli.output import (
+    Column,
     cell,
     fields_print,
     json_print,
+    money,
+    percent,
+    quantity,
     size_text,
     stderr,
     stdout,
@@ -64,7 +69,7 @@ STATES = [
     *sorted(ENDED),
     "undetermined",
 ]
-JOB_COLUMNS = [
+JOB_COLUMNS: list[Column] = [
     ("id", "id"),
     ("name", "name"),
     ("state", "state"),
@@ -72,7 +77,7 @@ JOB_COLUMNS = [
     ("cluster", "cluster_name"),
     ("partition", "partition"),
     ("reserved", "reserved_units"),
-    ("cost", "cost"),
+    ("cost", "cost", money),
     ("created", "created_at"),
     ("ended", "ended_at"),
 ]
@@ -298,7 +303,7 @@ def jobs_submit(
         directives_warn(job)
         stderr.print(
             f"Job {job['id']} {job['state']}: {job['reserved_units']} units reserved, "
-            f"at most {job['estimated_max_cost']} {job.get('currency', '')}."
+            f"at most {figures.amount_text(job['estimated_max_cost'], job.get('currency'))}."
         )
     if wait:
         job = job_wait(state, job["id"], interval=interval)
@@ -402,11 +407,10 @@ def jobs_quote(state: State, /, script: Path, **sizes: Any) -> None:
         quote,
         [
             ("units reserved", "reserved_units"),
-            ("at most", "estimated_max_cost"),
-            ("currency", "currency"),
-            ("allocation left after", "allocation_remaining_after"),
-            ("budget left after", "budget_remaining_after"),
-            ("wallet", "wallet_balance"),
+            ("at most", "estimated_max_cost", money),
+            ("allocation left after", "allocation_remaining_after", quantity),
+            ("budget left after", "budget_remaining_after", money),
+            ("wallet", "wallet_balance", money),
             ("expected start", "expected_start"),
             ("expected start from", "expected_start_source"),
             ("detail", "expected_start_detail"),
@@ -499,12 +503,11 @@ def _job_fields_print(job: dict[str, Any]) -> None:
             ("ended", "ended_at"),
             ("exit code", "exit_code"),
             ("reserved units", "reserved_units"),
-            ("at most", "estimated_max_cost"),
+            ("at most", "estimated_max_cost", money),
             ("units used", "usage.units"),
             ("elapsed (s)", "usage.elapsed_seconds"),
-            ("cost", "cost"),
-            ("currency", "currency"),
-            ("cpu efficiency", "efficiency.cpu"),
+            ("cost", "cost", money),
+            ("cpu efficiency", "efficiency.cpu", percent),
             ("advice", "advice"),
         ],
         title=f"Job {job['id']}",
@@ -520,7 +523,11 @@ def _runs_summary(job: dict[str, Any]) -> str | None:
     lines = []
     for run in runs:
         task = "" if run["task"] is None else f"task {run['task']}: "
-        charged = f"{run['cost']} charged" if run["charged"] else "not charged"
+        charged = (
+            f"{figures.amount_text(run['cost'], job.get('currency'))} charged"
+            if run["charged"]
+            else "not charged"
+        )
         lines.append(
             f"{task}{run['state']} after {run['elapsed_seconds']} s "
             f"(started {run['started_at'] or '-'}), {charged}"
@@ -595,7 +602,8 @@ def _job_end_print(state: State, job: dict[str, Any]) -> None:
     stderr.print(
         f"Job {job['id']} {job['state']}"
         + (f" ({summary})" if summary else "")
-        + f": {job['usage']['units']} units, cost {job['cost']} {job.get('currency', '')}."
+        + f": {job['usage']['units']} units, "
+        + f"cost {figures.amount_text(job['cost'], job.get('currency'))}."
     )
 
 

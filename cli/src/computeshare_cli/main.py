@@ -23,7 +23,18 @@ from computeshare_cli.config import (
 from computeshare_cli.context import State, org_option, pass_state
 from computeshare_cli.errors import CliError, ExitCode
 from computeshare_cli.jobs import jobs
-from computeshare_cli.output import error_print, fields_print, json_print, stderr, table_print
+from computeshare_cli.output import (
+    Column,
+    error_print,
+    fields_print,
+    json_print,
+    money,
+    offer_price,
+    price,
+    quantity,
+    stderr,
+    table_print,
+)
 from computeshare_cli.parsing import ArgumentError
 
 
@@ -153,7 +164,7 @@ def whoami(state: State) -> None:
 
 # --- the market ------------------------------------------------------------------------------
 
-OFFER_COLUMNS = [
+OFFER_COLUMNS: list[Column] = [
     ("id", "id"),
     ("cluster", "cluster_name"),
     ("partition", "partition"),
@@ -161,8 +172,8 @@ OFFER_COLUMNS = [
     ("kind", "capacity"),
     ("remaining", "remaining"),
     ("unit", "quantity_unit"),
-    ("reserve", "reserve_price"),
-    ("buy now", "buy_now_price"),
+    ("reserve", "reserve_price", offer_price("reserve_price")),
+    ("buy now", "buy_now_price", offer_price("buy_now_price")),
     ("window start", "window_start"),
     ("window end", "window_end"),
     ("closes", "auction_closes_at"),
@@ -227,20 +238,20 @@ def offers_show(state: State, offer_id: str) -> None:
             ("preemption grace (s)", "preemption_grace_seconds"),
             ("units bid", "units_bid"),
             ("max per buyer", "max_per_buyer"),
-            ("clearing price", "clearing_price"),
+            ("clearing price", "clearing_price", price),
             ("currency", "currency"),
         ],
         title=f"Offer {offer['id']}",
     )
 
 
-PRICE_HISTORY_COLUMNS = [
+PRICE_HISTORY_COLUMNS: list[Column] = [
     ("closed", "auction_closed_at"),
     ("offer", "offer"),
     ("partition", "partition"),
     ("resource", "resource"),
     ("kind", "capacity"),
-    ("clearing price", "clearing_price"),
+    ("clearing price", "clearing_price", price),
     ("sold", "quantity_sold"),
     ("offered", "quantity"),
 ]
@@ -272,7 +283,7 @@ def offers_price_history(state: State, /, limit: int, **filters: str | None) -> 
     table_print(rows, PRICE_HISTORY_COLUMNS, empty="No auction has cleared here yet.")
 
 
-ALLOCATION_COLUMNS = [
+ALLOCATION_COLUMNS: list[Column] = [
     ("id", "id"),
     ("cluster", "cluster_name"),
     ("partition", "partition"),
@@ -281,10 +292,10 @@ ALLOCATION_COLUMNS = [
     ("block", "block"),
     ("reservation", "reservation"),
     ("quantity", "quantity"),
-    ("used", "used"),
-    ("reserved", "reserved"),
-    ("remaining", "remaining"),
-    ("unit price", "unit_price"),
+    ("used", "used", quantity),
+    ("reserved", "reserved", quantity),
+    ("remaining", "remaining", quantity),
+    ("unit price", "unit_price", price),
     ("window start", "window_start"),
     ("window end", "window_end"),
     ("status", "status"),
@@ -316,15 +327,15 @@ def buy(state: State, offer_id: str, quantity: str, organization: str | None) ->
     fields_print(allocation, ALLOCATION_COLUMNS, title="Allocation bought")
 
 
-BID_COLUMNS = [
+BID_COLUMNS: list[Column] = [
     ("id", "id"),
     ("offer", "offer"),
     ("quantity", "quantity"),
-    ("price", "price"),
-    ("held", "held"),
+    ("price", "price", price),
+    ("held", "held", money),
     ("status", "status"),
     ("won", "quantity_won"),
-    ("price paid", "price_paid"),
+    ("price paid", "price_paid", price),
 ]
 
 
@@ -432,7 +443,7 @@ def allocations_show(state: State, allocation_id: str) -> None:
         return
     fields_print(
         allocation,
-        [*ALLOCATION_COLUMNS, ("held", "held"), ("currency", "currency")],
+        [*ALLOCATION_COLUMNS, ("held", "held", money)],
         title=f"Allocation {allocation['id']}",
     )
 
@@ -452,12 +463,11 @@ def budget(state: State, organization: str | None) -> None:
     fields_print(
         detail["budget"],
         [
-            ("monthly limit", "monthly_limit"),
-            ("spent this month", "spent_this_month"),
-            ("committed", "committed"),
-            ("remaining", "remaining"),
+            ("monthly limit", "monthly_limit", money),
+            ("spent this month", "spent_this_month", money),
+            ("committed", "committed", money),
+            ("remaining", "remaining", money),
             ("alert thresholds (%)", "alert_thresholds"),
-            ("currency", "currency"),
         ],
         title=f"Budget of {detail['name']}",
     )
@@ -474,7 +484,7 @@ def wallet(state: State, organization: str | None) -> None:
         return
     fields_print(
         detail["wallet"],
-        [("available", "available"), ("held", "held"), ("currency", "currency")],
+        [("available", "available", money), ("held", "held", money)],
         title=f"Wallet of {detail['name']}",
     )
 
@@ -517,7 +527,7 @@ def usage(
             ("partition", "partition"),
             ("state", "state"),
             ("units", "units"),
-            ("cost", "cost"),
+            ("cost", "cost", money),
             ("started", "started_at"),
             ("ended", "ended_at"),
         ],

@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from computeshare_cli import figures
 from computeshare_cli.errors import CliError, error_text
 
 # Piped output is not cut to 80 columns: a script or a pager gets whole ids.
@@ -28,20 +29,56 @@ def json_print(data: Any) -> None:
     sys.stdout.flush()
 
 
+# How a column's value is written, from the value and its whole row (an amount takes the row's
+# currency); a column without one is written by `cell`.
+Figure = Callable[[Any, dict[str, Any]], str]
+Column = tuple[str, str] | tuple[str, str, Figure]
+
+
+def money(value: Any, row: dict[str, Any]) -> str:
+    """An amount to the cent with the row's currency (computeshare_cli/figures.py)."""
+    return figures.amount_text(value, row.get("currency")) if value is not None else "-"
+
+
+def price(value: Any, row: dict[str, Any]) -> str:
+    """A price per core-hour (GPU-hour) with the row's currency."""
+    return figures.price_text(value, row.get("currency")) if value is not None else "-"
+
+
+def quantity(value: Any, row: dict[str, Any]) -> str:
+    """Core-hours (GPU-hours) of an allocation to the hundredth, like an amount."""
+    return figures.amount_text(value) if value is not None else "-"
+
+
+def percent(value: Any, row: dict[str, Any]) -> str:
+    return figures.percent_text(value)
+
+
+def offer_price(key: str) -> Figure:
+    """An offer's price per hour, its total and (reserved blocks) per day."""
+    return lambda value, row: figures.offer_prices(row, key)
+
+
+def column_text(row: dict[str, Any], column: Column) -> str:
+    value = value_at(row, column[1])
+    return column[2](value, row) if len(column) == 3 else cell(value)
+
+
 def table_print(
     rows: Iterable[dict[str, Any]],
-    columns: Sequence[tuple[str, str]],
+    columns: Sequence[Column],
     *,
     title: str | None = None,
     empty: str = "Nothing to show.",
 ) -> None:
-    """`columns` are (heading, key) pairs; a key may be dotted (`wallet.available`)."""
+    """`columns` are (heading, key) pairs, or (heading, key, figure) to write the value with
+    `figure`; a key may be dotted (`wallet.available`)."""
     table = Table(title=title, header_style="bold")
-    for heading, key in columns:
+    for heading, key, *_ in columns:
         table.add_column(heading, overflow="fold", no_wrap=key in ("id", "job"))
     count = 0
     for row in rows:
-        table.add_row(*(cell(value_at(row, key)) for _, key in columns))
+        table.add_row(*(column_text(row, column) for column in columns))
         count += 1
     if count:
         stdout.print(table)
@@ -49,14 +86,14 @@ def table_print(
         stderr.print(empty)
 
 
-def fields_print(data: dict[str, Any], keys: Sequence[tuple[str, str]], title: str) -> None:
+def fields_print(data: dict[str, Any], keys: Sequence[Column], title: str) -> None:
     """One object as a two-column table of its fields."""
     stdout.print(title, style="bold", highlight=False)
     table = Table(show_header=False, box=None, padding=(0, 2, 0, 0))
     table.add_column(style="bold")
     table.add_column(overflow="fold")
-    for label, key in keys:
-        table.add_row(label, cell(value_at(data, key)))
+    for column in keys:
+        table.add_row(column[0], column_text(data, column))
     stdout.print(table)
 
 

@@ -205,7 +205,10 @@ def dashboard_data(*, history_days: int = 6) -> DashboardData:
 
     sweep = submit(team_member, active, "parameter-sweep", slurm_id="812", cpus=2, array="0-9")
     tasks = list(sweep.tasks.order_by("array_task_id"))
-    settle(sweep, tasks[:6], ended=now - 10 * datetime.timedelta(minutes=1), elapsed=1200)
+    # Ended today (UTC), the day the charts count them in, even in a run just after midnight.
+    midnight = now.astimezone(datetime.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+    sweep_ended = max(now - 10 * datetime.timedelta(minutes=1), midnight)
+    settle(sweep, tasks[:6], ended=sweep_ended, elapsed=1200)
     mark_running(sweep, now - 30 * datetime.timedelta(minutes=1))
     single = submit(team_member, active, "train-model", slurm_id="813", cpus=16, minutes=180)
     mark_running(single, now - 45 * datetime.timedelta(minutes=1))

@@ -511,6 +511,12 @@ class Offer(BaseModel):
         return quantity_unit(self.resource, self.capacity)
 
     @property
+    def quantity_text(self) -> str:
+        """The whole quantity with its unit, one or many: "1 core", "40 core-hours"."""
+        unit = self.quantity_unit
+        return f"{self.quantity} {unit[:-1] if self.quantity == 1 else unit}"
+
+    @property
     def price_unit(self) -> str:
         """What a price is per, for both kinds of capacity: a core-hour or a GPU-hour."""
         return "GPU-hour" if self.resource == Resource.GPU else "core-hour"

@@ -845,6 +845,21 @@ class TrackRecord:
     def is_clean(self) -> bool:
         return not (self.runs_ended_by_owner or self.outages or self.hardware_changes)
 
+    @property
+    def run_ends_in_words(self) -> list[tuple[str, int]]:
+        """The runs it ended by how, in words rather than Slurm's state names."""
+        return [
+            (RUN_ENDS_IN_WORDS.get(state, state), count) for state, count in self.run_ends.items()
+        ]
+
+
+# How each state the owner's side ends a run in reads on the pages.
+RUN_ENDS_IN_WORDS = {
+    "NODE_FAIL": "a node failed",
+    "BOOT_FAIL": "a node did not boot",
+    "PREEMPTED": "preempted",
+}
+
 
 def _overlap_seconds(
     start: datetime.datetime, end: datetime.datetime, windows: list[tuple[Any, Any]]

@@ -184,7 +184,7 @@ def test_offers_show_their_owners_track_record_and_how_it_is_computed(client, ow
     )
     assert "1 run ended by the owner · 0 min down while sold · 1 hardware change" in row.text()
     record = detail.by_id("offer-track-record").text()
-    assert "1 run of teams' jobs ended by the owner's side (NODE_FAIL 1)" in record
+    assert "1 run of teams' jobs ended by the owner's side (a node failed: 1)" in record
     assert (
         "Unreachable 0 min while teams had hours bought there (2 h 00 min in 1 outage in all)"
         in record

@@ -287,6 +287,25 @@ def test_a_reserved_block_shows_its_price_per_core_hour_its_total_and_per_core_p
     assert detail.by_id("offer-buy-now-price").text() == buy_now
     total = detail.by_id("offer-reserve-price").find(data_field="total").find("span")
     assert total.attrs["title"] == "1.50"
+    assert detail.find("h1").text() == f"2 cores on {block.cluster.name}/{owner.partition.name}"
+
+
+def test_an_offer_of_one_core_or_one_core_hour_says_it_in_the_singular(client, owner):
+    start = timezone.now().replace(minute=0, second=0, microsecond=0) + datetime.timedelta(days=1)
+    window = {
+        "auction_closes_at": start - datetime.timedelta(hours=1),
+        "window_start": start,
+        "window_end": start + datetime.timedelta(hours=6),
+    }
+    one_core = OfferFactory(partition=owner.partition, capacity="reserved", quantity=1, **window)
+    one_hour = OfferFactory(partition=owner.partition, quantity=1, **window)
+
+    def heading(offer: Offer) -> str:
+        return html(client.get(reverse("offer-detail", args=[offer.uuid]))).find("h1").text()
+
+    where = f"{one_core.cluster.name}/{owner.partition.name}"
+    assert heading(one_core) == f"1 core on {where}"
+    assert heading(one_hour) == f"1 core-hour on {where}"
 
 
 @pytest.fixture

@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.db import transaction
 from django.utils import timezone
 
+from computeshare.figures import amount_text
 from hpc.types import RunRecord
 from marketplace.management.commands.demo_seed import clock
 from marketplace.models import Allocation, Cluster
@@ -254,7 +256,9 @@ class Command(BaseCommand):
             unended = Job.objects.filter(pk__in=job_ids).exclude(state__in=ENDED_STATES)
             if not unended.exists():
                 for job in Job.objects.filter(pk__in=job_ids).order_by("pk"):
-                    self.stdout.write(f"  {job.name}: {job.state}, cost {job.cost}")
+                    state = job.get_state_display().lower()
+                    cost = amount_text(job.cost, settings.PLATFORM_CURRENCY)
+                    self.stdout.write(f"  {job.name}: {state}, cost {cost}")
                 return
             time.sleep(POLL_EVERY_SECONDS)
         self.stdout.write(

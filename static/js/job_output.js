@@ -14,11 +14,28 @@
     return `${query.get("stream") || "stdout"}|${query.get("task") || ""}`;
   }
 
-  box.addEventListener("htmx:beforeRequest", (event) => {
-    // The card's own requests (its first read and its polls) ask for what it shows.
-    if (event.detail.elt.id === "job-output") return;
-    box.dataset.wanted = choice(event.detail.pathInfo.finalRequestPath);
-  });
+  // What is wanted is recorded when the user asks, not when the request leaves: htmx holds a
+  // button's second click until its first request is answered, and drops it if that answer
+  // replaced the card, so a request may never leave for the click made last.
+  box.addEventListener(
+    "click",
+    (event) => {
+      const button = event.target.closest && event.target.closest("button[hx-get]");
+      if (!button || !box.contains(button)) return;
+      box.dataset.wanted = choice(button.getAttribute("hx-get"));
+    },
+    true,
+  );
+  box.addEventListener(
+    "change",
+    (event) => {
+      const form = event.target.closest && event.target.closest("form[hx-get]");
+      if (!form || !box.contains(form)) return;
+      const data = new FormData(form);
+      box.dataset.wanted = `${data.get("stream") || "stdout"}|${data.get("task") || ""}`;
+    },
+    true,
+  );
 
   box.addEventListener("htmx:beforeSwap", (event) => {
     const wanted = box.dataset.wanted;

@@ -26,11 +26,8 @@ def money(value: Decimal | None, currency: str = "") -> SafeString | str:
     if value is None or value == "":
         return ""
     amount = Decimal(value)
-    return format_html(
-        '<span class="font-monospace text-nowrap{}" title="{}">{}</span>',
-        " text-danger" if amount < 0 else "",
-        figures.amount_exact(amount),
-        figures.amount_text(amount, currency),
+    return _exact_on_hover(
+        amount, figures.amount_text(amount, currency), " text-danger" if amount < 0 else ""
     )
 
 
@@ -45,11 +42,7 @@ def unit_price(value: Decimal | None, currency: str = "") -> SafeString | str:
     """A price per core-hour or GPU-hour, every digit on hover."""
     if value is None or value == "":
         return ""
-    return format_html(
-        '<span class="font-monospace text-nowrap" title="{}">{}</span>',
-        figures.amount_exact(value),
-        figures.price_text(value, currency),
-    )
+    return _exact_on_hover(value, figures.price_text(value, currency))
 
 
 @register.filter
@@ -63,8 +56,14 @@ def quantity(value: Decimal | None, unit: str = "") -> SafeString | str:
     """Core-hours or GPU-hours to the hundredth, every digit on hover (`< 0.01` when under)."""
     if value is None or value == "":
         return ""
+    return _exact_on_hover(value, figures.quantity_text(value) + (f" {unit}" if unit else ""))
+
+
+def _exact_on_hover(value: Decimal, text: str, classes: str = "") -> SafeString:
+    """`text` as the page shows a figure, with `value`'s every digit in the title."""
     return format_html(
-        '<span class="font-monospace text-nowrap" title="{}">{}</span>',
+        '<span class="font-monospace text-nowrap{}" title="{}">{}</span>',
+        classes,
         figures.amount_exact(value),
-        figures.quantity_text(value) + (f" {unit}" if unit else ""),
+        text,
     )

@@ -113,7 +113,8 @@ def allocation_open_for_submission(request: Request) -> tuple[Allocation, Member
     return allocation, actor
 
 
-JOB_ERRORS = {**ERRORS, 402: ErrorSerializer}
+# 415: a body that is neither JSON nor multipart, or a multipart body whose type is lost.
+JOB_ERRORS = {**ERRORS, 402: ErrorSerializer, 415: ErrorSerializer}
 _JSON_FIELDS = ("environment", "secret_environment")
 
 

@@ -39,7 +39,8 @@ from scheduler_bridge.serializers.sweeps import (
 )
 from scheduler_bridge.services.sweep_tables import MAX_TABLE_BYTES
 
-SWEEP_ERRORS = {**ERRORS, 402: ErrorSerializer}
+# 415: a body that is neither JSON nor multipart, or a multipart body whose type is lost.
+SWEEP_ERRORS = {**ERRORS, 402: ErrorSerializer, 415: ErrorSerializer}
 TABLE_FILE_FIELD = "table_file"
 
 

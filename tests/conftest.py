@@ -7,6 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -188,69 +189,109 @@ def on_testcluster(testcluster: TestCluster) -> Iterator[Any]:
         return cluster_on_testcluster(testcluster, pool=pool, **fields)
 
     yield make
-    tenants_jobs_cancel(testcluster)
-    tenants_back_in_the_idle_account(testcluster)
-    reservations_delete_all(testcluster)
+    testcluster_tidy(testcluster)
 
 
-def reservations_delete_all(testcluster: TestCluster) -> None:
-    """Deletes every reservation on the test cluster: the blocks of reserved allocations a test
-    sold, and those a test made by hand in the owner's name."""
-    from hpc.slurm.reservations import parse_reservations
+def testcluster_tidy(testcluster: TestCluster) -> None:
+    """Leaves the test cluster as the next test expects it, over one SSH connection, doing only
+    what is needed (the suite's cluster tests run one after the other, and most leave nothing):
+    every job of the pools' tenants cancelled and gone from the queue, the managed pool's
+    tenants out of the teams' Slurm accounts, and no reservation left."""
     from hpc.ssh import SSHConnection
 
     with SSHConnection(testcluster.ssh_settings()) as connection:
-        shown = connection.run(["scontrol", "show", "reservation", "--oneliner"], timeout=30)
+        tenants_jobs_cancel(testcluster, connection=connection)
+        tenants_back_in_the_idle_account(testcluster, connection=connection)
+        reservations_delete_all(testcluster, connection=connection)
+
+
+@contextmanager
+def _connected(testcluster: TestCluster, connection: Any | None) -> Iterator[Any]:
+    """`connection` when given, else a new one for the block."""
+    from hpc.ssh import SSHConnection
+
+    if connection is not None:
+        yield connection
+        return
+    with SSHConnection(testcluster.ssh_settings()) as opened:
+        yield opened
+
+
+def reservations_delete_all(testcluster: TestCluster, *, connection: Any | None = None) -> None:
+    """Deletes every reservation on the test cluster: the blocks of reserved allocations a test
+    sold, and those a test made by hand in the owner's name."""
+    from hpc.slurm.reservations import parse_reservations
+
+    with _connected(testcluster, connection) as ssh:
+        shown = ssh.run(["scontrol", "show", "reservation", "--oneliner"], timeout=30)
         for reservation in parse_reservations(shown.stdout):
-            connection.run(
+            ssh.run(
                 ["scontrol", "delete", f"ReservationName={reservation.name}"],
                 timeout=30,
                 check=False,
             )
 
 
-def tenants_back_in_the_idle_account(testcluster: TestCluster) -> None:
+def tenants_back_in_the_idle_account(
+    testcluster: TestCluster, *, connection: Any | None = None
+) -> None:
     """Takes every tenant of the managed pool out of the teams' Slurm accounts it was moved
-    into, as a scrub does at the end of a lease (a failed test may not have got that far)."""
+    into, as a scrub does at the end of a lease (a failed test may not have got that far). One
+    `sacctmgr` reads all the tenants; only those found in a team's account are moved."""
     from hpc.slurm import accounts
-    from hpc.ssh import SSHConnection
 
     pool = testcluster.managed_pool
     assert pool.idle_account is not None
-    with SSHConnection(testcluster.ssh_settings()) as connection:
-        for tenant in pool.tenants:
-            user = accounts.slurm_user_get(
-                connection, cluster_name=testcluster.cluster_name, user=tenant.user
-            )
-            for association in user.associations:
+    users = [tenant.user for tenant in pool.tenants]
+    with _connected(testcluster, connection) as ssh:
+        listed = ssh.run(
+            [
+                "sacctmgr",
+                "--noheader",
+                "--parsable2",
+                "show",
+                "user",
+                "where",
+                f"name={','.join(users)}",
+                f"cluster={testcluster.cluster_name}",
+                "withassoc",
+                f"format={','.join(accounts.USER_ASSOCIATION_FIELDS)}",
+            ],
+            timeout=30,
+        )
+        for user, found in accounts.parse_users_with_associations(listed.stdout).items():
+            for association in found.associations:
                 if accounts.is_team_account(association.account):
                     accounts.tenant_leave(
-                        connection,
+                        ssh,
                         cluster_name=testcluster.cluster_name,
-                        user=tenant.user,
+                        user=user,
                         account=association.account,
                         idle_account=pool.idle_account,
                     )
 
 
-def tenants_jobs_cancel(testcluster: TestCluster, *, wait_seconds: int = 60) -> None:
-    """Cancels, as each tenant of every pool, all of its jobs, and waits until none is left."""
-    from hpc.ssh import SSHConnection
-
+def tenants_jobs_cancel(
+    testcluster: TestCluster, *, wait_seconds: int = 60, connection: Any | None = None
+) -> None:
+    """Cancels, as each tenant of every pool that has any, all of its jobs, and waits until none
+    is left (a tenant with no job in the queue costs no `sudo`)."""
     users = [tenant.user for pool in testcluster.tenant_pools.values() for tenant in pool.tenants]
     script = "\n".join(
         [
-            *(f"sudo -n -u {user} scancel --user={user}" for user in users),
             f"users={','.join(users)}",
-            f"for i in $(seq {wait_seconds * 2}); do",
+            'for user in $(squeue --noheader --user="$users" --format=%u | sort -u); do',
+            '  sudo -n -u "$user" scancel --user="$user"',
+            "done",
+            f"for i in $(seq {wait_seconds * 5}); do",
             '  [ -z "$(squeue --noheader --user="$users" --format=%i)" ] && exit 0',
-            "  sleep 0.5",
+            "  sleep 0.2",
             "done",
             "exit 1",
         ]
     )
-    with SSHConnection(testcluster.ssh_settings()) as connection:
-        connection.run(script, timeout=wait_seconds + 30)
+    with _connected(testcluster, connection) as ssh:
+        ssh.run(script, timeout=wait_seconds + 30)
 
 
 # --- A real Celery worker ---------------------------------------------------------------------

@@ -25,9 +25,13 @@ SERVICE_USER = "cs-probe"
 TENANTS = ("cs-probe-01", "cs-probe-02")
 GROUP = "cs-probe-tenants"
 SUDOERS_FILE = Path("/etc/sudoers.d/computeshare-cs-probe-tenants")
+# The scratch pools keep their manifest out of this machine's own, which lists the test
+# cluster's pools (scripts/testcluster up writes it): a scratch pool made again gets other ids.
+SCRATCH_MANIFEST = "/tmp/computeshare-test-scratch-accounts.manifest"
 SCRATCH = (
     "--service-user", SERVICE_USER, "--tenants", "2", "--tenant-group", GROUP,
     "--tenant-prefix", "cs-probe-", "--no-slurm", "--no-hide-processes",
+    "--manifest", SCRATCH_MANIFEST,
 )  # fmt: skip
 
 
@@ -283,6 +287,214 @@ def test_a_rule_elsewhere_that_gives_the_service_user_more_is_a_failure_left_in_
         leftover.unlink()
 
 
+# --- The manifest of the accounts, and a compute node made from it -----------------------------
+
+
+def manifest_entries(text: str) -> list[str]:
+    return [line for line in text.splitlines() if not line.startswith("#")]
+
+
+def test_the_manifest_lists_the_accounts_as_getent_has_them_and_check_compares_it(
+    scratch_pool, tmp_path
+):
+    manifest = tmp_path / "accounts.manifest"
+
+    done = cluster_setup(*SCRATCH, "--manifest", str(manifest))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert said(done.stdout)[f"manifest {manifest}"] == [
+        "created (2 tenant(s); for cluster-setup --compute-node)"
+    ]
+    gid = run("getent", "group", GROUP).stdout.split(":")[2]
+    expected = ["computeshare-accounts 1", f"group {GROUP} {gid}"]
+    for tenant in TENANTS:
+        name, _, uid, primary, _, home, _ = passwd(tenant)
+        expected.append(f"tenant {name} {uid} {primary} {home} {GROUP}")
+    service = passwd(SERVICE_USER)
+    expected.append(f"service {SERVICE_USER} {service[2]} {service[3]} {service[5]}")
+    assert manifest_entries(manifest.read_text()) == expected
+    written = manifest.stat()
+    assert (stat.S_IMODE(written.st_mode), written.st_uid, written.st_gid) == (0o644, 0, 0)
+    assert os.listdir(tmp_path) == ["accounts.manifest"]  # no temporary file left beside it
+
+    unchanged = cluster_setup(*SCRATCH, "--manifest", str(manifest), "--check")
+
+    assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
+    assert said(unchanged.stdout)[f"manifest {manifest}"] == ["ok (2 tenant(s))"]
+
+    # A manifest that no longer says what the accounts are: --check names it, a run rewrites it.
+    uid = expected[3].split()[2]
+    stale = manifest.read_text().replace(f"tenant cs-probe-02 {uid} ", "tenant cs-probe-02 99999 ")
+    manifest.write_text(stale)
+
+    check = cluster_setup(*SCRATCH, "--manifest", str(manifest), "--check")
+
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert said(check.stdout)[f"manifest {manifest}"] == [
+        f"would change: tenant cs-probe-02 uid 99999 -> {uid}"
+    ]
+    assert manifest.read_text() == stale
+    repair = cluster_setup(*SCRATCH, "--manifest", str(manifest))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert manifest_entries(manifest.read_text()) == expected
+
+
+# Throwaway accounts for the compute node's side, in ids nothing on this machine uses.
+NODE_GROUP, NODE_GID = "cs-nprobe-tenants", 61200
+NODE_TENANTS = {"cs-nprobe-01": (61201, 61201), "cs-nprobe-02": (61202, 61202)}  # uid, gid
+
+
+def node_manifest(path: Path, homes: Path, tenants: dict[str, tuple[int, int]]) -> Path:
+    lines = ["computeshare-accounts 1", "# written by the test", f"group {NODE_GROUP} {NODE_GID}"]
+    lines += [
+        f"tenant {name} {uid} {gid} {homes / name} {NODE_GROUP}"
+        for name, (uid, gid) in tenants.items()
+    ]
+    lines.append("service cs-nprobe 61210 61210 /home/cs-nprobe")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def remove_node_accounts() -> None:
+    remove_users(*NODE_TENANTS, "cs-nprobe-03")
+    if exists("group", NODE_GROUP):
+        run("groupdel", NODE_GROUP)
+
+
+@pytest.fixture
+def node_homes(tmp_path) -> Iterator[Path]:
+    """The shared homes as a compute node sees them (made by the login node: here, by hand),
+    and no throwaway account before or after."""
+    for uid in (NODE_GID, 61201, 61202, 61203, 61205, 61210):
+        assert not exists("passwd", str(uid)) and not exists("group", str(uid)), uid
+    homes = tmp_path / "home"
+    homes.mkdir()
+    for name, (uid, _) in NODE_TENANTS.items():
+        (homes / name).mkdir(mode=0o700)
+        os.chown(homes / name, uid, uid)
+    remove_node_accounts()
+    try:
+        yield homes
+    finally:
+        remove_node_accounts()
+
+
+def test_a_compute_node_gets_exactly_the_manifests_accounts_once(node_homes, tmp_path):
+    manifest = node_manifest(tmp_path / "accounts.manifest", node_homes, NODE_TENANTS)
+    etc = [Path(path) for path in ("/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow")]
+
+    check = cluster_setup("--compute-node", str(manifest), "--check", "--no-hide-processes")
+
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert said(check.stdout)["tenant cs-nprobe-01"] == [
+        f"would create (uid 61201, gid 61201, home {node_homes}/cs-nprobe-01)"
+    ]
+    assert not exists("passwd", "cs-nprobe-01") and not exists("group", NODE_GROUP)
+
+    done = cluster_setup("--compute-node", str(manifest), "--no-hide-processes")
+
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
+    items = said(done.stdout)
+    assert items[f"tenant group {NODE_GROUP}"] == ["created (gid 61200)"]
+    assert items["service user cs-nprobe"] == [
+        "ok (not made here: it runs nothing on compute nodes, and uid 61210 is nobody else's)"
+    ]
+    assert not exists("passwd", "cs-nprobe")
+    assert run("getent", "group", NODE_GROUP).stdout.strip() == (
+        f"{NODE_GROUP}:x:61200:cs-nprobe-01,cs-nprobe-02"
+    )
+    for name, (uid, _) in NODE_TENANTS.items():
+        home = f"{node_homes}/{name}"
+        assert passwd(name) == [name, "x", str(uid), str(uid), "", home, "/bin/bash"]
+        assert run("getent", "group", name).stdout.strip() == f"{name}:x:{uid}:"
+        assert run("id", "-Gn", name).stdout.split() == [name, NODE_GROUP]
+        assert password_field(name) == "!"
+
+    before = {path: (path.stat().st_mtime_ns, path.stat().st_ctime_ns) for path in etc}
+    again = cluster_setup("--compute-node", str(manifest), "--no-hide-processes")
+
+    assert (again.returncode, again.stderr) == (0, ""), again.stdout + again.stderr
+    for line in item_lines(again.stdout):
+        assert re.search(r": ok( \(.*\))?$", line), line
+    assert {path: (path.stat().st_mtime_ns, path.stat().st_ctime_ns) for path in etc} == before
+
+
+def test_a_compute_node_whose_ids_differ_fails_naming_the_account_and_changes_nothing(
+    node_homes, tmp_path
+):
+    made = cluster_setup(
+        "--compute-node", str(node_manifest(tmp_path / "first", node_homes, NODE_TENANTS)),
+        "--no-hide-processes",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    # The login node says cs-nprobe-02 is 61205, and gives cs-nprobe-01's uid to cs-nprobe-03.
+    manifest = node_manifest(
+        tmp_path / "second",
+        node_homes,
+        {"cs-nprobe-02": (61205, 61202), "cs-nprobe-03": (61201, 61203)},
+    )
+    passwd_before = Path("/etc/passwd").read_text()
+
+    for mode in ("--check", "--no-hide-processes"):
+        done = cluster_setup("--compute-node", str(manifest), "--no-hide-processes", mode)
+
+        assert done.returncode == 3, done.stdout + done.stderr
+        failed = [line for line in done.stderr.splitlines() if "FAILED" in line]
+        assert failed == [
+            "[cluster-setup] FAILED: tenant cs-nprobe-02: uid 61202 here, 61205 on the login "
+            "node: its jobs here would run as another user than there (usermod -u 61205 "
+            "cs-nprobe-02 here, then chown what it owns; or userdel it and run again)",
+            "[cluster-setup] FAILED: tenant cs-nprobe-03: uid 61201 (its uid on the login node) "
+            "is user cs-nprobe-01 here: its jobs would run as cs-nprobe-01 (give cs-nprobe-01 "
+            "another uid, or remove it), then run again",
+        ]
+        assert Path("/etc/passwd").read_text() == passwd_before
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "refusal"),
+    [
+        pytest.param(
+            "computeshare-accounts 2\n",
+            (),
+            "format version 2, and this cluster-setup reads",
+            id="another version",
+        ),
+        pytest.param(
+            "group g 10\n", (), "line 1 is not 'computeshare-accounts 1'", id="no version line"
+        ),
+        pytest.param(
+            "computeshare-accounts 1\ngroup g 10\ntenant t 0 10 /home/t g\n",
+            (),
+            "uid and gid must be numbers above 0",
+            id="root",
+        ),
+        pytest.param(
+            "computeshare-accounts 1\ntenant t 1200 1200 /home/t g\n",
+            (),
+            "tenant t is in group g, which has no group line",
+            id="no group",
+        ),
+        pytest.param(
+            "computeshare-accounts 1\n",
+            ("--tenants", "2"),
+            "--tenants is for the login node",
+            id="a login node's option",
+        ),
+    ],
+)
+def test_a_compute_node_refuses_a_manifest_it_cannot_trust(tmp_path, content, extra, refusal):
+    manifest = tmp_path / "accounts.manifest"
+    manifest.write_text(content)
+    group_before = Path("/etc/group").stat().st_mtime_ns
+
+    done = cluster_setup("--compute-node", str(manifest), *extra)
+
+    assert (done.returncode, done.stdout) == (2, "")
+    assert refusal in done.stderr
+    assert Path("/etc/group").stat().st_mtime_ns == group_before
+
+
 PREEMPTING = ("--service-user", "cs-probe", "--tenants", "2", "--preemption", "normal")
 
 
@@ -380,6 +592,7 @@ MANAGED_SCRATCH = (
     "--service-user", MANAGED_SERVICE_USER, "--tenants", "2",
     "--tenant-group", "cs-mprobe-tenants", "--tenant-prefix", "cs-mprobe-",
     "--mode", "managed", "--idle-account", IDLE_ACCOUNT, "--no-hide-processes",
+    "--manifest", SCRATCH_MANIFEST,
 )  # fmt: skip
 
 
@@ -475,6 +688,7 @@ KINDS_SCRATCH = (
     "--service-user", KINDS_SERVICE_USER, "--tenants", "2",
     "--tenant-group", "cs-kprobe-tenants", "--tenant-prefix", "cs-kprobe-",
     "--mode", "fixed", "--slurm-account", KINDS_ACCOUNT, "--no-hide-processes",
+    "--manifest", SCRATCH_MANIFEST,
 )  # fmt: skip
 
 

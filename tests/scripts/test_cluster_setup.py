@@ -815,3 +815,120 @@ def test_an_owner_qos_that_does_not_exist_fails_and_nothing_of_preemption_is_mad
     ) in done.stderr
     assert qos_rows(KINDS_MARKET) == {}
     assert KINDS_MARKET not in preempted_by("normal")
+
+
+# --- Drift on the Slurm side, on the test cluster's managed pool --------------------------------
+
+# A team's account as the platform names it (hpc.slurm.accounts.account_name_for).
+LEASE_ACCOUNT = "cs-00000000d71f7000"
+
+
+def slurm_users(cluster_name: str, names: list[str]) -> list[list[str]]:
+    return sorted(
+        sacctmgr_rows(
+            "show", "user", "withassoc", "where", f"name={','.join(names)}",
+            f"cluster={cluster_name}",
+            "format=user,defaultaccount,account,partition,qos,defaultqos,maxjobs,adminlevel",
+        )
+    )  # fmt: skip
+
+
+@pytest.fixture
+def managed_pool_put_back(testcluster) -> Iterator[None]:
+    """The test cluster's managed pool afterwards exactly as it was, after a failure too: the
+    lease the test makes undone as the platform would (tenant_leave), whatever is left
+    repaired by cluster-setup itself."""
+    pool = testcluster.tenant_pool("managed")
+    tenants = [tenant.user for tenant in pool.tenants]
+    cluster = testcluster.cluster_name
+    before = slurm_users(cluster, tenants)
+    yield
+    where = ["where", "name=cs-tenant-03", f"cluster={cluster}"]
+    run("sacctmgr", "-i", "modify", "user", *where, "set", f"defaultaccount={pool.idle_account}",
+        check=False)  # fmt: skip
+    run("sacctmgr", "-i", "remove", "user", *where, f"account={LEASE_ACCOUNT}", check=False)
+    run("sacctmgr", "-i", "remove", "user", "where", "name=cs-tenant-04",
+        f"account={testcluster.owner.account}", check=False)  # fmt: skip
+    if slurm_users(cluster, tenants) != before:
+        cluster_setup(*pool_arguments(testcluster, "managed"))
+    # The account only once nobody is in it (see managed_scratch_removed).
+    left = sacctmgr_rows("show", "assoc", "where", f"account={LEASE_ACCOUNT}", "format=user")
+    assert not [row for row in left if row[0]], f"users left in {LEASE_ACCOUNT}: {left}"
+    run("sacctmgr", "-i", "remove", "account", "where", f"name={LEASE_ACCOUNT}", check=False)
+    assert slurm_users(cluster, tenants) == before
+
+
+@pytest.mark.slurm
+def test_associations_changed_by_hand_are_named_by_check_and_put_back_and_a_lease_is_left(
+    testcluster, managed_pool_put_back
+):
+    cluster, owner = testcluster.cluster_name, testcluster.owner.account
+    idle = testcluster.tenant_pool("managed").idle_account
+    tenants = [tenant.user for tenant in testcluster.tenant_pool("managed").tenants]
+    # The pool's options without the two kinds of capacity, which this test leaves alone: each
+    # kind costs every run more sacctmgr reads.
+    arguments = pool_arguments(testcluster, "managed")
+    arguments = arguments[: arguments.index("--preemption")]
+
+    def sacctmgr(*words: str) -> None:
+        run("sacctmgr", "-i", *words)
+
+    # Given a lease as the platform makes one (tenant_join): cs-tenant-03 in a team's account,
+    # its default there.
+    sacctmgr("add", "account", LEASE_ACCOUNT, f"cluster={cluster}")
+    sacctmgr("add", "user", "cs-tenant-03", f"account={LEASE_ACCOUNT}", f"cluster={cluster}")
+    sacctmgr("modify", "user", "where", "name=cs-tenant-03", f"cluster={cluster}", "set",
+             f"defaultaccount={LEASE_ACCOUNT}")  # fmt: skip
+    # And what an owner's other admin did by hand: cs-tenant-02's only association deleted (Slurm
+    # forgets the user), the leased cs-tenant-03's way back to the idle account deleted,
+    # cs-tenant-04 left in the owner's account with no default account at all, cs-tenant-01
+    # given jobs, the market QOS and operator rights.
+    sacctmgr("delete", "user", "cs-tenant-02", f"account={idle}")
+    sacctmgr("delete", "user", "cs-tenant-03", f"account={idle}")
+    sacctmgr("add", "user", "cs-tenant-04", f"account={owner}", f"cluster={cluster}")
+    sacctmgr("delete", "user", "cs-tenant-04", f"account={idle}")
+    first = ["where", "name=cs-tenant-01", f"account={idle}", f"cluster={cluster}"]
+    sacctmgr("modify", "user", *first, "set", "maxjobs=10", f"qos=normal,{testcluster.market_qos}")
+    sacctmgr("modify", "user", "where", "name=cs-tenant-01", "set", "adminlevel=operator")
+    drifted = slurm_users(cluster, tenants)
+    assert [row[:3] for row in drifted if row[0] == "cs-tenant-04"] == [["cs-tenant-04", "", owner]]
+
+    check = cluster_setup(*arguments, "--check")
+
+    assert check.returncode == 1, check.stdout + check.stderr
+    items = said(check.stdout)
+    assert items["slurm user cs-tenant-01"] == [
+        f"would change: MaxJobs 10 -> 0 in {idle}",
+        f"would change: QOS {testcluster.market_qos},normal (default none) -> normal "
+        "(default none), the account's",
+        "would change: AdminLevel Operator -> None (a team's code must not manage Slurm)",
+    ]
+    assert items["slurm user cs-tenant-02"] == [f"would create (account {idle}, its default)"]
+    joined = f"would change: associated with {idle} (its MaxJobs=0: an idle tenant runs nothing)"
+    assert items["slurm user cs-tenant-03"] == [joined]
+    assert items["slurm user cs-tenant-04"] == [
+        joined,
+        f"would change: default account none -> {idle}",
+    ]
+    assert (
+        f"warning: slurm user cs-tenant-04: also associated with {owner}: its jobs may be "
+        "charged there"
+    ) in check.stderr
+    assert slurm_users(cluster, tenants) == drifted
+
+    repair = cluster_setup(*arguments)
+
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    idle_row = [idle, "", "normal", "", "0", "None"]
+    assert slurm_users(cluster, tenants) == [
+        ["cs-tenant-01", idle, *idle_row],
+        ["cs-tenant-02", idle, *idle_row],
+        ["cs-tenant-03", LEASE_ACCOUNT, *idle_row],
+        ["cs-tenant-03", LEASE_ACCOUNT, LEASE_ACCOUNT, "", "normal", "", "", "None"],
+        ["cs-tenant-04", idle, *idle_row],
+        ["cs-tenant-04", idle, owner, "", "normal", "", "", "None"],
+    ]
+    # The lease is the platform's: its account and the default there were left as they were.
+    assert said(repair.stdout)["slurm user cs-tenant-03"] == [
+        joined.replace("would change", "changed")
+    ]

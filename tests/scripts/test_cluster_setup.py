@@ -585,6 +585,21 @@ def test_the_test_cluster_is_exactly_as_cluster_setup_makes_it(testcluster, pool
     assert [line.split("slurm.conf: set ")[1].split("=")[0] for line in asked] == ["ProctrackType"]
 
 
+@pytest.mark.slurm
+def test_this_host_is_in_place_as_a_compute_node_of_its_own_login_node(testcluster):
+    """The test cluster's one host is its login node and its compute node: the manifest that
+    `scripts/testcluster up` had cluster-setup write finds every account there as it is."""
+    done = cluster_setup("--compute-node", "/etc/computeshare/accounts.manifest", "--check")
+
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
+    items = said(done.stdout)
+    for pool in ("managed", "fixed"):
+        for tenant in testcluster.tenant_pool(pool).tenants:
+            _, _, uid, gid, *_ = passwd(tenant.user)
+            assert items[f"tenant {tenant.user}"] == [f"ok (uid {uid}, gid {gid})"]
+    assert items["/proc"] == ["ok (hidepid=invisible)"]
+
+
 MANAGED_SERVICE_USER = "cs-mprobe"
 MANAGED_TENANTS = ("cs-mprobe-01", "cs-mprobe-02")
 IDLE_ACCOUNT = "cs-mprobe-idle"

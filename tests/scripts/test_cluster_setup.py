@@ -25,9 +25,13 @@ SERVICE_USER = "cs-probe"
 TENANTS = ("cs-probe-01", "cs-probe-02")
 GROUP = "cs-probe-tenants"
 SUDOERS_FILE = Path("/etc/sudoers.d/computeshare-cs-probe-tenants")
+# The scratch pools keep their manifest out of this machine's own, which lists the test
+# cluster's pools (scripts/testcluster up writes it): a scratch pool made again gets other ids.
+SCRATCH_MANIFEST = "/tmp/computeshare-test-scratch-accounts.manifest"
 SCRATCH = (
     "--service-user", SERVICE_USER, "--tenants", "2", "--tenant-group", GROUP,
     "--tenant-prefix", "cs-probe-", "--no-slurm", "--no-hide-processes",
+    "--manifest", SCRATCH_MANIFEST,
 )  # fmt: skip
 
 
@@ -283,6 +287,214 @@ def test_a_rule_elsewhere_that_gives_the_service_user_more_is_a_failure_left_in_
         leftover.unlink()
 
 
+# --- The manifest of the accounts, and a compute node made from it -----------------------------
+
+
+def manifest_entries(text: str) -> list[str]:
+    return [line for line in text.splitlines() if not line.startswith("#")]
+
+
+def test_the_manifest_lists_the_accounts_as_getent_has_them_and_check_compares_it(
+    scratch_pool, tmp_path
+):
+    manifest = tmp_path / "accounts.manifest"
+
+    done = cluster_setup(*SCRATCH, "--manifest", str(manifest))
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert said(done.stdout)[f"manifest {manifest}"] == [
+        "created (2 tenant(s); for cluster-setup --compute-node)"
+    ]
+    gid = run("getent", "group", GROUP).stdout.split(":")[2]
+    expected = ["computeshare-accounts 1", f"group {GROUP} {gid}"]
+    for tenant in TENANTS:
+        name, _, uid, primary, _, home, _ = passwd(tenant)
+        expected.append(f"tenant {name} {uid} {primary} {home} {GROUP}")
+    service = passwd(SERVICE_USER)
+    expected.append(f"service {SERVICE_USER} {service[2]} {service[3]} {service[5]}")
+    assert manifest_entries(manifest.read_text()) == expected
+    written = manifest.stat()
+    assert (stat.S_IMODE(written.st_mode), written.st_uid, written.st_gid) == (0o644, 0, 0)
+    assert os.listdir(tmp_path) == ["accounts.manifest"]  # no temporary file left beside it
+
+    unchanged = cluster_setup(*SCRATCH, "--manifest", str(manifest), "--check")
+
+    assert unchanged.returncode == 0, unchanged.stdout + unchanged.stderr
+    assert said(unchanged.stdout)[f"manifest {manifest}"] == ["ok (2 tenant(s))"]
+
+    # A manifest that no longer says what the accounts are: --check names it, a run rewrites it.
+    uid = expected[3].split()[2]
+    stale = manifest.read_text().replace(f"tenant cs-probe-02 {uid} ", "tenant cs-probe-02 99999 ")
+    manifest.write_text(stale)
+
+    check = cluster_setup(*SCRATCH, "--manifest", str(manifest), "--check")
+
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert said(check.stdout)[f"manifest {manifest}"] == [
+        f"would change: tenant cs-probe-02 uid 99999 -> {uid}"
+    ]
+    assert manifest.read_text() == stale
+    repair = cluster_setup(*SCRATCH, "--manifest", str(manifest))
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    assert manifest_entries(manifest.read_text()) == expected
+
+
+# Throwaway accounts for the compute node's side, in ids nothing on this machine uses.
+NODE_GROUP, NODE_GID = "cs-nprobe-tenants", 61200
+NODE_TENANTS = {"cs-nprobe-01": (61201, 61201), "cs-nprobe-02": (61202, 61202)}  # uid, gid
+
+
+def node_manifest(path: Path, homes: Path, tenants: dict[str, tuple[int, int]]) -> Path:
+    lines = ["computeshare-accounts 1", "# written by the test", f"group {NODE_GROUP} {NODE_GID}"]
+    lines += [
+        f"tenant {name} {uid} {gid} {homes / name} {NODE_GROUP}"
+        for name, (uid, gid) in tenants.items()
+    ]
+    lines.append("service cs-nprobe 61210 61210 /home/cs-nprobe")
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def remove_node_accounts() -> None:
+    remove_users(*NODE_TENANTS, "cs-nprobe-03")
+    if exists("group", NODE_GROUP):
+        run("groupdel", NODE_GROUP)
+
+
+@pytest.fixture
+def node_homes(tmp_path) -> Iterator[Path]:
+    """The shared homes as a compute node sees them (made by the login node: here, by hand),
+    and no throwaway account before or after."""
+    for uid in (NODE_GID, 61201, 61202, 61203, 61205, 61210):
+        assert not exists("passwd", str(uid)) and not exists("group", str(uid)), uid
+    homes = tmp_path / "home"
+    homes.mkdir()
+    for name, (uid, _) in NODE_TENANTS.items():
+        (homes / name).mkdir(mode=0o700)
+        os.chown(homes / name, uid, uid)
+    remove_node_accounts()
+    try:
+        yield homes
+    finally:
+        remove_node_accounts()
+
+
+def test_a_compute_node_gets_exactly_the_manifests_accounts_once(node_homes, tmp_path):
+    manifest = node_manifest(tmp_path / "accounts.manifest", node_homes, NODE_TENANTS)
+    etc = [Path(path) for path in ("/etc/passwd", "/etc/shadow", "/etc/group", "/etc/gshadow")]
+
+    check = cluster_setup("--compute-node", str(manifest), "--check", "--no-hide-processes")
+
+    assert check.returncode == 1, check.stdout + check.stderr
+    assert said(check.stdout)["tenant cs-nprobe-01"] == [
+        f"would create (uid 61201, gid 61201, home {node_homes}/cs-nprobe-01)"
+    ]
+    assert not exists("passwd", "cs-nprobe-01") and not exists("group", NODE_GROUP)
+
+    done = cluster_setup("--compute-node", str(manifest), "--no-hide-processes")
+
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
+    items = said(done.stdout)
+    assert items[f"tenant group {NODE_GROUP}"] == ["created (gid 61200)"]
+    assert items["service user cs-nprobe"] == [
+        "ok (not made here: it runs nothing on compute nodes, and uid 61210 is nobody else's)"
+    ]
+    assert not exists("passwd", "cs-nprobe")
+    assert run("getent", "group", NODE_GROUP).stdout.strip() == (
+        f"{NODE_GROUP}:x:61200:cs-nprobe-01,cs-nprobe-02"
+    )
+    for name, (uid, _) in NODE_TENANTS.items():
+        home = f"{node_homes}/{name}"
+        assert passwd(name) == [name, "x", str(uid), str(uid), "", home, "/bin/bash"]
+        assert run("getent", "group", name).stdout.strip() == f"{name}:x:{uid}:"
+        assert run("id", "-Gn", name).stdout.split() == [name, NODE_GROUP]
+        assert password_field(name) == "!"
+
+    before = {path: (path.stat().st_mtime_ns, path.stat().st_ctime_ns) for path in etc}
+    again = cluster_setup("--compute-node", str(manifest), "--no-hide-processes")
+
+    assert (again.returncode, again.stderr) == (0, ""), again.stdout + again.stderr
+    for line in item_lines(again.stdout):
+        assert re.search(r": ok( \(.*\))?$", line), line
+    assert {path: (path.stat().st_mtime_ns, path.stat().st_ctime_ns) for path in etc} == before
+
+
+def test_a_compute_node_whose_ids_differ_fails_naming_the_account_and_changes_nothing(
+    node_homes, tmp_path
+):
+    made = cluster_setup(
+        "--compute-node", str(node_manifest(tmp_path / "first", node_homes, NODE_TENANTS)),
+        "--no-hide-processes",
+    )  # fmt: skip
+    assert made.returncode == 0, made.stdout + made.stderr
+    # The login node says cs-nprobe-02 is 61205, and gives cs-nprobe-01's uid to cs-nprobe-03.
+    manifest = node_manifest(
+        tmp_path / "second",
+        node_homes,
+        {"cs-nprobe-02": (61205, 61202), "cs-nprobe-03": (61201, 61203)},
+    )
+    passwd_before = Path("/etc/passwd").read_text()
+
+    for mode in ("--check", "--no-hide-processes"):
+        done = cluster_setup("--compute-node", str(manifest), "--no-hide-processes", mode)
+
+        assert done.returncode == 3, done.stdout + done.stderr
+        failed = [line for line in done.stderr.splitlines() if "FAILED" in line]
+        assert failed == [
+            "[cluster-setup] FAILED: tenant cs-nprobe-02: uid 61202 here, 61205 on the login "
+            "node: its jobs here would run as another user than there (usermod -u 61205 "
+            "cs-nprobe-02 here, then chown what it owns; or userdel it and run again)",
+            "[cluster-setup] FAILED: tenant cs-nprobe-03: uid 61201 (its uid on the login node) "
+            "is user cs-nprobe-01 here: its jobs would run as cs-nprobe-01 (give cs-nprobe-01 "
+            "another uid, or remove it), then run again",
+        ]
+        assert Path("/etc/passwd").read_text() == passwd_before
+
+
+@pytest.mark.parametrize(
+    ("content", "extra", "refusal"),
+    [
+        pytest.param(
+            "computeshare-accounts 2\n",
+            (),
+            "format version 2, and this cluster-setup reads",
+            id="another version",
+        ),
+        pytest.param(
+            "group g 10\n", (), "line 1 is not 'computeshare-accounts 1'", id="no version line"
+        ),
+        pytest.param(
+            "computeshare-accounts 1\ngroup g 10\ntenant t 0 10 /home/t g\n",
+            (),
+            "uid and gid must be numbers above 0",
+            id="root",
+        ),
+        pytest.param(
+            "computeshare-accounts 1\ntenant t 1200 1200 /home/t g\n",
+            (),
+            "tenant t is in group g, which has no group line",
+            id="no group",
+        ),
+        pytest.param(
+            "computeshare-accounts 1\n",
+            ("--tenants", "2"),
+            "--tenants is for the login node",
+            id="a login node's option",
+        ),
+    ],
+)
+def test_a_compute_node_refuses_a_manifest_it_cannot_trust(tmp_path, content, extra, refusal):
+    manifest = tmp_path / "accounts.manifest"
+    manifest.write_text(content)
+    group_before = Path("/etc/group").stat().st_mtime_ns
+
+    done = cluster_setup("--compute-node", str(manifest), *extra)
+
+    assert (done.returncode, done.stdout) == (2, "")
+    assert refusal in done.stderr
+    assert Path("/etc/group").stat().st_mtime_ns == group_before
+
+
 PREEMPTING = ("--service-user", "cs-probe", "--tenants", "2", "--preemption", "normal")
 
 
@@ -373,6 +585,21 @@ def test_the_test_cluster_is_exactly_as_cluster_setup_makes_it(testcluster, pool
     assert [line.split("slurm.conf: set ")[1].split("=")[0] for line in asked] == ["ProctrackType"]
 
 
+@pytest.mark.slurm
+def test_this_host_is_in_place_as_a_compute_node_of_its_own_login_node(testcluster):
+    """The test cluster's one host is its login node and its compute node: the manifest that
+    `scripts/testcluster up` had cluster-setup write finds every account there as it is."""
+    done = cluster_setup("--compute-node", "/etc/computeshare/accounts.manifest", "--check")
+
+    assert (done.returncode, done.stderr) == (0, ""), done.stdout + done.stderr
+    items = said(done.stdout)
+    for pool in ("managed", "fixed"):
+        for tenant in testcluster.tenant_pool(pool).tenants:
+            _, _, uid, gid, *_ = passwd(tenant.user)
+            assert items[f"tenant {tenant.user}"] == [f"ok (uid {uid}, gid {gid})"]
+    assert items["/proc"] == ["ok (hidepid=invisible)"]
+
+
 MANAGED_SERVICE_USER = "cs-mprobe"
 MANAGED_TENANTS = ("cs-mprobe-01", "cs-mprobe-02")
 IDLE_ACCOUNT = "cs-mprobe-idle"
@@ -380,6 +607,7 @@ MANAGED_SCRATCH = (
     "--service-user", MANAGED_SERVICE_USER, "--tenants", "2",
     "--tenant-group", "cs-mprobe-tenants", "--tenant-prefix", "cs-mprobe-",
     "--mode", "managed", "--idle-account", IDLE_ACCOUNT, "--no-hide-processes",
+    "--manifest", SCRATCH_MANIFEST,
 )  # fmt: skip
 
 
@@ -475,6 +703,7 @@ KINDS_SCRATCH = (
     "--service-user", KINDS_SERVICE_USER, "--tenants", "2",
     "--tenant-group", "cs-kprobe-tenants", "--tenant-prefix", "cs-kprobe-",
     "--mode", "fixed", "--slurm-account", KINDS_ACCOUNT, "--no-hide-processes",
+    "--manifest", SCRATCH_MANIFEST,
 )  # fmt: skip
 
 
@@ -601,3 +830,120 @@ def test_an_owner_qos_that_does_not_exist_fails_and_nothing_of_preemption_is_mad
     ) in done.stderr
     assert qos_rows(KINDS_MARKET) == {}
     assert KINDS_MARKET not in preempted_by("normal")
+
+
+# --- Drift on the Slurm side, on the test cluster's managed pool --------------------------------
+
+# A team's account as the platform names it (hpc.slurm.accounts.account_name_for).
+LEASE_ACCOUNT = "cs-00000000d71f7000"
+
+
+def slurm_users(cluster_name: str, names: list[str]) -> list[list[str]]:
+    return sorted(
+        sacctmgr_rows(
+            "show", "user", "withassoc", "where", f"name={','.join(names)}",
+            f"cluster={cluster_name}",
+            "format=user,defaultaccount,account,partition,qos,defaultqos,maxjobs,adminlevel",
+        )
+    )  # fmt: skip
+
+
+@pytest.fixture
+def managed_pool_put_back(testcluster) -> Iterator[None]:
+    """The test cluster's managed pool afterwards exactly as it was, after a failure too: the
+    lease the test makes undone as the platform would (tenant_leave), whatever is left
+    repaired by cluster-setup itself."""
+    pool = testcluster.tenant_pool("managed")
+    tenants = [tenant.user for tenant in pool.tenants]
+    cluster = testcluster.cluster_name
+    before = slurm_users(cluster, tenants)
+    yield
+    where = ["where", "name=cs-tenant-03", f"cluster={cluster}"]
+    run("sacctmgr", "-i", "modify", "user", *where, "set", f"defaultaccount={pool.idle_account}",
+        check=False)  # fmt: skip
+    run("sacctmgr", "-i", "remove", "user", *where, f"account={LEASE_ACCOUNT}", check=False)
+    run("sacctmgr", "-i", "remove", "user", "where", "name=cs-tenant-04",
+        f"account={testcluster.owner.account}", check=False)  # fmt: skip
+    if slurm_users(cluster, tenants) != before:
+        cluster_setup(*pool_arguments(testcluster, "managed"))
+    # The account only once nobody is in it (see managed_scratch_removed).
+    left = sacctmgr_rows("show", "assoc", "where", f"account={LEASE_ACCOUNT}", "format=user")
+    assert not [row for row in left if row[0]], f"users left in {LEASE_ACCOUNT}: {left}"
+    run("sacctmgr", "-i", "remove", "account", "where", f"name={LEASE_ACCOUNT}", check=False)
+    assert slurm_users(cluster, tenants) == before
+
+
+@pytest.mark.slurm
+def test_associations_changed_by_hand_are_named_by_check_and_put_back_and_a_lease_is_left(
+    testcluster, managed_pool_put_back
+):
+    cluster, owner = testcluster.cluster_name, testcluster.owner.account
+    idle = testcluster.tenant_pool("managed").idle_account
+    tenants = [tenant.user for tenant in testcluster.tenant_pool("managed").tenants]
+    # The pool's options without the two kinds of capacity, which this test leaves alone: each
+    # kind costs every run more sacctmgr reads.
+    arguments = pool_arguments(testcluster, "managed")
+    arguments = arguments[: arguments.index("--preemption")]
+
+    def sacctmgr(*words: str) -> None:
+        run("sacctmgr", "-i", *words)
+
+    # Given a lease as the platform makes one (tenant_join): cs-tenant-03 in a team's account,
+    # its default there.
+    sacctmgr("add", "account", LEASE_ACCOUNT, f"cluster={cluster}")
+    sacctmgr("add", "user", "cs-tenant-03", f"account={LEASE_ACCOUNT}", f"cluster={cluster}")
+    sacctmgr("modify", "user", "where", "name=cs-tenant-03", f"cluster={cluster}", "set",
+             f"defaultaccount={LEASE_ACCOUNT}")  # fmt: skip
+    # And what an owner's other admin did by hand: cs-tenant-02's only association deleted (Slurm
+    # forgets the user), the leased cs-tenant-03's way back to the idle account deleted,
+    # cs-tenant-04 left in the owner's account with no default account at all, cs-tenant-01
+    # given jobs, the market QOS and operator rights.
+    sacctmgr("delete", "user", "cs-tenant-02", f"account={idle}")
+    sacctmgr("delete", "user", "cs-tenant-03", f"account={idle}")
+    sacctmgr("add", "user", "cs-tenant-04", f"account={owner}", f"cluster={cluster}")
+    sacctmgr("delete", "user", "cs-tenant-04", f"account={idle}")
+    first = ["where", "name=cs-tenant-01", f"account={idle}", f"cluster={cluster}"]
+    sacctmgr("modify", "user", *first, "set", "maxjobs=10", f"qos=normal,{testcluster.market_qos}")
+    sacctmgr("modify", "user", "where", "name=cs-tenant-01", "set", "adminlevel=operator")
+    drifted = slurm_users(cluster, tenants)
+    assert [row[:3] for row in drifted if row[0] == "cs-tenant-04"] == [["cs-tenant-04", "", owner]]
+
+    check = cluster_setup(*arguments, "--check")
+
+    assert check.returncode == 1, check.stdout + check.stderr
+    items = said(check.stdout)
+    assert items["slurm user cs-tenant-01"] == [
+        f"would change: MaxJobs 10 -> 0 in {idle}",
+        f"would change: QOS {testcluster.market_qos},normal (default none) -> normal "
+        "(default none), the account's",
+        "would change: AdminLevel Operator -> None (a team's code must not manage Slurm)",
+    ]
+    assert items["slurm user cs-tenant-02"] == [f"would create (account {idle}, its default)"]
+    joined = f"would change: associated with {idle} (its MaxJobs=0: an idle tenant runs nothing)"
+    assert items["slurm user cs-tenant-03"] == [joined]
+    assert items["slurm user cs-tenant-04"] == [
+        joined,
+        f"would change: default account none -> {idle}",
+    ]
+    assert (
+        f"warning: slurm user cs-tenant-04: also associated with {owner}: its jobs may be "
+        "charged there"
+    ) in check.stderr
+    assert slurm_users(cluster, tenants) == drifted
+
+    repair = cluster_setup(*arguments)
+
+    assert repair.returncode == 0, repair.stdout + repair.stderr
+    idle_row = [idle, "", "normal", "", "0", "None"]
+    assert slurm_users(cluster, tenants) == [
+        ["cs-tenant-01", idle, *idle_row],
+        ["cs-tenant-02", idle, *idle_row],
+        ["cs-tenant-03", LEASE_ACCOUNT, *idle_row],
+        ["cs-tenant-03", LEASE_ACCOUNT, LEASE_ACCOUNT, "", "normal", "", "", "None"],
+        ["cs-tenant-04", idle, *idle_row],
+        ["cs-tenant-04", idle, owner, "", "normal", "", "", "None"],
+    ]
+    # The lease is the platform's: its account and the default there were left as they were.
+    assert said(repair.stdout)["slurm user cs-tenant-03"] == [
+        joined.replace("would change", "changed")
+    ]

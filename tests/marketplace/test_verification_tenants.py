@@ -93,6 +93,8 @@ def test_a_cluster_set_up_by_the_script_passes_every_step(testcluster, on_testcl
         "gpus": "passed",
         # The test cluster tracks processes with linuxproc: a double fork escapes a job there.
         "proctrack": "warning",
+        # One job on the one node (also the login node), as the first tenant.
+        "nodes": "passed",
         # Set up with `--preemption normal --reservations` and the lines that prints.
         "preemption": "passed",
         "reservations": "passed",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -109,6 +110,15 @@ def test_a_cluster_set_up_by_the_script_passes_every_step(testcluster, on_testcl
     }
     if pool == "managed":
         assert cluster.tenant_idle_account == testcluster.managed_pool.idle_account
+        # The nodes step ran its job in the idle account, which runs nothing again after it.
+        idle = f"account={cluster.tenant_idle_account}"
+        limits = subprocess.run(
+            ["sacctmgr", "--noheader", "--parsable2", "show", "association", idle, "format=MaxJobs"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert set(limits) == {"0"}, limits
 
 
 def test_a_cluster_without_an_sftp_server_fails_at_sftp(testcluster, on_testcluster):

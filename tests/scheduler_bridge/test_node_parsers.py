@@ -43,8 +43,17 @@ def test_a_partitions_nodes_are_read_once_each_usable_or_not():
 
 @pytest.mark.parametrize(
     ("state", "usable"),
-    [("idle", True), ("mix", True), ("alloc", True), ("idle-", True), ("drng", False)]
-    + [("idle*", False), ("down", False), ("maint", False), ("idle~", False)],
+    [
+        ("idle", True),
+        ("mix", True),
+        ("alloc", True),
+        ("idle-", True),
+        ("drng", False),
+        ("idle*", False),
+        ("down", False),
+        ("maint", False),
+        ("idle~", False),
+    ],
 )
 def test_a_node_state_says_whether_a_job_may_start_there(state, usable):
     assert is_usable_state(state) is usable

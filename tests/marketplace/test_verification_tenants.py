@@ -113,7 +113,7 @@ def test_a_cluster_set_up_by_the_script_passes_every_step(testcluster, on_testcl
         # The nodes step ran its job in the idle account, which runs nothing again after it.
         idle = f"account={cluster.tenant_idle_account}"
         limits = subprocess.run(
-            ["sacctmgr", "--noheader", "--parsable2", "show", "association", idle, "format=MaxJobs"],
+            ["sacctmgr", "-n", "-P", "show", "association", idle, "format=MaxJobs"],
             capture_output=True,
             text=True,
             check=True,

@@ -284,5 +284,5 @@ def test_the_scrub_of_a_node_ends_what_a_job_left_there(testcluster, on_testclus
     # Its idle association runs nothing again.
     assert as_root(
         "sacctmgr", "--noheader", "--parsable2", "show", "association",
-        f"where user={tenant.user}", f"account={idle}", "format=MaxJobs",
+        "where", f"user={tenant.user}", f"account={idle}", "format=MaxJobs",
     ).split() == ["0"]  # fmt: skip

@@ -194,12 +194,15 @@ for directory in /tmp /var/tmp /dev/shm; do
 done
 printf 'left %s %s\n' "$(processes | wc -l)" "$(temporary | wc -l)"
 """
-# On the login node after the nodes' jobs: anything a leftover submitted meanwhile is cancelled,
-# and the queue counted.
+# On the login node after the nodes' jobs: anything a leftover submitted meanwhile is cancelled
+# (and waited for, as the login node's scrub does), and the queue counted.
 _SCRUB_FINALE = r"""
-scancel --user="$USER" >/dev/null 2>&1
-sleep 1
-printf 'jobs %s\n' "$(squeue --noheader --user="$USER" --format=%i 2>/dev/null | wc -l)"
+queue() { squeue --noheader --user="$USER" --format=%i 2>/dev/null; }
+waited=0
+while [ -n "$(queue)" ] && [ "$waited" -lt 30 ]; do
+  scancel --user="$USER" >/dev/null 2>&1; sleep 1; waited=$((waited + 1))
+done
+printf 'jobs %s\n' "$(queue | wc -l)"
 """
 
 

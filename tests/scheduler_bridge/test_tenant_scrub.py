@@ -240,7 +240,7 @@ def test_a_scrubbed_account_keeps_nothing_of_its_last_team(testcluster, single_a
     assert TenantLease.objects.get(organization=buyer.organization).account == account
 
 
-def test_the_scrub_of_a_node_ends_what_a_job_left_there(testcluster, on_testcluster):
+def test_the_scrub_of_a_node_ends_what_a_job_left_there(testcluster):
     """The scrub of one compute node, run on the test cluster's one node although it is also the
     login node (a lease's scrub leaves it to the login node's): a job as the tenant in the idle
     account, allowed a job for the moment, ends the double-forked process and removes the

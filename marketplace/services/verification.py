@@ -404,8 +404,8 @@ def _verify_steps(cluster: Cluster, steps: Steps, findings: _Findings) -> None:
                 step.status = WARNING
                 step.detail = (
                     f"ProctrackType is {proctrack or 'unset'}: a process a job double-forks can "
-                    "outlive the job on its node, where no scrub reaches. proctrack/cgroup "
-                    "ends them all."
+                    "outlive the job on its node, unmetered, until the scrub at the end of the "
+                    "team's lease. proctrack/cgroup ends them all with the job."
                 )
         with steps.check("nodes", "Each compute node knows the tenants as the login node does"):
             _check_nodes(connection, cluster, steps, findings, config, up)

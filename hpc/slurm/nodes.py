@@ -19,7 +19,7 @@ import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from hpc.errors import UnexpectedOutput
 from hpc.slurm.accounting import slurm_time
@@ -134,9 +134,14 @@ class LeaseNodes:
         return tuple(target for target in self.ran if not self.is_login_node(target.node))
 
 
+# Accounting, and the controller's own records of the jobs that ended in the last MinJobAge
+# seconds (slurmctld tells slurmdbd of a job a moment after its start: a job that started just
+# before the scrub may not be in accounting yet).
 _LEASE_NODES = r"""
-sacct --noheader --parsable2 -X -D --user="$1" --starttime="$2" --endtime=now \
-  --format=Partition,NodeList | while IFS='|' read -r partition nodes; do
+{
+  sacct --noheader --parsable2 -X -D --user="$1" --starttime="$2" --format=Partition,NodeList
+  squeue --noheader --states=all --user="$1" --format='%P|%N'
+} | while IFS='|' read -r partition nodes; do
   case "$nodes" in ''|'None assigned'|'(null)') continue ;; esac
   scontrol show hostnames "$nodes" | awk -v partition="$partition" \
     '{ print "ran " $1 " " partition }'
@@ -150,8 +155,11 @@ def lease_nodes_read(
     connection: SSHConnection, user: str, since: datetime, *, timeout: float = 60.0
 ) -> LeaseNodes:
     """The nodes where the jobs of `user` ran since `since` (sacct's node lists, every run of a
-    requeued job included, expanded by `scontrol show hostnames`), read as the service user."""
-    command = ["/bin/sh", "-c", _LEASE_NODES, "lease-nodes", tenant_name(user), slurm_time(since)]
+    requeued job included, expanded by `scontrol show hostnames`), read as the service user.
+    The window opens a second early: Slurm's times are whole seconds, and sacct leaves out a
+    job that ended in the second its window starts (one that ran in the lease's first second)."""
+    start = slurm_time(since.replace(microsecond=0) - timedelta(seconds=1))
+    command = ["/bin/sh", "-c", _LEASE_NODES, "lease-nodes", tenant_name(user), start]
     return parse_lease_nodes(connection.run(command, timeout=timeout).stdout)
 
 

@@ -30,7 +30,7 @@ from django.utils import timezone
 from hpc.pool import default_pool
 from hpc.slurm import accounts as slurm_accounts
 from hpc.slurm.node_checks import NodeScrub, NodesScrub, nodes_scrub
-from hpc.slurm.nodes import NodeTarget, idle_jobs_allowed
+from hpc.slurm.nodes import LeaseNodes, NodeTarget, idle_jobs_allowed
 from hpc.ssh import SSHConnection
 from marketplace import errors, services
 from marketplace.models import Allocation, TenantAccount, TenantLease
@@ -286,3 +286,53 @@ def test_the_scrub_of_a_node_ends_what_a_job_left_there(testcluster):
         "sacctmgr", "--noheader", "--parsable2", "show", "association",
         "where", f"user={tenant.user}", f"account={idle}", "format=MaxJobs",
     ).split() == ["0"]  # fmt: skip
+
+
+def test_a_leases_scrub_runs_on_each_node_its_jobs_ran_on(testcluster, on_testcluster, monkeypatch):
+    """The scrub of a lease's nodes as the lease's scrub runs it on a managed cluster: the
+    lease's job ran on `vm`, taken here for a compute node apart from the login node, so that
+    after the login node's scrub one job as the tenant runs there, in the idle account allowed
+    it for the moment, and the lease's detail counts what each scrub removed."""
+    tenant = testcluster.managed_pool.tenants[3]
+    idle = testcluster.managed_pool.idle_account
+    cluster = on_testcluster(pool="managed", tenants=[(tenant.user, tenant.home)])
+    account = TenantAccount.objects.get(cluster=cluster)
+    TenantAccount.objects.filter(pk=account.pk).update(status=TenantAccount.Status.LEASED)
+    lease = TenantLease.objects.create(
+        account=account,
+        cluster=cluster,
+        organization=funded_organization("10", name="Node Team"),
+        status=TenantLease.Status.ENDING,
+        ending_at=timezone.now(),
+    )
+    leaves = (
+        'for folder in /tmp /var/tmp /dev/shm; do echo left > "$folder/node-job-$USER"; done; '
+        "setsid sh -c 'sleep 600 &' </dev/null >/dev/null 2>&1"
+    )
+    with (
+        SSHConnection(testcluster.ssh_settings()) as connection,
+        idle_jobs_allowed(
+            connection,
+            cluster_name=testcluster.cluster_name,
+            user=tenant.user,
+            account=idle,
+            jobs=1,
+        ),
+    ):
+        as_root(
+            "runuser", "-u", tenant.user, "--", "srun", f"--account={idle}", "--nodelist=vm",
+            "--time=1", "--chdir=/", "sh", "-c", leaves,
+        )  # fmt: skip
+    assert any(line.endswith(" sleep") for line in living_processes(tenant.user))
+    monkeypatch.setattr(LeaseNodes, "is_login_node", lambda nodes, node: False)
+
+    lease = services.tenant_lease_scrub(lease_id=lease.pk)
+
+    assert lease.status == TenantLease.Status.ENDED, lease.scrub_detail
+    assert lease.scrub_detail == (
+        "Scrubbed the login node: 1 processes and 3 temporary files removed; node vm: 0 "
+        "processes and 0 temporary files removed."
+    )
+    assert living_processes(tenant.user) == []
+    assert as_root("sacctmgr", "-n", "-P", "show", "association", "where", f"user={tenant.user}",
+                   f"account={idle}", "format=MaxJobs").split() == ["0"]  # fmt: skip

@@ -121,7 +121,6 @@ def nodes_probe(
     command = node_jobs_command(
         targets,
         job_script=_PROBE_ON_NODE,
-        job_arguments=[],
         job_name=PROBE_JOB_NAME,
         account=account,
         prelude=prelude,
@@ -257,7 +256,6 @@ def nodes_scrub(
     command = node_jobs_command(
         targets,
         job_script=_SCRUB_ON_NODE,
-        job_arguments=[],
         job_name=SCRUB_JOB_NAME,
         account=account,
         prelude="job_args=\"$(hostname) $(ps -o sid= -p $$ | tr -d ' ')\"",

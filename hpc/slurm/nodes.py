@@ -207,7 +207,6 @@ def node_jobs_command(
     targets: Sequence[NodeTarget],
     *,
     job_script: str,
-    job_arguments: Sequence[str],
     job_name: str,
     account: str | None,
     prelude: str,
@@ -215,8 +214,8 @@ def node_jobs_command(
     token: str,
     wait_seconds: int,
 ) -> str:
-    """The shell text run as the tenant: `prelude` (which may set `$job_args`, appended to
-    `job_arguments`), then one srun per target, `_PARALLEL_JOBS` at a time, each printing a
+    """The shell text run as the tenant: `prelude` (which may set `$job_args`, the job script's
+    arguments), then one srun per target, `_PARALLEL_JOBS` at a time, each printing a
     `TOKEN node NODE` marker, the job's output and `TOKEN exit STATUS` as one write; then a
     `TOKEN end` marker and `finale`."""
     srun = [
@@ -238,7 +237,7 @@ def node_jobs_command(
         prelude,
         "on_node() {",
         f'  out=$( {{ {shlex.join(srun)} ${{2:+--partition="$2"}} --nodelist="$1" /bin/sh -c '
-        f'"$job_script" node-job {shlex.join(job_arguments)} $job_args 2>&1 </dev/null; '
+        f'"$job_script" node-job $job_args 2>&1 </dev/null; '
         f'echo "$token exit $?"; }} | tail -c {_BLOCK_BYTES})',
         '  /usr/bin/env printf "%s node %s\\n%s\\n" "$token" "$1" "$out"',
         "}",

@@ -189,7 +189,6 @@ def test_the_node_jobs_run_in_batches_each_on_its_node_and_partition():
     command = node_jobs_command(
         targets,
         job_script="true",
-        job_arguments=[],
         job_name="computeshare-node-probe",
         account="computeshare-idle",
         prelude="",

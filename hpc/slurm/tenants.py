@@ -5,7 +5,8 @@ through `sudo -n -u TENANT` (the owner's sudoers rule allows the service user to
 members of the tenant group and as nobody else). This module reads the pool (`pool_read`),
 checks what the bridge relies on (`pool_probe`, `sftp_probe`, `submission_probe`), and scrubs
 an account at the end of a lease (`tenant_scrub`) so that the next team finds nothing of the
-last one. Each check is one remote command whatever the number of tenants."""
+last one. Each check is one remote command whatever the number of tenants. The compute nodes
+are reached through Slurm (`hpc.slurm.node_checks`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 
 from hpc.errors import RemoteCommandFailed, UnexpectedOutput
 from hpc.slurm.jobs import reader_arguments, reader_source
+from hpc.slurm.node_checks import NodeScrub
 from hpc.ssh import SSHConnection, tenant_name
 
 # The group name as `getent` takes it: nothing a shell or getent could read otherwise.
@@ -245,7 +247,9 @@ def submission_probe(
 
 @dataclass(frozen=True)
 class ScrubReport:
-    """What was left of a tenant after a scrub, counted as the tenant itself."""
+    """What a scrub found and what was left of a tenant, counted as the tenant itself: on the
+    login node, and on the compute nodes where its jobs ran (`nodes`; a node that is the login
+    node itself is scrubbed with it, and named in `login_nodes`)."""
 
     user: str
     jobs_left: int
@@ -254,6 +258,10 @@ class ScrubReport:
     temporary_files_left: int
     home_mode: str
     messages: tuple[str, ...] = field(default_factory=tuple)
+    processes_found: int = 0
+    temporary_files_found: int = 0
+    login_nodes: tuple[str, ...] = ()
+    nodes: tuple[NodeScrub, ...] = ()
 
     @property
     def is_clean(self) -> bool:
@@ -263,6 +271,7 @@ class ScrubReport:
             and self.files_left == 0
             and self.temporary_files_left == 0
             and self.home_mode == "700"
+            and all(node.is_clean for node in self.nodes)
         )
 
     def describe(self) -> str:
@@ -277,10 +286,23 @@ class ScrubReport:
             parts.append(f"{self.temporary_files_left} files left in /tmp, /var/tmp or /dev/shm")
         if self.home_mode != "700":
             parts.append(f"the home's mode is {self.home_mode or 'unknown'}, not 700")
+        parts += [node.describe() for node in self.nodes if not node.is_clean]
         if not parts:
             return "clean"
         # What the scrub said of them (the processes left, files it could not remove).
         return "; ".join([*parts, *self.messages])
+
+    def summary(self) -> str:
+        """What a clean scrub removed, node by node."""
+        login = "the login node"
+        if self.login_nodes:
+            login += f" (Slurm's {', '.join(self.login_nodes)})"
+        parts = [
+            f"{login}: {self.processes_found} processes and {self.temporary_files_found} "
+            "temporary files removed",
+            *(node.describe() for node in self.nodes),
+        ]
+        return "Scrubbed " + "; ".join(parts) + "."
 
 
 # Run as the tenant. Cancels every job of the tenant and waits until the queue has none (a
@@ -299,6 +321,12 @@ cancel_and_wait() {
   done
 }
 cancel_and_wait
+session=$(ps -o sid= -p $$ | tr -d ' ')
+# What is left once the jobs are gone: processes that left their job, and temporary files.
+printf 'found-processes %s\n' "$(ps -u "$USER" -o sid=,stat= | \
+  awk -v session="$session" '$1 != session && $2 !~ /^Z/' | grep -c .)"
+printf 'found-temporary %s\n' "$(find /tmp /var/tmp /dev/shm -xdev -mindepth 1 -user "$USER" \
+  2>/dev/null | grep -c .)"
 kill -KILL -1 2>/dev/null
 sleep 0.2
 kill -KILL -1 2>/dev/null
@@ -313,7 +341,6 @@ for directory in /tmp /var/tmp /dev/shm; do
   [ -d "$directory" ] || continue
   find "$directory" -xdev -mindepth 1 -user "$USER" -depth -exec rm -rf {} + 2>/dev/null
 done
-session=$(ps -o sid= -p $$ | tr -d ' ')
 printf 'jobs %s\n' "$(queue | wc -l)"
 # A zombie (state Z) is already dead, waiting for a parent that may never reap it (an init
 # that does not reap orphans): it holds nothing of the tenant's.
@@ -344,12 +371,23 @@ def tenant_scrub(
     return parse_scrub_report(result.stdout, user)
 
 
+_SCRUB_COUNTS = (
+    "jobs",
+    "processes",
+    "files",
+    "temporary",
+    "mode",
+    "found-processes",
+    "found-temporary",
+)
+
+
 def parse_scrub_report(text: str, user: str) -> ScrubReport:
     counts: dict[str, str] = {}
     messages = []
     for line in text.splitlines():
         key, _, value = line.partition(" ")
-        if key in ("jobs", "processes", "files", "temporary", "mode") and value:
+        if key in _SCRUB_COUNTS and value:
             counts[key] = value.strip()
         elif line.strip():
             messages.append(line.strip())
@@ -366,4 +404,10 @@ def parse_scrub_report(text: str, user: str) -> ScrubReport:
         temporary_files_left=int(counts["temporary"]),
         home_mode=counts["mode"],
         messages=tuple(messages[:5]),
+        processes_found=_count(counts.get("found-processes", "0")),
+        temporary_files_found=_count(counts.get("found-temporary", "0")),
     )
+
+
+def _count(text: str) -> int:
+    return int(text) if text.isdigit() else 0

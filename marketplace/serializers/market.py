@@ -288,7 +288,8 @@ class ClusterCreateSerializer(serializers.Serializer):
 class VerificationStepSerializer(serializers.Serializer):
     key = serializers.CharField(
         help_text="Which check: connect, partitions, queries, visibility, operator and limits "
-        "(managed mode), pool, sudo, homes, sftp, idle (managed mode), sbatch, gpus, proctrack."
+        "(managed mode), pool, sudo, homes, sftp, idle (managed mode), sbatch, gpus, proctrack, "
+        "nodes, preemption, reservations."
     )
     title = serializers.CharField(help_text="The check in words, with the names it concerns.")
     status = serializers.ChoiceField(choices=["passed", "failed", "warning", "running"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from django.db import IntegrityError, transaction
@@ -25,7 +25,10 @@ from computeshare.errors import PermissionDenied
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move, status_move_all
 from hpc.errors import BridgeError
-from hpc.slurm.tenants import PoolAccount, tenant_scrub
+from hpc.slurm.accounts import AccountMissing
+from hpc.slurm.node_checks import nodes_scrub
+from hpc.slurm.nodes import idle_jobs_allowed, lease_nodes_read
+from hpc.slurm.tenants import PoolAccount, ScrubReport, tenant_scrub
 from hpc.ssh import SSHConnection
 from marketplace import errors, selectors
 from marketplace.models import Cluster, TenantAccount, TenantLease
@@ -250,8 +253,9 @@ def tenant_lease_end_start(*, lease_id: int) -> bool:
 
 def tenant_lease_scrub(*, lease_id: int) -> TenantLease:
     """Scrubs the account of an ending (or failed) lease: cancels the tenant's jobs and waits
-    until the queue has none, ends its processes, removes its files, checks that nothing is
-    left, and, on a managed cluster, takes it out of the team's Slurm account. Then the lease
+    until the queue has none, ends its processes, removes its files, does the same on every
+    compute node the lease's jobs ran on, checks that nothing is left anywhere, and, on a
+    managed cluster, takes it out of the team's Slurm account. Then the lease
     has `ended` and the account is available to the next team; if anything is left, the lease
     has `failed` and the account is quarantined with the reason, for its owners to see.
 
@@ -289,6 +293,7 @@ def _scrub(lease: TenantLease) -> TenantLease:
     with SSHConnection(ssh_settings_for(lease.cluster)) as connection:
         try:
             report = tenant_scrub(connection, account.username, wait_seconds=SCRUB_WAIT_SECONDS)
+            report = _scrub_nodes(connection, lease, report)
         except BridgeError as error:
             if error.is_transient:
                 raise
@@ -305,7 +310,38 @@ def _scrub(lease: TenantLease) -> TenantLease:
         return _scrub_finish(
             lease.pk, clean=False, detail=f"Could not leave the team's Slurm account: {error}"
         )
-    return _scrub_finish(lease.pk, clean=True, detail="")
+    return _scrub_finish(lease.pk, clean=True, detail=report.summary())
+
+
+def _scrub_nodes(connection: SSHConnection, lease: TenantLease, report: ScrubReport) -> ScrubReport:
+    """The scrub of every compute node the lease's jobs ran on (Slurm's accounting says which)
+    other than the login node, which the login node's scrub has just done: one job as the
+    tenant on each (docs/adr/0023). On a managed cluster the tenant's team QOS has no time left
+    by now, so the jobs run in the idle account, allowed them for the moment."""
+    cluster, user = lease.cluster, lease.account.username
+    nodes = lease_nodes_read(connection, user, lease.created_at)
+    login = tuple(target.node for target in nodes.ran if nodes.is_login_node(target.node))
+    report = replace(report, login_nodes=login)
+    targets = nodes.beyond_login
+    if not targets:
+        return report
+    if cluster.account_mode != Cluster.AccountMode.MANAGED:
+        scrub = nodes_scrub(connection, user, targets, account=cluster.slurm_account or None)
+    elif not cluster.tenant_idle_account:
+        raise AccountMissing(
+            f"cluster {cluster.name} has no idle account recorded for its tenants, where the "
+            "scrub of its nodes runs: verify the cluster again"
+        )
+    else:
+        with idle_jobs_allowed(
+            connection,
+            cluster_name=cluster.slurm_cluster_name,
+            user=user,
+            account=cluster.tenant_idle_account,
+            jobs=len(targets),
+        ):
+            scrub = nodes_scrub(connection, user, targets, account=cluster.tenant_idle_account)
+    return replace(report, nodes=scrub.nodes, jobs_left=scrub.jobs_left)
 
 
 @transaction.atomic

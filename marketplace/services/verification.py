@@ -8,6 +8,10 @@ check is a step with its outcome and, when it fails, the reason in words an owne
 the owner's page shows them as they run and the API returns them. Nothing is written unless
 every step passed: the stored inventory and pool are always ones a whole verification read.
 
+The `nodes` step runs a tiny job as a tenant on each compute node it can reach: the tenant
+must have the login node's uid there, the shared home, and see nobody else's processes
+(`verification_nodes`).
+
 The last two steps are the two kinds of capacity (docs/design.md): `preemption` (the owner's
 QOS preempt the market's, whose jobs are requeued: `hpc.slurm.preemption`) and `reservations`
 (the service user may make Slurm reservations). Either may fail while the other passes: the
@@ -53,6 +57,7 @@ from hpc.slurm import accounts as slurm_accounts
 from hpc.slurm import preemption as slurm_preemption
 from hpc.slurm.inventory import (
     ClusterInventory,
+    PartitionInfo,
     config_list,
     config_read,
     inventory_read,
@@ -79,6 +84,7 @@ from marketplace.services.clusters import (
     ssh_settings_for,
 )
 from marketplace.services.tenants import tenant_accounts_record
+from marketplace.services.verification_nodes import NodesCheckFailed, nodes_check
 from organizations.models import Membership
 
 logger = logging.getLogger(__name__)
@@ -398,10 +404,40 @@ def _verify_steps(cluster: Cluster, steps: Steps, findings: _Findings) -> None:
                 step.status = WARNING
                 step.detail = (
                     f"ProctrackType is {proctrack or 'unset'}: a process a job double-forks can "
-                    "outlive the job on its node, where no scrub reaches. proctrack/cgroup "
-                    "ends them all."
+                    "outlive the job on its node, unmetered, until the scrub at the end of the "
+                    "team's lease. proctrack/cgroup ends them all with the job."
                 )
+        with steps.check("nodes", "Each compute node knows the tenants as the login node does"):
+            _check_nodes(connection, cluster, steps, findings, config, up)
         _verify_kinds(connection, cluster, steps, findings, config, partition.name, tenant)
+
+
+def _check_nodes(
+    connection: SSHConnection,
+    cluster: Cluster,
+    steps: Steps,
+    findings: _Findings,
+    config: dict[str, str],
+    up: list[PartitionInfo],
+) -> None:
+    """One job as a tenant on each node of the partitions that are up (see
+    `verification_nodes`): failed with the nodes that are not as the login node, warning with
+    those no job could reach."""
+    step = steps.steps[-1]
+    try:
+        reached, step.detail = nodes_check(
+            connection,
+            cluster,
+            partitions=[partition.name for partition in up],
+            tenants=[account.user for account in findings.pool],
+            cluster_name=cluster.slurm_cluster_name or config.get("ClusterName", ""),
+            idle_account=findings.idle_account,
+            timeout=VERIFY_TIMEOUT_SECONDS,
+        )
+    except NodesCheckFailed as error:
+        raise CheckFailed(str(error)) from error
+    if not reached:
+        step.status = WARNING
 
 
 def _verify_kinds(

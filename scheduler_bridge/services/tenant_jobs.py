@@ -22,6 +22,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from computeshare.numbers import MICRO_UNIT
+from hpc.slurm.nodes import SCRUB_JOB_NAME
 from hpc.types import RunRecord, platform_job_name, platform_job_uuid
 from marketplace.models import Allocation, Cluster, Resource, TenantLease
 from scheduler_bridge.models import (
@@ -45,6 +46,18 @@ class LeaseWindow:
     user: str
     started_at: datetime
     ended_at: datetime | None
+    # When the lease began to end: the scrub's jobs on the nodes come after.
+    ending_at: datetime | None = None
+
+    def is_scrub_of(self, record: RunRecord) -> bool:
+        """Whether the run is the platform's scrub of the lease's nodes (docs/adr/0023), not the
+        team's: named so, and submitted once the lease was ending, when nothing of the team's
+        runs any more (a team's job of that name during the lease is the team's)."""
+        return (
+            record.name == SCRUB_JOB_NAME
+            and self.ending_at is not None
+            and record.submit_time >= self.ending_at.replace(microsecond=0)
+        )
 
 
 def lease_windows(cluster: Cluster, since: datetime | None = None) -> list[LeaseWindow]:
@@ -61,6 +74,7 @@ def lease_windows(cluster: Cluster, since: datetime | None = None) -> list[Lease
             user=lease.account.username,
             started_at=lease.created_at,
             ended_at=lease.ended_at,
+            ending_at=lease.ending_at,
         )
         for lease in leases.filter(condition).order_by("created_at")
     ]
@@ -116,6 +130,8 @@ def tenant_jobs_record(
             logger.warning(
                 "cluster %s: job %s of %s belongs to no lease", cluster.pk, first.job_id, first.user
             )
+            continue
+        if window.is_scrub_of(first):
             continue
         platform_user = platform_names.get(first.name)
         if platform_user == first.user:

@@ -190,6 +190,7 @@ def test_verifying_with_the_pinned_host_key_stores_the_partitions_slurm_reports(
         ("sbatch", "passed"),
         ("gpus", "passed"),
         ("proctrack", "warning"),
+        ("nodes", "passed"),
         ("preemption", "passed"),
         ("reservations", "passed"),
     ]

@@ -625,10 +625,16 @@ def test_verify_reads_the_partitions_of_the_real_cluster(market, testcluster):
         "sbatch",
         "gpus",
         "proctrack",
+        "nodes",
         "preemption",
         "reservations",
     ]
     assert {key for key, step in steps.items() if step["status"] != "passed"} == {"proctrack"}
+    # One job as the first tenant on the cluster's one node, which is also its login node.
+    assert steps["nodes"]["detail"] == (
+        f"As {pool.tenants[0].user} on vm: the login node's uid, the shared home, no other "
+        "users' processes."
+    )
     assert steps["pool"]["detail"] == f"{len(pool.tenants)} accounts: " + ", ".join(
         tenant.user for tenant in pool.tenants
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -93,6 +94,8 @@ def test_a_cluster_set_up_by_the_script_passes_every_step(testcluster, on_testcl
         "gpus": "passed",
         # The test cluster tracks processes with linuxproc: a double fork escapes a job there.
         "proctrack": "warning",
+        # One job on the one node (also the login node), as the first tenant.
+        "nodes": "passed",
         # Set up with `--preemption normal --reservations` and the lines that prints.
         "preemption": "passed",
         "reservations": "passed",
@@ -107,6 +110,15 @@ def test_a_cluster_set_up_by_the_script_passes_every_step(testcluster, on_testcl
     }
     if pool == "managed":
         assert cluster.tenant_idle_account == testcluster.managed_pool.idle_account
+        # The nodes step ran its job in the idle account, which runs nothing again after it.
+        idle = f"account={cluster.tenant_idle_account}"
+        limits = subprocess.run(
+            ["sacctmgr", "-n", "-P", "show", "association", idle, "format=MaxJobs"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+        assert set(limits) == {"0"}, limits
 
 
 def test_a_cluster_without_an_sftp_server_fails_at_sftp(testcluster, on_testcluster):

@@ -78,6 +78,30 @@ def test_a_run_submitted_in_the_second_its_lease_began_is_the_leases():
 
 
 @pytest.mark.django_db
+def test_the_scrub_of_an_ending_leases_nodes_is_not_a_job_of_the_team():
+    """The scrub runs a job named computeshare-node-scrub as the tenant on each node the lease
+    ran on (docs/adr/0023), once the lease is ending: not the team's, nor charged. A job of
+    that name the team submitted while its lease was active is the team's."""
+    cluster = ClusterFactory(tenants=1)
+    partition = PartitionFactory(cluster=cluster, name="debug")
+    allocation_bought(partition=partition, quantity=3)
+    lease = TenantLease.objects.get(cluster=cluster)
+    ending = timezone.now().replace(microsecond=0) + timedelta(minutes=1)
+    TenantLease.objects.filter(pk=lease.pk).update(status="ending", ending_at=ending)
+    scrub = run("901", name="computeshare-node-scrub", submitted=ending + timedelta(seconds=1))
+    teams = run("902", name="computeshare-node-scrub", submitted=ending - timedelta(seconds=5))
+
+    recorded = tenant_jobs_record(
+        cluster=cluster, records=[scrub, teams], windows=lease_windows(cluster), now=ending
+    )
+
+    assert list(Job.objects.filter(pk__in=recorded).values_list("scheduler_job_id", flat=True)) == [
+        "902"
+    ]
+    assert not Job.objects.filter(scheduler_job_id="901").exists()
+
+
+@pytest.mark.django_db
 def test_a_job_found_among_the_tenants_runs_is_the_teams_and_reserves_what_it_can_use():
     cluster = ClusterFactory(tenants=1)
     partition = PartitionFactory(cluster=cluster, name="debug")

@@ -3,12 +3,18 @@ real test cluster (the managed pool, so that the tenant also moves into and out 
 Slurm account), with the jobs submitted and followed by the services in this process.
 
 Team A's job leaves what a job can leave: files in its home (in a folder it made read-only),
-a file in /tmp, a process that double-forked out of the job, and a job it submitted for later.
+files in /tmp, /var/tmp and /dev/shm, a process that double-forked out of the job, and a job it
+submitted for later.
 Its allocation's window closes: the poll cancels the job A's job submitted, the allocation
 closes, the lease ends and the scrub removes the rest. Team B then gets the same account and
 finds it empty. Then something a tenant cannot remove is planted in the home (by root, as a
 stand-in for whatever a scrub cannot undo): the scrub fails, the account is quarantined and
-out of the pool until its owners have it scrubbed again."""
+out of the pool until its owners have it scrubbed again.
+
+The scrub also reaches every compute node the lease's jobs ran on, by a job as the tenant there
+(docs/adr/0023). Here the one node, `vm`, is the login node itself: it is scrubbed once, by the
+login node's scrub, and the lease's detail says so; the node's own scrub is run on it directly
+in the last test."""
 
 from __future__ import annotations
 
@@ -23,6 +29,8 @@ from django.utils import timezone
 
 from hpc.pool import default_pool
 from hpc.slurm import accounts as slurm_accounts
+from hpc.slurm.node_checks import NodeScrub, NodesScrub, nodes_scrub
+from hpc.slurm.nodes import LeaseNodes, NodeTarget, idle_jobs_allowed
 from hpc.ssh import SSHConnection
 from marketplace import errors, services
 from marketplace.models import Allocation, TenantAccount, TenantLease
@@ -36,7 +44,9 @@ pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
 LEAVES_EVERYTHING = """#!/bin/bash
 mkdir -p ~/leftover/deep && echo kept > ~/leftover/deep/file && chmod 500 ~/leftover/deep ~/leftover
-echo secret > "/tmp/leftover-$USER" && chmod 600 "/tmp/leftover-$USER"
+for folder in /tmp /var/tmp /dev/shm; do
+  echo secret > "$folder/leftover-$USER" && chmod 600 "$folder/leftover-$USER"
+done
 setsid sh -c 'sleep 600 &' </dev/null >/dev/null 2>&1
 sbatch --parsable --begin=now+1hour --job-name=left-for-later --output=/dev/null --wrap=true
 """
@@ -160,12 +170,17 @@ def test_a_scrubbed_account_keeps_nothing_of_its_last_team(testcluster, single_a
     assert later.state_reason == "Cancelled: the allocation's window has closed."
     lease = lease_ends(lease)
 
-    assert (lease.status, lease.scrub_detail) == (TenantLease.Status.ENDED, ""), lease.scrub_detail
+    assert lease.status == TenantLease.Status.ENDED, lease.scrub_detail
+    # The sleep, and a file in each of /tmp, /var/tmp and /dev/shm; no node beyond the login node.
+    assert lease.scrub_detail == (
+        "Scrubbed the login node (Slurm's vm): 1 processes and 3 temporary files removed."
+    )
     account = TenantAccount.objects.get(cluster=cluster)
     assert (account.status, account.last_scrubbed_at is not None) == ("available", True)
     assert living_processes(tenant.user) == []
     assert as_root("find", tenant.home, "-mindepth", "1") == ""
-    assert not Path(f"/tmp/leftover-{tenant.user}").exists()
+    for folder in ("/tmp", "/var/tmp", "/dev/shm"):
+        assert not Path(f"{folder}/leftover-{tenant.user}").exists()
     with SSHConnection(testcluster.ssh_settings()) as connection:
         slurm_user = slurm_accounts.slurm_user_get(
             connection, cluster_name=testcluster.cluster_name, user=tenant.user
@@ -223,3 +238,101 @@ def test_a_scrubbed_account_keeps_nothing_of_its_last_team(testcluster, single_a
     assert (second_lease.status, account.status) == (TenantLease.Status.ENDED, "available")
     services.offer_buy(actor=buyer, offer=offer, quantity=1)
     assert TenantLease.objects.get(organization=buyer.organization).account == account
+
+
+def test_the_scrub_of_a_node_ends_what_a_job_left_there(testcluster):
+    """The scrub of one compute node, run on the test cluster's one node although it is also the
+    login node (a lease's scrub leaves it to the login node's): a job as the tenant in the idle
+    account, allowed a job for the moment, ends the double-forked process and removes the
+    files, and spares the login side that started it."""
+    tenant = testcluster.managed_pool.tenants[2]
+    idle = testcluster.managed_pool.idle_account
+    as_root(
+        "runuser", "-u", tenant.user, "--", "sh", "-c",
+        'for folder in /tmp /var/tmp /dev/shm; do echo left > "$folder/node-leftover-$USER"; '
+        "done; setsid sh -c 'sleep 600 &' </dev/null >/dev/null 2>&1",
+    )  # fmt: skip
+    assert any(line.endswith(" sleep") for line in living_processes(tenant.user))
+
+    with (
+        SSHConnection(testcluster.ssh_settings()) as connection,
+        idle_jobs_allowed(
+            connection,
+            cluster_name=testcluster.cluster_name,
+            user=tenant.user,
+            account=idle,
+            jobs=1,
+        ),
+    ):
+        scrub = nodes_scrub(connection, tenant.user, [NodeTarget("vm", "debug")], account=idle)
+
+    assert scrub == NodesScrub(
+        nodes=(
+            NodeScrub(
+                node="vm",
+                reached=True,
+                processes_found=1,
+                temporary_files_found=3,
+                processes_left=0,
+                temporary_files_left=0,
+            ),
+        ),
+        jobs_left=0,
+    )
+    assert living_processes(tenant.user) == []
+    assert as_root("find", "/tmp", "/var/tmp", "/dev/shm", "-user", tenant.user) == ""
+    # Its idle association runs nothing again.
+    assert as_root(
+        "sacctmgr", "--noheader", "--parsable2", "show", "association",
+        "where", f"user={tenant.user}", f"account={idle}", "format=MaxJobs",
+    ).split() == ["0"]  # fmt: skip
+
+
+def test_a_leases_scrub_runs_on_each_node_its_jobs_ran_on(testcluster, on_testcluster, monkeypatch):
+    """The scrub of a lease's nodes as the lease's scrub runs it on a managed cluster: the
+    lease's job ran on `vm`, taken here for a compute node apart from the login node, so that
+    after the login node's scrub one job as the tenant runs there, in the idle account allowed
+    it for the moment, and the lease's detail counts what each scrub removed."""
+    tenant = testcluster.managed_pool.tenants[3]
+    idle = testcluster.managed_pool.idle_account
+    cluster = on_testcluster(pool="managed", tenants=[(tenant.user, tenant.home)])
+    account = TenantAccount.objects.get(cluster=cluster)
+    TenantAccount.objects.filter(pk=account.pk).update(status=TenantAccount.Status.LEASED)
+    lease = TenantLease.objects.create(
+        account=account,
+        cluster=cluster,
+        organization=funded_organization("10", name="Node Team"),
+        status=TenantLease.Status.ENDING,
+        ending_at=timezone.now(),
+    )
+    leaves = (
+        'for folder in /tmp /var/tmp /dev/shm; do echo left > "$folder/node-job-$USER"; done; '
+        "setsid sh -c 'sleep 600 &' </dev/null >/dev/null 2>&1"
+    )
+    with (
+        SSHConnection(testcluster.ssh_settings()) as connection,
+        idle_jobs_allowed(
+            connection,
+            cluster_name=testcluster.cluster_name,
+            user=tenant.user,
+            account=idle,
+            jobs=1,
+        ),
+    ):
+        as_root(
+            "runuser", "-u", tenant.user, "--", "srun", f"--account={idle}", "--nodelist=vm",
+            "--time=1", "--chdir=/", "sh", "-c", leaves,
+        )  # fmt: skip
+    assert any(line.endswith(" sleep") for line in living_processes(tenant.user))
+    monkeypatch.setattr(LeaseNodes, "is_login_node", lambda nodes, node: False)
+
+    lease = services.tenant_lease_scrub(lease_id=lease.pk)
+
+    assert lease.status == TenantLease.Status.ENDED, lease.scrub_detail
+    assert lease.scrub_detail == (
+        "Scrubbed the login node: 1 processes and 3 temporary files removed; node vm: 0 "
+        "processes and 0 temporary files removed."
+    )
+    assert living_processes(tenant.user) == []
+    assert as_root("sacctmgr", "-n", "-P", "show", "association", "where", f"user={tenant.user}",
+                   f"account={idle}", "format=MaxJobs").split() == ["0"]  # fmt: skip

@@ -276,6 +276,10 @@ def test_the_verify_button_shows_the_verification_live_until_the_cluster_is_onli
     expect(card.locator("[data-step=sudo]")).to_have_attribute("data-status", "passed")
     expect(card.locator("[data-step=proctrack]")).to_have_attribute("data-status", "warning")
     expect(card.locator("[data-step=pool]")).to_contain_text(", ".join(tenants))
+    # A job as the first tenant on the one node, which is also the login node.
+    nodes = card.locator("[data-step=nodes]")
+    expect(nodes).to_have_attribute("data-status", "passed")
+    expect(nodes).to_contain_text(f"As {tenants[0]} on vm: the login node's uid")
     expect(card.locator("[data-field=tenant-accounts] tbody tr")).to_have_count(len(tenants))
     expect(card.locator(f"[data-account={tenants[0]}]")).to_contain_text("Available")
     expect(card.locator("[data-field=status]")).to_have_text("Online")

@@ -158,7 +158,9 @@ CELERY_TIMEZONE = TIME_ZONE
 # still consumes all four; every task has a route (tests/computeshare/test_task_routes.py), so
 # nothing is sent to the default queue in production and it stays empty there.
 CELERY_TASK_DEFAULT_QUEUE = "celery"
-CELERY_TASK_QUEUES = {name: {} for name in ("celery", "cluster", "money", "io")}
+CELERY_TASK_QUEUES: dict[str, dict[str, str]] = {
+    name: {} for name in ("celery", "cluster", "money", "io")
+}
 TASK_QUEUE_OF: dict[str, tuple[str, ...]] = {
     # SSH to the clusters: submission, the poll (which also settles the runs it finds ended),
     # remote cancels, verification, tenant leases and their scrubs, reservations, accounts.

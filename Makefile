@@ -86,9 +86,9 @@ clean:
 	rm -rf $(VENV) node_modules staticfiles var .pytest_cache .ruff_cache .mypy_cache
 
 # The site under load (bench/loadtest/run.py): 50 simulated people (Locust) browse, bid, buy and
-# run tiny jobs against gunicorn, a Celery worker per queue and beat, PostgreSQL, Redis and the Slurm test
-# cluster, for 150 s (LOADTEST_ARGS="--seconds 600" for longer); prints p50/p95/p99 per kind of
-# request, the errors and the machine's load. Figures, not pass or fail.
+# run tiny jobs against gunicorn, a Celery worker per queue and beat, PostgreSQL, Redis and the
+# Slurm test cluster, for 150 s (LOADTEST_ARGS="--seconds 600" for longer); prints p50/p95/p99
+# per kind of request, the errors and the machine's load. Figures, not pass or fail.
 loadtest: install
 	scripts/test-services
 	scripts/testcluster up

@@ -75,8 +75,10 @@ bench: install
 	$(BIN)/python bench/jobs.py
 	$(BIN)/python bench/summary.py
 
-# The production shape (docker-compose.yml) built and driven end to end on this machine, then
-# taken down: not part of `make test` or CI (it installs Docker, builds images, needs minutes).
+# The production shape (docker-compose.yml: two web containers behind the proxy, two workers per
+# queue, one beat) built and driven end to end on this machine, with one worker of each queue
+# and one web container killed mid-journey, then taken down: not part of `make test` or CI (it
+# installs Docker, builds images, needs about 4 to 6 minutes).
 compose-check:
 	scripts/compose-check
 
@@ -84,9 +86,9 @@ clean:
 	rm -rf $(VENV) node_modules staticfiles var .pytest_cache .ruff_cache .mypy_cache
 
 # The site under load (bench/loadtest/run.py): 50 simulated people (Locust) browse, bid, buy and
-# run tiny jobs against gunicorn, a Celery worker and beat, PostgreSQL, Redis and the Slurm test
-# cluster, for 150 s (LOADTEST_ARGS="--seconds 600" for longer); prints p50/p95/p99 per kind of
-# request, the errors and the machine's load. Figures, not pass or fail.
+# run tiny jobs against gunicorn, a Celery worker per queue and beat, PostgreSQL, Redis and the
+# Slurm test cluster, for 150 s (LOADTEST_ARGS="--seconds 600" for longer); prints p50/p95/p99
+# per kind of request, the errors and the machine's load. Figures, not pass or fail.
 loadtest: install
 	scripts/test-services
 	scripts/testcluster up

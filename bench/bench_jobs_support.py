@@ -43,8 +43,12 @@ def drop_database() -> None:
 
 
 def worker_start() -> WorkerProcess:
-    """Starts a worker on the bench's database and Redis, after emptying the queue (the jobs
-    queued earlier in the run have enqueued submission tasks that nobody needs now)."""
+    """Starts a worker of the `cluster` queue on the bench's database and Redis, after emptying
+    the queues (the jobs queued earlier in the run have enqueued submission tasks that nobody
+    needs now). Only that queue: what this bench measures (submission, the poll and the
+    settlement it does, the poll's memory) is cluster work, and a deployment's cluster pool
+    takes nothing else (docker-compose.yml); the io tasks the jobs' ends send wait unread and
+    are purged with the rest."""
     from computeshare.celery import app
 
     app.control.purge()
@@ -60,4 +64,5 @@ def worker_start() -> WorkerProcess:
             **AS_DEPLOYED,
         ),
         loglevel="WARNING",
+        queue="cluster",
     )

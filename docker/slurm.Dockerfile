@@ -6,12 +6,14 @@
 # beside itself. Not for production: it is the stack's stand-in for an owner's cluster.
 # (Unless the container runs privileged, /proc cannot be remounted with hidepid in it:
 # cluster-setup warns and goes on, and tenants can list each other's processes there.)
+# python3: the platform reads job folders on the login node with a small Python reader
+# (hpc/job_folder.py), as an owner's login node has it.
 FROM debian:12
 
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         slurm-wlm slurmdbd munge mariadb-server mariadb-client openssh-server openssh-client \
-        openssh-sftp-server sudo procps iproute2 ca-certificates \
+        openssh-sftp-server sudo procps iproute2 ca-certificates python3 \
     && rm -rf /var/lib/apt/lists/*
 
 COPY scripts/testcluster /usr/local/bin/testcluster

@@ -13,7 +13,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,33 @@ def worker_environment(*, database: str, redis: str, **changes: str) -> dict[str
     }
     environment.pop("COMPUTESHARE_TEST_PROCESS", None)
     return environment
+
+
+@contextmanager
+def tasks_routed_to(queue: str) -> Iterator[str]:
+    """Every task this process sends while the block runs goes to `queue`, whatever its route in
+    CELERY_TASK_ROUTES says; the routes are put back and what is left in `queue` is purged
+    after it. For a test whose tasks only its own workers (or none) may take: a session worker
+    started without -Q consumes the default queue and the three routed ones.
+
+    Changing `task_default_queue` is not enough since tasks have routes (the routes win).
+    `conf.update(task_routes=...)`, not an assignment: Celery keeps the router it built from the
+    routes, and rebuilds it only when an update names `task_routes`
+    (celery/app/amqp.py, `AMQP._handle_conf_update`)."""
+    from computeshare.celery import app
+
+    previous = app.conf.task_routes
+
+    def to_queue(*arguments: object, **options: object) -> dict[str, str]:
+        return {"queue": queue}
+
+    app.conf.update(task_routes=(to_queue,))
+    try:
+        yield queue
+    finally:
+        app.conf.update(task_routes=previous)
+        with app.connection_for_write() as connection:
+            connection.default_channel.queue_purge(queue)
 
 
 @dataclass

@@ -1,13 +1,14 @@
 """The site under load (issue 15, item 6): 50 simulated people browse the offers (pages and
 API), bid, buy, and submit and follow tiny jobs on the real Slurm test cluster, against
-gunicorn on PostgreSQL and Redis with a Celery worker and beat, all on loopback.
+gunicorn on PostgreSQL and Redis with a Celery worker per queue and beat, all on loopback.
 
     make loadtest     (or: .venv/bin/python bench/loadtest/run.py [--seconds 150] [--keep])
 
 It makes its own scratch database (LOADTEST_DATABASE, default BENCH_DATABASE + "_load") and
 uses REDIS_URL's Redis database (LOADTEST_REDIS_URL overrides it), makes the market
 (scene.py), starts gunicorn as deployed (3 workers x 4 threads, persistent connections, the
-caches on), a Celery worker (4 processes, as deployed) and beat, runs Locust headless for a
+caches on), a Celery worker per queue (cluster 2 processes, money 1, io 1: 4 in all, as
+one worker of 4 before the queues) and beat, runs Locust headless for a
 fixed time, prints p50/p95/p99 and errors per kind of request and the machine's load (load
 average, CPU of each kind of process), then stops everything, cancels the run's jobs still on
 the cluster, removes their directories and drops the database.
@@ -266,12 +267,20 @@ def main() -> None:
     parser.add_argument("--spawn-rate", type=float, default=5, help="new users per second")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (as deployed)")
     parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker")
-    parser.add_argument("--concurrency", type=int, default=4, help="Celery worker processes")
+    parser.add_argument(
+        "--concurrency",
+        default="cluster=2,money=1,io=1",
+        help="processes of each queue's Celery worker (docker-compose.yml runs one pool per queue)",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
     arguments = parser.parse_args()
     begun = time.perf_counter()
     warnings.filterwarnings("ignore", message="No directory at")
 
+    pools = {
+        queue: int(count)
+        for queue, _, count in (part.partition("=") for part in arguments.concurrency.split(","))
+    }
     runners = max(2, arguments.users // 8)
     traders = (arguments.users - runners) * 2 // 5
     browsers = arguments.users - runners - traders
@@ -306,20 +315,26 @@ def main() -> None:
                 "--log-level=warning",
             ],
         )
-        hostname = f"loadtest-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
-        worker = _celery(
-            [
-                "worker",
-                "--loglevel=WARNING",
-                f"--concurrency={arguments.concurrency}",
-                f"--hostname={hostname}",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-            environment,
-            scratch / "worker.log",
-        )
-        processes.append(worker)
+        workers: dict[str, tuple[str, subprocess.Popen[bytes]]] = {}
+        for queue, concurrency in pools.items():
+            hostname = f"loadtest-{queue}-{uuid.uuid4().hex[:6]}@{socket.gethostname()}"
+            workers[queue] = (
+                hostname,
+                _celery(
+                    [
+                        "worker",
+                        "--loglevel=WARNING",
+                        f"--queues={queue}",
+                        f"--concurrency={concurrency}",
+                        f"--hostname={hostname}",
+                        "--without-gossip",
+                        "--without-mingle",
+                    ],
+                    environment,
+                    scratch / f"worker-{queue}.log",
+                ),
+            )
+            processes.append(workers[queue][1])
         beat = _celery(
             ["beat", "--loglevel=WARNING", "--schedule", str(scratch / "beat-schedule")],
             environment,
@@ -327,14 +342,16 @@ def main() -> None:
         )
         processes.append(beat)
         server.wait_ready()
-        _wait_for_worker(hostname, worker, scratch / "worker.log")
+        for queue, (hostname, worker) in workers.items():
+            _wait_for_worker(hostname, worker, scratch / f"worker-{queue}.log")
         print(
             f"The site under load: {arguments.users} simulated people ({browsers} browsing "
             f"pages and the API, {traders} bidding and buying in 10 teams, {runners} running "
             f"tiny jobs on the Slurm test cluster) for {arguments.seconds} s, "
             f"{len(scene['offers']):,} open offers; gunicorn {arguments.workers} workers x "
             f"{arguments.threads} threads "
-            f"(as deployed), a Celery worker of {arguments.concurrency} processes and beat, "
+            f"(as deployed), a Celery worker per queue ({arguments.concurrency} processes) "
+            "and beat, "
             f"PostgreSQL and Redis, all on 127.0.0.1"
         )
         prefix = scratch / "locust"
@@ -368,7 +385,9 @@ def main() -> None:
         watch.start(
             {
                 f"gunicorn ({arguments.workers} workers)": _tree(server.process.pid),
-                f"Celery worker ({arguments.concurrency} processes)": _tree(worker.pid),
+                f"Celery workers ({arguments.concurrency})": [
+                    pid for _, worker in workers.values() for pid in _tree(worker.pid)
+                ],
                 "Celery beat": [beat.pid],
                 "Locust (the simulated people)": [locust.pid],
                 "PostgreSQL (every database on it)": _by_name(("postgres",)),

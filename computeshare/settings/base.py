@@ -150,6 +150,67 @@ CELERY_TASK_TIME_LIMIT = 300
 CELERY_TASK_SOFT_TIME_LIMIT = 240
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE
+# Three queues by what a task waits on (docs/scaling.md, "What runs where"): `cluster` on SSH
+# round trips to owners' login nodes, `money` on row locks and commits, `io` on other people's
+# servers (webhook receivers, mail, result files fetched over SFTP). A pool per queue keeps one
+# slow login node or webhook receiver from holding the processes the ledger needs. Celery's
+# default queue is declared too, so that a worker started without -Q (the demo's, the tests')
+# still consumes all four; every task has a route (tests/computeshare/test_task_routes.py), so
+# nothing is sent to the default queue in production and it stays empty there.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CELERY_TASK_QUEUES: dict[str, dict[str, str]] = {
+    name: {} for name in ("celery", "cluster", "money", "io")
+}
+TASK_QUEUE_OF: dict[str, tuple[str, ...]] = {
+    # SSH to the clusters: submission, the poll (which also settles the runs it finds ended),
+    # remote cancels, verification, tenant leases and their scrubs, reservations, accounts.
+    "cluster": (
+        "scheduler_bridge.tasks.cluster_jobs_submit_task",
+        "scheduler_bridge.tasks.jobs_poll_task",
+        "scheduler_bridge.tasks.cluster_poll_task",
+        "scheduler_bridge.tasks.job_cancel_remote_task",
+        "scheduler_bridge.tasks.jobs_reconcile_task",
+        "scheduler_bridge.tasks.tenant_leases_end_task",
+        "marketplace.tasks.cluster_verification_run_task",
+        "marketplace.tasks.reservations_check_task",
+        "marketplace.tasks.reservations_check_cluster_task",
+        "marketplace.tasks.slurm_accounts_sync_task",
+        "marketplace.tasks.slurm_accounts_reconcile_task",
+        "marketplace.tasks.tenant_leases_scrub_again_task",
+        "marketplace.tasks.tenant_lease_scrub_task",
+    ),
+    # The ledger: auctions' clearing, allocations closing, budgets, Stripe's events, payouts,
+    # the ledger's own check, top-ups nobody paid.
+    "money": (
+        "marketplace.tasks.auction_clear_task",
+        "marketplace.tasks.auctions_clear_due_task",
+        "marketplace.tasks.allocations_close_due_task",
+        "billing.tasks.budget_alert_notify_task",
+        "billing.tasks.budget_alerts_unmailed_notify_task",
+        "billing.tasks.stripe_events_process_task",
+        "billing.tasks.payouts_pending_send_task",
+        "billing.tasks.ledger_verify_task",
+        "billing.tasks.top_ups_expire_task",
+    ),
+    # Other people's servers and bulk bytes: result files, webhooks, mail, notices.
+    "io": (
+        "scheduler_bridge.tasks.job_results_collect_task",
+        "scheduler_bridge.tasks.job_results_sweep_task",
+        "scheduler_bridge.tasks.job_results_expire_task",
+        "webhooks.tasks.webhook_deliveries_send_task",
+        "webhooks.tasks.webhook_deliveries_due_task",
+        "marketplace.tasks.allocation_webhook_events_task",
+        "notifications.tasks.notification_emails_send_task",
+        "notifications.tasks.notification_emails_due_task",
+        "notifications.tasks.notice_batch_record_task",
+        "notifications.tasks.notice_batches_due_task",
+        "organizations.tasks.invitation_notify_task",
+        "organizations.tasks.login_unlock_mail_task",
+    ),
+}
+CELERY_TASK_ROUTES = {
+    task: {"queue": queue} for queue, tasks in TASK_QUEUE_OF.items() for task in tasks
+}
 CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     # The webhook processes each event as it arrives; this catches any a crash left behind.
     "stripe-events-process": {

@@ -26,7 +26,6 @@ from django.db import transaction
 
 from billing.models import Transaction
 from billing.selectors import ledger_verify
-from computeshare.celery import app
 from hpc.pool import default_pool
 from marketplace.models import Allocation, Cluster
 from marketplace.services import ssh_settings_for
@@ -46,7 +45,7 @@ from tests.scheduler_bridge.faults import (
     settle_together,
 )
 from tests.scheduler_bridge.test_jobs_integration import real_cluster
-from tests.workers import WorkerProcess, worker_start
+from tests.workers import WorkerProcess, tasks_routed_to, worker_start
 
 pytestmark = [pytest.mark.slurm, pytest.mark.django_db(transaction=True)]
 
@@ -81,15 +80,10 @@ def fast(settings):
 def own_queue() -> Iterator[str]:
     """Every task this test sends (the submission enqueued after each job's commit, the polls)
     goes to a queue of the test's own, which only the test's own workers consume: a session
-    `celery_worker` left running by an earlier test (it consumes the default queue) must not
+    `celery_worker` left running by an earlier test (it consumes every queue) must not
     submit or settle these jobs behind the test's back. What is left in the queue is purged."""
-    queue = f"faults-{uuid.uuid4().hex[:8]}"
-    previous = app.conf.task_default_queue
-    app.conf.task_default_queue = queue
-    yield queue
-    app.conf.task_default_queue = previous
-    with app.connection_for_write() as connection:
-        connection.default_channel.queue_purge(queue)
+    with tasks_routed_to(f"faults-{uuid.uuid4().hex[:8]}") as queue:
+        yield queue
 
 
 @pytest.fixture
@@ -197,8 +191,9 @@ def states_summary(bought: Bought) -> dict[str, int]:
 @contextmanager
 def poller(cluster: Cluster) -> Iterator[None]:
     """Sends the cluster's poll task every second while the block runs. The test sends
-    `cluster_poll_task` itself rather than `jobs_poll_task`: the latter's fan-out would go to the
-    worker's default queue, which the test's workers do not consume."""
+    `cluster_poll_task` itself rather than `jobs_poll_task`: the latter's fan-out is sent by the
+    worker, whose routes send it to the `cluster` queue, which the test's workers do not
+    consume."""
     stop = threading.Event()
 
     def send() -> None:

@@ -5,6 +5,8 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, sync_playwright
 
+from tests.workers import tasks_routed_to
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -52,12 +54,5 @@ def no_worker_takes_the_tasks() -> Iterator[None]:
     the test's own, which no worker consumes: a session Celery worker started by an earlier
     test would otherwise act on the test's rows behind its back (submit its job to the local
     cluster, or try the SSH of a made-up cluster and mark it). The queue is purged."""
-    from computeshare.celery import app
-
-    queue = f"web-{uuid.uuid4().hex[:8]}"
-    previous = app.conf.task_default_queue
-    app.conf.task_default_queue = queue
-    yield
-    app.conf.task_default_queue = previous
-    with app.connection_for_write() as connection:
-        connection.default_channel.queue_purge(queue)
+    with tasks_routed_to(f"web-{uuid.uuid4().hex[:8]}"):
+        yield

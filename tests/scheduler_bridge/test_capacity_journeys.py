@@ -251,9 +251,9 @@ def test_a_reserved_core_is_the_teams_at_once_while_the_owners_job_waits(
     on_testcluster, testcluster, celery_worker, poller
 ):
     cluster, owner_admin = owner_verified_cluster(testcluster)
-    # A block of one of the two cores for the hour from 30 s on: its auction (and buy-now)
-    # closes when the window starts.
-    start = (timezone.now() + timedelta(seconds=30)).replace(microsecond=0)
+    # A block of one of the two cores for the hour from 15 s on (the listing and the purchase
+    # take a second or two): its auction (and buy-now) closes when the window starts.
+    start = (timezone.now() + timedelta(seconds=15)).replace(microsecond=0)
     offer = listed(
         owner_admin,
         cluster,
@@ -271,13 +271,13 @@ def test_a_reserved_core_is_the_teams_at_once_while_the_owners_job_waits(
         "1",
         "3.000000",
     )
-    wait_for(lambda: timezone.now() > start + timedelta(seconds=1), timeout=40, interval=1)
+    wait_for(lambda: timezone.now() > start + timedelta(seconds=1), timeout=25, interval=0.2)
 
     owners = testcluster.owner.submit("#!/bin/bash\nsleep 5\n", cpus=2)
     job = submitted(
         member,
         allocation,
-        script="#!/bin/bash\nsleep 15\necho in the block\n",
+        script="#!/bin/bash\nsleep 6\necho in the block\n",
         time_limit_minutes=2,
     )
     running = wait_for(

@@ -2,8 +2,8 @@
 through the API, carried by a real Celery worker and settled by the poll; the advice is checked
 against sacct's own figures, read here over SSH, and against the platform's price rules.
 
-All the jobs are submitted together and share the cluster's 2 CPUs; the longest (30 s) runs
-beside the others, so the module takes about a minute of cluster time."""
+All the jobs are submitted together and share the cluster's 2 CPUs; the longest (12 s) runs
+beside the others, so the module takes about half a minute of cluster time."""
 
 from __future__ import annotations
 
@@ -36,11 +36,12 @@ python3 -c 'import time
 end = time.time() + 10
 while time.time() < end: pass'
 """
-# Holds about 64 MiB for 30 seconds, in a 5-minute limit: ten times its run.
+# Holds about 64 MiB for 12 seconds (long enough for two of accounting's samples, every 5 s),
+# in a 5-minute limit: 25 times its run.
 SHORT_IN_A_LONG_LIMIT = """#!/bin/bash
 python3 -c 'import time
 block = bytearray(64 * 1024 * 1024)
-time.sleep(30)
+time.sleep(12)
 print(len(block))'
 """
 
@@ -128,7 +129,7 @@ def test_advice_and_templates_on_the_real_cluster(client_and_allocation, testclu
             name="asks 2 uses 1", script=ONE_CORE_OF_TWO, cpus_per_task=2, time_limit_minutes=2
         ),
         "long_limit": submit(
-            name="30 s in 5 min",
+            name="12 s in 5 min",
             script=SHORT_IN_A_LONG_LIMIT,
             time_limit_minutes=5,
             mem_per_cpu=512,
@@ -177,12 +178,12 @@ def test_advice_and_templates_on_the_real_cluster(client_and_allocation, testclu
     assert job["cost"] == f"{cost:.6f}"  # what was charged is what the advice says
     assert job["sizing_advice"]["suggested_sizes"]["cpus_per_task"] == 1
 
-    # A 5-minute limit for a 30-second run: a 1-minute limit reserves 5 times less.
+    # A 5-minute limit for a 12-second run: a 1-minute limit reserves 5 times less.
     job = ended("long_limit")
     assert job["state"] == "completed", job
     record, *job_steps = sacct_steps(testcluster, job["scheduler_job_id"])
     elapsed = int(record["ElapsedRaw"])
-    assert 28 <= elapsed <= 40
+    assert 11 <= elapsed <= 25
     assert "mem=512M" in record["ReqTRES"]  # mem_per_cpu reached sbatch
     suggested = max(1, math.ceil(Decimal(elapsed) * Decimal("1.5") / 60))
     assert suggested == 1

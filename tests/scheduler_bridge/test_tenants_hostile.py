@@ -33,7 +33,8 @@ VICTIM_SCRIPT = """#!/bin/bash
 echo "victim output $SECRET"
 echo "$SECRET" > /tmp/victim-$SLURM_JOB_ID
 echo "$SECRET" > kept-secret.txt
-sleep 30
+# Runs until the test has seen the attacker's job end (it leaves `release` here), at most 100 s.
+for i in $(seq 500); do [ -e release ] && break; sleep 0.2; done
 cat kept-secret.txt
 echo "victim done"
 """
@@ -179,6 +180,11 @@ def test_a_hostile_team_cannot_see_touch_or_stop_another_teams_job(
         },
     )
     attacker = wait_job(attacker_client, attacker["id"], ENDED)
+    with SSHConnection(testcluster.ssh_settings()) as connection:
+        connection.run(
+            ["touch", f"{victim_account.home}/{victim_job.directory}/release"],
+            as_user=victim_account.username,
+        )
     attacker_lease = Job.objects.select_related("lease__account").get(uuid=attacker["id"]).lease
 
     # The two teams ran as two different accounts of the pool.

@@ -84,7 +84,7 @@ compose-check:
 # A real cluster's shape in containers (docs/cluster-check.md): a login node and two compute
 # nodes with GPUs and a shared /home, the platform on this host, the journey of issue 31
 # through the public API, then everything taken down. Not part of `make test` or CI (it
-# installs Docker, builds an image, needs about 25 minutes).
+# installs Docker, builds an image, needs about 20 minutes).
 cluster-check: install
 	scripts/cluster-check
 

@@ -11,12 +11,13 @@ UV := $(VENV)/bin/uv
 BIN := $(VENV)/bin
 
 .PHONY: help install demo demo-soak test test-services lint typecheck migrations-check pytest bench loadtest clean \
-	compose-check
+	compose-check cluster-check
 
 help:
 	@echo "make demo    install everything and serve the demo on http://127.0.0.1:8000"
 	@echo "make test    install everything, start PostgreSQL, Redis and the Slurm test cluster, run all checks"
 	@echo "make compose-check  build and start docker-compose.yml's stack, drive it end to end, take it down"
+	@echo "make cluster-check  a login node and two compute nodes in containers, driven end to end, taken down"
 	@echo "make bench   print how fast the ledger, the webhook, auction clearing, the offers list and job submission are"
 
 $(BIN)/python:
@@ -81,6 +82,13 @@ bench: install
 # installs Docker, builds images, needs about 4 to 6 minutes).
 compose-check:
 	scripts/compose-check
+
+# A real cluster's shape in containers (docs/cluster-check.md): a login node and two compute
+# nodes with GPUs and a shared /home, the platform on this host, the journey of issue 31
+# through the public API, then everything taken down. Not part of `make test` or CI (it
+# installs Docker, builds an image, needs about 20 minutes).
+cluster-check: install
+	scripts/cluster-check
 
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .pytest_cache .ruff_cache .mypy_cache

@@ -244,22 +244,10 @@ def tenants_back_in_the_idle_account(
     assert pool.idle_account is not None
     users = [tenant.user for tenant in pool.tenants]
     with _connected(testcluster, connection) as ssh:
-        listed = ssh.run(
-            [
-                "sacctmgr",
-                "--noheader",
-                "--parsable2",
-                "show",
-                "user",
-                "where",
-                f"name={','.join(users)}",
-                f"cluster={testcluster.cluster_name}",
-                "withassoc",
-                f"format={','.join(accounts.USER_ASSOCIATION_FIELDS)}",
-            ],
-            timeout=30,
+        listed = accounts.slurm_users_get(
+            ssh, cluster_name=testcluster.cluster_name, users=users, timeout=30
         )
-        for user, found in accounts.parse_users_with_associations(listed.stdout).items():
+        for user, found in listed.items():
             for association in found.associations:
                 if accounts.is_team_account(association.account):
                     accounts.tenant_leave(

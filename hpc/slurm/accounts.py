@@ -499,8 +499,24 @@ def slurm_user_get(
 ) -> SlurmUser:
     """The user's default account and associations on the cluster, in one command (verification
     uses it too: an idle tenant is in the idle account only)."""
+    users = slurm_users_get(connection, cluster_name=cluster_name, users=[user], timeout=timeout)
+    return users.get(user, SlurmUser(user, "", ()))
+
+
+def slurm_users_get(
+    connection: SSHConnection,
+    *,
+    cluster_name: str,
+    users: Sequence[str],
+    timeout: float = 30.0,
+) -> dict[str, SlurmUser]:
+    """The default account and associations on the cluster of each of `users` that Slurm knows
+    there, in one command."""
     require_slurm_name("cluster", cluster_name)
-    require_slurm_name("user", user)
+    for user in users:
+        require_slurm_name("user", user)
+    if not users:
+        return {}
     result = connection.run(
         [
             "sacctmgr",
@@ -509,19 +525,19 @@ def slurm_user_get(
             "show",
             "user",
             "where",
-            f"name={user}",
+            f"name={','.join(sorted(set(users)))}",
             f"cluster={cluster_name}",
             "withassoc",
             f"format={','.join(USER_ASSOCIATION_FIELDS)}",
         ],
         timeout=timeout,
     )
-    users = parse_users_with_associations(result.stdout)
-    if set(users) - {user} or any(
-        row.cluster != cluster_name for found in users.values() for row in found.associations
+    found = parse_users_with_associations(result.stdout)
+    if set(found) - set(users) or any(
+        row.cluster != cluster_name for each in found.values() for row in each.associations
     ):
-        raise UnexpectedOutput(f"sacctmgr listed other users or clusters when asked for {user}")
-    return users.get(user, SlurmUser(user, "", ()))
+        raise UnexpectedOutput(f"sacctmgr listed other users or clusters when asked for {users}")
+    return found
 
 
 # --- The service user ------------------------------------------------------------------------

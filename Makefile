@@ -47,6 +47,7 @@ test: install test-services migrations-check lint typecheck pytest
 test-services:
 	scripts/test-services
 	scripts/testcluster up
+	TESTCLUSTER_INSTANCE=b scripts/testcluster up
 
 migrations-check:
 	DJANGO_SETTINGS_MODULE=computeshare.settings.test $(BIN)/python manage.py makemigrations --check --dry-run
@@ -58,9 +59,9 @@ lint:
 typecheck:
 	$(BIN)/mypy
 
-# Three pytest processes side by side: the Slurm test cluster's tests in one, one after the
-# other; the pages', the CLI's and the platform's own in another; the apps' in the third
-# (scripts/pytest-processes).
+# Four pytest processes side by side: the Slurm test clusters' tests in two, one per cluster,
+# each one after the other; the pages', the CLI's and the platform's own in the third; the apps'
+# in the fourth (scripts/pytest-processes).
 pytest:
 	PYTEST=$(BIN)/pytest scripts/pytest-processes
 

@@ -112,15 +112,42 @@ def _flush_retrying_deadlocks() -> None:
 _flush_retrying_deadlocks()
 
 
-# `make test` runs the suite as three pytest processes side by side (scripts/pytest-processes):
-# the tests that reach the Slurm test cluster in one, one after the other as they always ran
-# (they cancel every tenant's jobs and move tenants between accounts as they end), everything
-# else in the other two. Each process has its own test database, Redis database and job files
+# `make test` runs the suite as four pytest processes side by side (scripts/pytest-processes):
+# the tests that reach a Slurm test cluster in two, one per cluster (the machine runs two,
+# `scripts/testcluster` and its TESTCLUSTER_INSTANCE=b), each one test after the other (they
+# cancel every tenant's jobs and move tenants between accounts as they end); everything else in
+# the other two. Each process has its own test database, Redis database and job files
 # (computeshare/settings/test.py), Celery worker and local Stripe server. The cluster's tests
 # are those that ask for it, the owner setup script's (real users and sudoers rules on this
 # machine) and the fault tests (they stop and start the machine's services).
 CLUSTER_FIXTURES = {"testcluster", "on_testcluster"}
 CLUSTER_FOLDERS = ("tests/faults/", "tests/scripts/")
+# The cluster tests that run on the second cluster, about half of the time. Each reads its
+# cluster, pools and tenants from the connection file and changes nothing the two clusters
+# share (the QOS, the Slurm users' AdminLevel, the machine's users and sudoers rules). The
+# others stay on the first cluster: they name its tenants or its service user, change what is
+# shared, or stop the machine's services.
+SECOND_CLUSTER_FILES = frozenset(
+    {
+        "tests/scheduler_bridge/test_capacity_journeys.py",
+        "tests/scheduler_bridge/test_directives_integration.py",
+        "tests/scheduler_bridge/test_directives_sbatch.py",
+        "tests/scheduler_bridge/test_idle_integration.py",
+        "tests/scheduler_bridge/test_inventory_integration.py",
+        "tests/scheduler_bridge/test_job_files_integration.py",
+        "tests/scheduler_bridge/test_job_folder_links_slurm.py",
+        "tests/scheduler_bridge/test_job_secrets.py",
+        "tests/scheduler_bridge/test_jobs_faults.py",
+        "tests/scheduler_bridge/test_jobs_integration.py",
+        "tests/scheduler_bridge/test_pool.py",
+        "tests/scheduler_bridge/test_sizing_integration.py",
+        "tests/scheduler_bridge/test_slurm_backend_integration.py",
+        "tests/scheduler_bridge/test_tenants_metering.py",
+        "tests/web/test_browser_market.py",
+        "tests/web/test_browser_sweeps.py",
+        "tests/webhooks/test_events.py",
+    }
+)
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` selects by it
@@ -132,6 +159,8 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             CLUSTER_FOLDERS
         ):
             item.add_marker(pytest.mark.on_test_cluster)
+            if where in SECOND_CLUSTER_FILES:
+                item.add_marker(pytest.mark.second_test_cluster)
 
 
 @pytest.fixture(autouse=True)

@@ -12,9 +12,13 @@ from typing import Any
 
 from hpc.ssh import SSHSettings
 
+# Which of the machine's two test clusters: "" for the first, "b" for the second (the variable
+# `scripts/testcluster` reads too; scripts/pytest-processes sets it for one of its processes).
+INSTANCE = os.environ.get("TESTCLUSTER_INSTANCE", "")
 CONNECTION_FILE = Path(
     os.environ.get(
-        "COMPUTESHARE_TESTCLUSTER_CONFIG", "/var/lib/computeshare-testcluster/connection.json"
+        "COMPUTESHARE_TESTCLUSTER_CONFIG",
+        f"/var/lib/computeshare-testcluster{'-' + INSTANCE if INSTANCE else ''}/connection.json",
     )
 )
 
@@ -64,12 +68,15 @@ class OwnerSide:
     user: str
     account: str
     qos: str
+    slurm_conf: str = "/etc/slurm/slurm.conf"
+    """The slurm.conf of the cluster this user's commands go to (the machine runs two)."""
 
     def run(self, *command: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
         """Runs `command` as the owner's user from its home (`runuser`, as root), unchecked."""
         home = Path("~" + self.user).expanduser()
         return subprocess.run(
             ["runuser", "-u", self.user, "--", *command],
+            env={**os.environ, "SLURM_CONF": self.slurm_conf},
             input=stdin,
             capture_output=True,
             text=True,
@@ -115,6 +122,9 @@ class TestCluster:
     """The QOS the teams' jobs run under in fixed mode, which `owner_side.qos` preempts."""
     preemption_grace_seconds: int = 0
     """The market QOS's GraceTime."""
+    slurm_conf: str = "/etc/slurm/slurm.conf"
+    """The cluster's slurm.conf on this machine, for the commands a test runs here rather than
+    over SSH (`scripts/testcluster` sets up two clusters, the second one's in /etc/slurm-b)."""
 
     @property
     def private_key(self) -> str:
@@ -168,11 +178,13 @@ def testcluster_read() -> TestCluster:
         "owner_side",
         "market_qos",
         "preemption_grace_seconds",
+        "slurm_conf",
     }
     values = {
         each.name: config[each.name] for each in fields(TestCluster) if each.name not in added_later
     }
     owner = config.get("owner")
+    slurm_conf = config.get("slurm_conf", "/etc/slurm/slurm.conf")
     # A file from before the pools still describes the service user's login: the tests that
     # need a pool fail on `tenant_pool`, the others run.
     return TestCluster(
@@ -182,7 +194,8 @@ def testcluster_read() -> TestCluster:
             name: TenantPool.from_json(pool)
             for name, pool in config.get("tenant_pools", {}).items()
         },
-        owner_side=OwnerSide(**owner) if owner else None,
+        owner_side=OwnerSide(**owner, slurm_conf=slurm_conf) if owner else None,
         market_qos=config.get("market_qos", ""),
         preemption_grace_seconds=config.get("preemption_grace_seconds", 0),
+        slurm_conf=slurm_conf,
     )

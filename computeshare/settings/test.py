@@ -17,13 +17,15 @@ from computeshare.settings.insecure import (
     TEST_STRIPE_WEBHOOK_SECRET,
 )
 
-# The process's name in a run of three ("cluster", "others", "pages"); empty when pytest runs alone.
+# The process's name in a run of four ("cluster" and "cluster-b", one per Slurm test cluster,
+# "others", "pages"); empty when pytest runs alone.
 TEST_PROCESS = os.environ.get("COMPUTESHARE_TEST_PROCESS", "")
 # Each process's offset below the Redis database of the environment (see below).
-_PROCESSES = {"": 0, "cluster": 0, "others": 1, "pages": 2}
+_PROCESSES = {"": 0, "cluster": 0, "others": 1, "pages": 2, "cluster-b": 3}
 if TEST_PROCESS not in _PROCESSES:
     raise ValueError(
-        f"COMPUTESHARE_TEST_PROCESS is cluster, others, pages or unset, not {TEST_PROCESS!r}"
+        "COMPUTESHARE_TEST_PROCESS is cluster, cluster-b, others, pages or unset, "
+        f"not {TEST_PROCESS!r}"
     )
 _PROCESS_INDEX = _PROCESSES[TEST_PROCESS]
 
@@ -32,7 +34,10 @@ DATABASES = {
 }
 DATABASES["default"]["CONN_MAX_AGE"] = 0
 if TEST_PROCESS:
-    DATABASES["default"]["TEST"] = {"NAME": f"test_{DATABASES['default']['NAME']}_{TEST_PROCESS}"}
+    _DATABASE_SUFFIX = TEST_PROCESS.replace("-", "_")
+    DATABASES["default"]["TEST"] = {
+        "NAME": f"test_{DATABASES['default']['NAME']}_{_DATABASE_SUFFIX}"
+    }
 # The tests edit tokens' rows and offers directly and count each endpoint's queries: no caches
 # between requests, except in the tests of those caches, which turn them on.
 API_TOKEN_CACHE_SECONDS = 0
@@ -40,7 +45,7 @@ OFFER_LIST_COUNT_CACHE_SECONDS = 0
 
 
 def _redis_of_this_process(url: str) -> str:
-    """The Redis database below `url`'s for the other processes (15, then 14 and 13), so
+    """The Redis database below `url`'s for the other processes (15, then 14, 13 and 12), so
     that no two processes count each other's log-ins or take each other's tasks."""
     parts = urlsplit(url)
     database = int(parts.path.strip("/") or 0) - _PROCESS_INDEX

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from tests.testcluster import CONNECTION_FILE, testcluster_read
 from tests.workers import REPOSITORY, database_url, worker_environment
 
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from hpc.types import RunRecord
 
 TESTCLUSTER = REPOSITORY / "scripts" / "testcluster"
-STATE_DIRECTORY = Path("/var/lib/computeshare-testcluster")
+# The state of the cluster the tests run on (TESTCLUSTER_INSTANCE, which the script reads too).
+STATE_DIRECTORY = CONNECTION_FILE.parent
 # The lock `scripts/testcluster` takes for every change to the daemons.
 TESTCLUSTER_LOCK = STATE_DIRECTORY / "testcluster.lock"
 
@@ -92,6 +94,7 @@ def local_queue(job_ids: Sequence[str]) -> list[str]:
     SSH (the test cluster is this machine): for the moments when sshd is down."""
     result = subprocess.run(
         ["squeue", "--noheader", f"--jobs={','.join(job_ids)}", "--format=%i"],
+        env={**os.environ, "SLURM_CONF": testcluster_read().slurm_conf},
         capture_output=True,
         text=True,
         timeout=30,

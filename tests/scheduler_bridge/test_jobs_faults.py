@@ -320,7 +320,10 @@ def test_jobs_that_end_while_sshd_is_down_are_followed_again_and_charged_once(bo
             time.sleep(1)
         poll = ClusterPoll.objects.get(cluster=bought.cluster)
         assert poll.consecutive_failures == 3
-        assert poll.last_error == "cannot connect to 127.0.0.1:2222: connection refused"
+        cluster = bought.cluster
+        assert poll.last_error == (
+            f"cannot connect to {cluster.ssh_host}:{cluster.ssh_port}: connection refused"
+        )
         # The jobs end on the cluster while nobody can reach it; nothing is called ended here.
         wait_for(lambda: local_queue(job_ids) == [], timeout=30, interval=0.5)
         assert states(jobs) == before

@@ -313,7 +313,7 @@ def test_a_run_a_node_failure_ended_is_not_charged_and_the_next_one_is(
     running = wait_for(
         lambda: (seen := job_of(member, job))["state"] == "running" and seen, timeout=90
     )
-    node = testcluster_node(testcluster)
+    node = node_of(testcluster)
     with SSHConnection(testcluster.ssh_settings()) as connection:
         connection.run(
             ["scontrol", "update", f"nodename={node}", "state=down", "reason=computeshare-test"],
@@ -340,6 +340,6 @@ def test_a_run_a_node_failure_ended_is_not_charged_and_the_next_one_is(
     assert ended["cost"] == f"{charge_of(runs[1]['ElapsedRaw'], runs[1]['AllocCPUS']):.6f}"
 
 
-def testcluster_node(testcluster) -> str:
+def node_of(testcluster) -> str:
     with SSHConnection(testcluster.ssh_settings()) as connection:
         return connection.run(["sinfo", "--noheader", "--format=%N"], timeout=30).stdout.strip()

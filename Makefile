@@ -11,7 +11,7 @@ UV := $(VENV)/bin/uv
 BIN := $(VENV)/bin
 
 .PHONY: help install demo demo-soak test test-services lint typecheck migrations-check pytest bench loadtest clean \
-	compose-check cluster-check
+	compose-check cluster-check api-reference
 
 help:
 	@echo "make demo    install everything and serve the demo on http://127.0.0.1:8000"
@@ -81,6 +81,11 @@ bench: install
 # queue, one beat) built and driven end to end on this machine, with one worker of each queue
 # and one web container killed mid-journey, then taken down: not part of `make test` or CI (it
 # installs Docker, builds images, needs about 4 to 6 minutes).
+# docs/api.md's endpoints, shapes and error codes, written again from the code (the suite fails
+# when they are stale: tests/computeshare/test_api_reference.py).
+api-reference: install
+	DJANGO_SETTINGS_MODULE=computeshare.settings.test $(BIN)/python manage.py api_reference
+
 compose-check:
 	scripts/compose-check
 

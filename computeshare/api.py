@@ -222,7 +222,8 @@ def _field_messages(detail: Any) -> dict[str, list[str]]:
     return {"non_field_errors": [str(detail)]}
 
 
-_DRF_CODES = {
+# The codes of the errors DRF itself raises (docs/api.md lists them with the platform's own).
+DRF_ERROR_CODES: dict[type[drf_exceptions.APIException], str] = {
     drf_exceptions.ParseError: "malformed_request",
     drf_exceptions.NotAuthenticated: "not_authenticated",
     drf_exceptions.AuthenticationFailed: "authentication_failed",
@@ -263,7 +264,7 @@ def exception_handler(exc: Exception, context: dict[str, Any]) -> Response | Non
 
     if isinstance(exc, drf_exceptions.APIException):
         code = next(
-            (code for cls, code in _DRF_CODES.items() if isinstance(exc, cls)),
+            (code for cls, code in DRF_ERROR_CODES.items() if isinstance(exc, cls)),
             str(exc.default_code),
         )
         extra: dict[str, Any] = {}

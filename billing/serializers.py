@@ -1,4 +1,5 @@
-"""Input and output shapes of the money endpoints (API.md: Money). Money is a decimal string."""
+"""Input and output shapes of the money endpoints (docs/api.md: organizations). Money is a
+decimal string."""
 
 from rest_framework import serializers
 

@@ -6,9 +6,9 @@ as 3. A parser of user input that asks one and converts with the other answers a
 that converts what `\\d` matched can pass such digits on to a command line. Every hand parser of
 a number takes it through `whole_number`; the API's number fields are the ones below.
 
-API.md: money and quantities are decimal strings (`"12.50"`), never JSON numbers, which a client
-may have rounded through a binary float before it sent them. `DecimalString` refuses a JSON
-number with a sentence that says what to send instead."""
+docs/api.md (Requests and answers): money and quantities are decimal strings (`"12.50"`),
+never JSON numbers, which a client may have rounded through a binary float before it sent them.
+`DecimalString` refuses a JSON number with a sentence that says what to send instead."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The errors of the market. Codes are part of the public contract (API.md)."""
+"""The errors of the market. Codes are part of the public contract (docs/api.md, Error codes)."""
 
 from computeshare.errors import ApplicationError, Conflict
 

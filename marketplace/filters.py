@@ -1,5 +1,5 @@
-"""Query filters of the offers list (API.md: `GET /offers/`), with django-filter. A bad value
-is a 400 naming the parameter, never silently ignored."""
+"""Query filters of the offers list (docs/api.md: `GET /api/v1/offers/`), with django-filter.
+A bad value is a 400 naming the parameter, never silently ignored."""
 
 from decimal import Decimal
 from typing import Any

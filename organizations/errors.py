@@ -1,4 +1,5 @@
-"""The errors of organizations and invitations. Codes are part of the public contract (API.md)."""
+"""The errors of organizations and invitations. Codes are part of the public contract
+(docs/api.md, Error codes)."""
 
 from computeshare.errors import Conflict
 

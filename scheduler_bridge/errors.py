@@ -1,4 +1,4 @@
-"""The errors of jobs. Codes are part of the public contract (API.md)."""
+"""The errors of jobs. Codes are part of the public contract (docs/api.md, Error codes)."""
 
 from typing import Any
 

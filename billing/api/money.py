@@ -1,6 +1,6 @@
-"""REST endpoints for an organization's money (API.md: Money): budget, top-ups, ledger and
-earnings. Checks run in the house order: visible (404), allowed (403), input (400), then the
-billing service."""
+"""REST endpoints for an organization's money (docs/api.md: organizations): budget, top-ups,
+ledger and earnings. Checks run in the house order: visible (404), allowed (403), input (400),
+then the billing service."""
 
 import uuid
 from typing import Any

@@ -1,4 +1,4 @@
-"""REST endpoints of the market (API.md: Clusters, Offers, bids, purchases, Allocations).
+"""REST endpoints of the market (docs/api.md: clusters, offers, bids, allocations).
 
 Checks run in the house order: visible (404), allowed (403), state (409), input (400), then
 the service. Offers and the price history are public, as their pages are: visitors read them

@@ -1,4 +1,4 @@
-"""Input and output shapes of the cluster, offer, bid and allocation endpoints (API.md). Units
+"""Input and output shapes of the cluster, offer, bid and allocation endpoints (docs/api.md). Units
 and money are decimal strings; ids are UUIDs. They translate; the services decide."""
 
 from collections.abc import Mapping
@@ -87,7 +87,7 @@ class WholeUnits(serializers.Field):
 
     def to_internal_value(self, data: Any) -> Decimal:
         if isinstance(data, float):
-            # A JSON number with a point or an exponent (2.0, 1e309): API.md asks for strings.
+            # A JSON number with a point or an exponent (2.0, 1e309): docs/api.md asks for strings.
             self.fail("not_a_string")
         if isinstance(data, bool) or not isinstance(data, int | str):
             self.fail("invalid")

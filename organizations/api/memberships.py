@@ -1,5 +1,5 @@
-"""REST endpoints for invitations, leaving, removal and roles (the members part of API.md's
-Identity and organizations, with the invitation flow that `POST .../members/` starts)."""
+"""REST endpoints for invitations, leaving, removal and roles (docs/api.md: invitations and the
+organizations' members, with the invitation flow that `POST .../members/` starts)."""
 
 from typing import cast
 

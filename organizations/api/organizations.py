@@ -1,4 +1,4 @@
-"""REST endpoints for identity and organizations (API.md: Identity and organizations)."""
+"""REST endpoints for identity and organizations (docs/api.md: auth, me, organizations)."""
 
 from typing import cast
 

@@ -1,4 +1,4 @@
-"""The job endpoints (API.md, Jobs) and the organization's usage report. Checks go in the
+"""The job endpoints (docs/api.md: jobs) and the organization's usage report. Checks go in the
 house order: visible (404), allowed (403), state (409), input (400), then the service."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Input and output shapes of the job endpoints (API.md, Jobs). They translate; the services
+"""Input and output shapes of the job endpoints (docs/api.md: jobs). They translate; the services
 decide."""
 
 from __future__ import annotations

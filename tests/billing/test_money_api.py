@@ -1,4 +1,4 @@
-"""The Money endpoints of API.md: who may do what, refusals that change nothing, budgets,
+"""The money endpoints of docs/api.md: who may do what, refusals that change nothing, budgets,
 ledger filters, earnings, and top-ups against the local Stripe server."""
 
 import datetime

@@ -1,4 +1,4 @@
-"""The market endpoints of API.md (Clusters; Offers, bids, purchases; Allocations): each answer
+"""The market endpoints of docs/api.md (clusters, offers, bids, allocations): each answer
 with its exact fields and values, each refusal with its status and `code`, and that a refusal
 changes nothing. Who may call what is tested as a matrix in test_market_api_authorization.py;
 query counts are in test_market_api_queries.py."""

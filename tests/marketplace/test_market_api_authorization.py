@@ -1,4 +1,4 @@
-"""Who may call which market endpoint (API.md: Clusters; Offers, bids, purchases; Allocations),
+"""Who may call which market endpoint (docs/api.md: clusters, offers, bids, allocations),
 as one table: each role against each endpoint, and a refusal changes nothing.
 
 The rules the table encodes: offers and the price history are readable by anyone, without a

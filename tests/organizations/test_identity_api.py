@@ -1,4 +1,4 @@
-"""The identity and organization endpoints of API.md, with their refusals. Every refusal also
+"""The identity and organization endpoints of docs/api.md, with their refusals. Every refusal also
 checks that nothing was written."""
 
 import uuid

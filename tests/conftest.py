@@ -129,19 +129,19 @@ CLUSTER_FOLDERS = ("tests/faults/", "tests/scripts/")
 # shared, or stop the machine's services.
 SECOND_CLUSTER_FILES = frozenset(
     {
+        "tests/hpc/test_inventory_integration.py",
+        "tests/hpc/test_job_folder_links_slurm.py",
+        "tests/hpc/test_pool.py",
+        "tests/hpc/test_slurm_backend_integration.py",
         "tests/scheduler_bridge/test_capacity_journeys.py",
         "tests/scheduler_bridge/test_directives_integration.py",
         "tests/scheduler_bridge/test_directives_sbatch.py",
         "tests/scheduler_bridge/test_idle_integration.py",
-        "tests/scheduler_bridge/test_inventory_integration.py",
         "tests/scheduler_bridge/test_job_files_integration.py",
-        "tests/scheduler_bridge/test_job_folder_links_slurm.py",
         "tests/scheduler_bridge/test_job_secrets.py",
         "tests/scheduler_bridge/test_jobs_faults.py",
         "tests/scheduler_bridge/test_jobs_integration.py",
-        "tests/scheduler_bridge/test_pool.py",
         "tests/scheduler_bridge/test_sizing_integration.py",
-        "tests/scheduler_bridge/test_slurm_backend_integration.py",
         "tests/scheduler_bridge/test_tenants_metering.py",
         "tests/web/test_browser_market.py",
         "tests/web/test_browser_sweeps.py",

@@ -1,6 +1,6 @@
 """The test run: real PostgreSQL and Redis on this machine unless the environment says otherwise.
 
-`make test` runs the suite as three pytest processes side by side (scripts/pytest-processes),
+`make test` runs the suite as four pytest processes side by side (scripts/pytest-processes),
 named by COMPUTESHARE_TEST_PROCESS: each takes a test database, a Redis database and a job-files
 folder of its own. The Celery workers and servers a test starts are given the ones chosen
 (tests/workers.py), not the name."""

@@ -15,7 +15,7 @@ from tests.factories import ClusterFactory, MembershipFactory, OfferFactory, Par
 
 pytestmark = pytest.mark.django_db
 API = "/api/v1"
-RECORDED = Path(__file__).resolve().parents[1] / "scheduler_bridge" / "recorded"
+RECORDED = Path(__file__).resolve().parents[1] / "hpc" / "recorded"
 
 
 def test_verification_stores_each_partitions_hardware():

@@ -1,6 +1,6 @@
 """Verification's `nodes` step on what a one-node test cluster cannot show: nodes where the
 tenant is not as on the login node, and nodes no job reached. The cluster's answers are the
-lines recorded in tests/scheduler_bridge/recorded (see test_node_parsers.py), given by a stand-in
+lines recorded in tests/hpc/recorded (see tests/hpc/test_node_parsers.py), given by a stand-in
 for the SSH connection; the step on the real test cluster is in test_verification_tenants.py."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from marketplace.models import TenantAccount
 from marketplace.services.verification_nodes import NodesCheckFailed, nodes_check
 from tests.factories import ClusterFactory
 
-RECORDED = Path(__file__).parent.parent / "scheduler_bridge" / "recorded"
+RECORDED = Path(__file__).parent.parent / "hpc" / "recorded"
 TOKEN = "@@nodes-recorded@@"
 SINFO = "c1|cpu|idle\nc2|cpu|mix\nc3|cpu|idle\nc4|cpu|alloc\nc5|cpu|idle\nc6|cpu|drain\n"
 

@@ -14,7 +14,7 @@ import pytest
 from hpc.backends.local import LocalBackend, LocalBackendRefused
 from hpc.backends.sandbox import sandbox_check
 from scheduler_bridge.services.backends import local_backend, local_sandbox
-from tests.scheduler_bridge.test_local_backend import (
+from tests.hpc.test_local_backend import (
     KILL_GRACE_SECONDS,
     REPOSITORY,
     SECONDS_PER_MINUTE,

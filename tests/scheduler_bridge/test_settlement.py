@@ -214,7 +214,9 @@ def test_an_array_of_tasks_under_a_second_has_its_start_and_efficiency_from_acco
     job starts when its first task did, its tasks keep accounting's start and elapsed time,
     and its efficiency is its CPU time over one core for one second per task; nothing is
     charged for the seconds accounting did not count."""
-    recorded = (Path(__file__).parent / "recorded" / "sacct_max_rss_with_steps.txt").read_text()
+    recorded = (
+        Path(__file__).parents[1] / "hpc" / "recorded" / "sacct_max_rss_with_steps.txt"
+    ).read_text()
     now = datetime(2026, 11, 26, 17, 0, 0, tzinfo=UTC)
     records = {
         record.array_task_id: record

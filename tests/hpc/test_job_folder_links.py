@@ -19,7 +19,7 @@ import pytest
 from hpc import job_folder
 from hpc.backends.local import LocalBackend
 from hpc.errors import JobFileUnsafe
-from tests.scheduler_bridge.test_local_backend import (
+from tests.hpc.test_local_backend import (
     job_spec,
     make_backend,
     submit_one,

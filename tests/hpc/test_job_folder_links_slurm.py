@@ -20,7 +20,7 @@ from hpc.errors import JobFileUnsafe
 from hpc.slurm.tenants import sftp_probe
 from hpc.ssh import SSHConnection
 from hpc.types import JobSpec, Tenant
-from tests.scheduler_bridge.test_slurm_backend_integration import wait_for_ended_runs
+from tests.hpc.test_slurm_backend_integration import wait_for_ended_runs
 
 pytestmark = pytest.mark.slurm
 

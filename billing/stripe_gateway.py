@@ -1,4 +1,4 @@
-"""The one module that talks to Stripe (DESIGN.md: "Only one module talks to Stripe").
+"""The one module that talks to Stripe (docs/design.md, Apps and their direction).
 
 It knows Stripe's wire format and nothing of our models: callers pass amounts in minor units
 and their own idempotency keys, and get plain records back."""

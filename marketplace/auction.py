@@ -1,7 +1,7 @@
 """The sealed-bid uniform-price auction, as a pure function (no database, no Django), so that it
 can be tested on its own and with generated bids.
 
-The rules (DESIGN.md, market rules): rank bids by price, highest first, then by time, then by
+The rules (docs/design.md, Market rules): rank bids by price, highest first, then by time, then by
 id; fill whole units in that order until the supply is used up, a bid taking less than it asked
 only down to its minimum (a bid that cannot reach its minimum is skipped and the next one is
 tried). Every winner pays the same price: the highest price among units left unserved, but never

@@ -83,8 +83,8 @@ class Cluster(BaseModel):
     # Whether accounting records GPUs (`gres/gpu` in AccountingStorageTRES): without it a GPU
     # job would meter zero, so GPU offers are refused.
     tracks_gpus = models.BooleanField(default=False)
-    # The two kinds of capacity (docs/design.md), as the last verification found the cluster
-    # able to hold them. Preemptible: teams' jobs run under `market_qos`, which each of
+    # The two kinds of capacity (docs/design.md, The product), as the last verification found the
+    # cluster able to hold them. Preemptible: teams' jobs run under `market_qos`, which each of
     # `owner_qos` preempts (requeued after `preemption_grace_seconds` of SIGTERM).
     # Reserved: the service user may create Slurm reservations. Each `*_refusal` says why the
     # kind cannot be sold ("" when it can).
@@ -270,7 +270,7 @@ class SlurmAccount(BaseModel):
 
 class TenantAccount(BaseModel):
     """One of a cluster's pool accounts: an unprivileged Unix user of the owner's tenant group
-    that the platform leases to one team at a time (DESIGN.md, tenants on a cluster).
+    that the platform leases to one team at a time (docs/design.md, Tenants on a cluster).
     Verification records them; a lease takes one; when the lease ends the account is scrubbed
     before anyone else gets it, and one that cannot be scrubbed is quarantined."""
 
@@ -387,9 +387,9 @@ class Resource(models.TextChoices):
 
 
 class Capacity(models.TextChoices):
-    """The two kinds of capacity an owner lists (docs/design.md). Preemptible: units (core- or
-    GPU-hours) used on idle cores at a low priority, given back the moment the owner's own jobs
-    need them. Reserved: whole cores (or GPUs) for the whole window, held by a Slurm
+    """The two kinds of capacity an owner lists (docs/design.md, The product). Preemptible: units
+    (core- or GPU-hours) used on idle cores at a low priority, given back the moment the owner's own
+    jobs need them. Reserved: whole cores (or GPUs) for the whole window, held by a Slurm
     reservation for the team."""
 
     PREEMPTIBLE = "preemptible", "Preemptible"

@@ -1,4 +1,4 @@
-"""The rules of DESIGN.md that a reader of one file cannot see.
+"""The rules of docs/design.md (Apps and their direction) that a reader of one file cannot see.
 
 - Imports go one way between the apps: scheduler_bridge -> marketplace -> billing ->
   organizations -> notifications -> webhooks -> computeshare.

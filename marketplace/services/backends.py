@@ -51,9 +51,9 @@ def local_sandbox() -> SandboxStatus:
 
 
 def backend_failed(cluster: Cluster, error: BridgeError) -> None:
-    """What a failed call to the cluster leaves behind: a connection that broke is forgotten,
-    so that the next use opens a new one; a host that offered another key than the pinned one
-    marks the cluster (bridge rule 1), so that nothing more is sent to it."""
+    """What a failed call to the cluster leaves behind: a connection that broke is forgotten, so
+    that the next use opens a new one; a host that offered another key than the pinned one marks the
+    cluster (docs/design.md, Scheduler bridge rules), so that nothing more is sent to it."""
     if isinstance(error, HostKeyMismatch):
         cluster_host_key_refused(cluster=cluster, error=error)
     if error.is_transient and cluster.backend == Cluster.Backend.SLURM:

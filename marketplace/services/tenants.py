@@ -1,4 +1,4 @@
-"""Tenant accounts and their leases (DESIGN.md, tenants on a cluster).
+"""Tenant accounts and their leases (docs/design.md, Tenants on a cluster).
 
 A cluster's owner gives the platform a pool of unprivileged Unix accounts. A team that buys time
 on the cluster leases one of them for as long as it has an open allocation or an unfinished job

@@ -12,11 +12,11 @@ The `nodes` step runs a tiny job as a tenant on each compute node it can reach: 
 must have the login node's uid there, the shared home, and see nobody else's processes
 (`verification_nodes`).
 
-The last two steps are the two kinds of capacity (docs/design.md): `preemption` (the owner's
-QOS preempt the market's, whose jobs are requeued: `hpc.slurm.preemption`) and `reservations`
-(the service user may make Slurm reservations). Either may fail while the other passes: the
-cluster is then online and sells the other kind only, and the failed step's reason is what the
-owner reads on the cluster's card. Only when neither kind can be sold is the cluster
+The last two steps are the two kinds of capacity (docs/design.md, The product): `preemption` (the
+owner's QOS preempt the market's, whose jobs are requeued: `hpc.slurm.preemption`) and
+`reservations` (the service user may make Slurm reservations). Either may fail while the other
+passes: the cluster is then online and sells the other kind only, and the failed step's reason is
+what the owner reads on the cluster's card. Only when neither kind can be sold is the cluster
 misconfigured.
 
 Every verification runs in a Celery worker (`cluster_verification_start` queues it), never in a

@@ -439,7 +439,8 @@ class OfferCancelView(LoginRequiredMixin, View):
 
 
 class PriceHistoryView(View):
-    """Public, as DESIGN.md has it: every clearing is recorded and its price history public."""
+    """Public, as docs/design.md has it (Market rules): every clearing is recorded and its price
+    history public."""
 
     template_name = "marketplace/market/price_history.html"
 

@@ -16,7 +16,7 @@ import os
 import sys
 from typing import Any
 
-# The worked example of DESIGN.md: A, B and C win 40, 30 and 30 units at 1.80; D wins nothing.
+# The worked example of docs/design.md: A, B and C win 40, 30 and 30 units at 1.80; D wins nothing.
 WORKED_EXAMPLE = [("A", 40, "2.50"), ("B", 30, "2.00"), ("C", 50, "1.80"), ("D", 20, "1.20")]
 
 

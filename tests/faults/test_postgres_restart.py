@@ -268,7 +268,7 @@ def test_postgres_restarted_during_an_auctions_clearing_clears_it_once(stack: St
     time.sleep(2)
     outcome = stack.step("auction-outcome", offer=given["offer"])
 
-    # Then it is cleared once, as DESIGN.md's example says, and each hold released once:
+    # Then it is cleared once, as docs/design.md's worked example says, and each hold released once:
     # held now, released, ever placed (D's hold closed).
     holds = {
         name: [Decimal(held), Decimal(released), Decimal(placed), status]

@@ -69,8 +69,8 @@ def check_greedy_in_rank_order(supply: int, bids: list[SealedBid], result: Clear
 
 
 def expected_price(reserve: Decimal, bids: list[SealedBid], result: Clearing) -> Decimal | None:
-    """DESIGN.md's words: the highest price among units left unserved, never below the reserve
-    and never above the lowest winning bid."""
+    """docs/design.md's words (Market rules): the highest price among units left unserved, never
+    below the reserve and never above the lowest winning bid."""
     if not result.fills:
         return None
     unserved = [each.price for each in bids if result.fills.get(each.key, 0) < each.quantity]
@@ -144,7 +144,7 @@ def test_no_more_teams_win_than_the_cluster_has_tenant_accounts_for(auction, buy
     """With `seats` free tenant accounts, at most that many teams outside `seated` (those that
     hold one already) win; walking the bids in rank order, a bid goes without only when what
     is left cannot reach its minimum or its team would need an account there is none of; the
-    price keeps DESIGN.md's rule, skipped bids counting as unserved."""
+    price keeps docs/design.md's rule, skipped bids counting as unserved."""
     supply, reserve, bids = auction
     bids = [
         SealedBid(

@@ -1,5 +1,5 @@
 """The uniform-price clearing rule (`marketplace.auction`) by example, without a database: the
-worked example of DESIGN.md, the rank order (price, then time, then id), minimum fills, the
+worked example of docs/design.md, the rank order (price, then time, then id), minimum fills, the
 reserve, and the bounds on the price."""
 
 import itertools
@@ -44,7 +44,7 @@ WORKED_EXAMPLE = [
 ]
 
 
-# --- DESIGN.md's worked example ----------------------------------------------------------------
+# --- docs/design.md's worked example ----------------------------------------------------------
 
 
 def test_worked_example_fills_a_b_and_part_of_c_at_c_s_price():

@@ -1,5 +1,5 @@
 """Clearing auctions through the real services on PostgreSQL, with real billing holds: the
-worked example of DESIGN.md end to end, idempotence, no sale, buy-now before the close, the
+worked example of docs/design.md end to end, idempotence, no sale, buy-now before the close, the
 management command and the periodic task on a real Celery worker; then what follows a clearing
 (the allocation window's close) and what may happen before it (cancelling an offer,
 withdrawing a bid)."""
@@ -139,8 +139,8 @@ def snapshot() -> Snapshot:
 
 
 def worked_example() -> tuple[Membership, Offer, dict[str, Bid]]:
-    """DESIGN.md's example, through the services: 100 units at a reserve of 1.00; each team
-    has 500 and bids A 40@2.50, B 30@2.00, C 50@1.80, D 20@1.20; the auction has closed."""
+    """docs/design.md's worked example, through the services: 100 units at a reserve of 1.00; each
+    team has 500 and bids A 40@2.50, B 30@2.00, C 50@1.80, D 20@1.20; the auction has closed."""
     owner, offer = listed_offer()
     bids = place_bids(offer, WORKED_EXAMPLE)
     close_auction(offer)

@@ -1749,8 +1749,8 @@ def test_bad_bid_filters_are_400_naming_the_parameter(market, query, parameter):
 
 
 def test_bids_after_clearing_show_what_each_won_and_paid(market):
-    """The example of DESIGN.md: 100 units, reserve 1.00; A 40@2.50, B 30@2.00, C 50@1.80,
-    D 20@1.20 clear at 1.80 with A, B, C getting 40, 30 and 30."""
+    """The worked example of docs/design.md (Market rules): 100 units, reserve 1.00; A 40@2.50, B
+    30@2.00, C 50@1.80, D 20@1.20 clear at 1.80 with A, B, C getting 40, 30 and 30."""
     offer = offer_for_sale(market)
     teams = {}
     for name, quantity, price in [

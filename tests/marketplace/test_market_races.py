@@ -162,8 +162,8 @@ def test_a_closing_rush_of_many_teams_and_a_withdrawal_keeps_every_hold_and_figu
 
 
 def worked_example_closed() -> tuple[Offer, dict[str, Bid]]:
-    """DESIGN.md's example (A 40@2.50, B 30@2.00, C 50@1.80, D 20@1.20 for 100 units at a
-    reserve of 1.00), each team with 500; the auction has closed."""
+    """docs/design.md's worked example (A 40@2.50, B 30@2.00, C 50@1.80, D 20@1.20 for 100 units at
+    a reserve of 1.00), each team with 500; the auction has closed."""
     offer = OfferFactory(quantity=100, reserve_price=D("1.00"))
     bids = {}
     for name, quantity, price in (

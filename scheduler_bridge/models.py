@@ -330,7 +330,8 @@ class Job(Progress):
 
     @property
     def directory(self) -> str:
-        """The job's own directory on the cluster, under the service user's home."""
+        """The job's own directory on the cluster, relative to the home of the tenant account it
+        runs as (on the local backend, to the job files' root)."""
         return f"computeshare-jobs/{self.uuid}"
 
     @property

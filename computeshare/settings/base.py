@@ -152,7 +152,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TIMEZONE = TIME_ZONE
 # Three queues by what a task waits on (docs/scaling.md, "What runs where"): `cluster` on SSH
 # round trips to owners' login nodes, `money` on row locks and commits, `io` on other people's
-# servers (webhook receivers, mail, result files fetched over SFTP). A pool per queue keeps one
+# servers (webhook receivers, mail, result files read off the cluster). A pool per queue keeps one
 # slow login node or webhook receiver from holding the processes the ledger needs. Celery's
 # default queue is declared too, so that a worker started without -Q (the demo's, the tests')
 # still consumes all four; every task has a route (tests/computeshare/test_task_routes.py), so

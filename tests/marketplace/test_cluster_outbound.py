@@ -20,7 +20,7 @@ from computeshare.models import User
 from hpc.ssh import SSHConnection
 from marketplace import services
 from marketplace.models import Cluster, ClusterVerification
-from marketplace.services.verification import UNREACHABLE_REASON
+from marketplace.services.verification_checks import UNREACHABLE_REASON
 from organizations.models import Membership, Organization
 from tests.conftest import client_for, wait_for
 from tests.factories import (

@@ -17,7 +17,7 @@ from computeshare.models import User
 from hpc.ssh import SSHConnection, host_key_from_line
 from marketplace import services
 from marketplace.models import Cluster, ClusterVerification, Partition
-from marketplace.services.verification import UNREACHABLE_REASON
+from marketplace.services.verification_checks import UNREACHABLE_REASON
 from organizations.models import Membership, Organization
 from tests.conftest import client_for, wait_for
 from tests.factories import (

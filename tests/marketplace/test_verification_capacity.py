@@ -24,7 +24,7 @@ from hpc.slurm.reservations import PROBE_PREFIX, reservation_probe, reservations
 from hpc.ssh import SSHConnection
 from marketplace import services
 from marketplace.models import Cluster
-from marketplace.services import verification
+from marketplace.services import verification, verification_checks, verification_steps
 from marketplace.services.clusters import ssh_settings_for
 from organizations.models import Membership
 from tests.factories import MembershipFactory, OrganizationFactory
@@ -281,16 +281,16 @@ def test_without_operator_rights_slurm_refuses_the_test_reservation(testcluster)
 
 def kinds_verified(
     cluster: Cluster, testcluster: Any
-) -> tuple[verification.Steps, verification._Findings, BaseException | None]:
+) -> tuple[verification_steps.Steps, verification_checks.Findings, BaseException | None]:
     """The two steps of the kinds alone, run on the cluster as verification runs them."""
-    steps, findings = verification.Steps(), verification._Findings()
+    steps, findings = verification_steps.Steps(), verification_checks.Findings()
     pool = testcluster.tenant_pool("fixed")
-    findings.pool = tuple(verification.PoolAccount(t.user, t.home) for t in pool.tenants)
+    findings.pool = tuple(verification_checks.PoolAccount(t.user, t.home) for t in pool.tenants)
     failure = None
     with closing(SSHConnection(ssh_settings_for(cluster))) as connection:
         config = config_read(connection, timeout=30)
         try:
-            verification._verify_kinds(
+            verification_checks.kinds_check(
                 connection,
                 cluster,
                 steps,
@@ -299,7 +299,7 @@ def kinds_verified(
                 testcluster.partition,
                 pool.tenants[0].user,
             )
-        except verification.CheckFailed as error:
+        except verification_steps.CheckFailed as error:
             failure = error
     return steps, findings, failure
 

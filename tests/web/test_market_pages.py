@@ -34,7 +34,7 @@ from marketplace.models import (
     TenantAccount,
     TenantLease,
 )
-from marketplace.services.verification import UNREACHABLE_REASON
+from marketplace.services.verification_checks import UNREACHABLE_REASON
 from organizations import selectors as organization_selectors
 from organizations.models import Membership, Organization
 from tests.conftest import OrganizationWithPeople, client_for

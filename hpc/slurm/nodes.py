@@ -23,7 +23,7 @@ from datetime import datetime, timedelta
 
 from hpc.errors import UnexpectedOutput
 from hpc.slurm.accounting import slurm_time
-from hpc.slurm.accounts import (
+from hpc.slurm.sacctmgr import (
     require_slurm_name,
     sacctmgr_failure,
     sacctmgr_modify,

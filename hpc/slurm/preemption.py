@@ -40,7 +40,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from hpc.errors import BridgeError, UnexpectedOutput
-from hpc.slurm.accounts import (
+from hpc.slurm.parsers import parse_parsable2
+from hpc.slurm.sacctmgr import (
     AccountMissing,
     Association,
     require_slurm_name,
@@ -48,7 +49,6 @@ from hpc.slurm.accounts import (
     sacctmgr_modify,
     sacctmgr_show,
 )
-from hpc.slurm.parsers import parse_parsable2
 from hpc.ssh import SSHConnection
 
 DEFAULT_MARKET_QOS = "computeshare-market"

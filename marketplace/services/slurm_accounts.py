@@ -21,6 +21,7 @@ from django.utils import timezone
 from hpc.errors import BridgeError
 from hpc.slurm import accounts as slurm_accounts
 from hpc.slurm import preemption as slurm_preemption
+from hpc.slurm import sacctmgr
 from hpc.ssh import SSHConnection
 from marketplace.models import Allocation, Cluster, Resource, SlurmAccount, TenantLease
 from marketplace.services.clusters import ssh_settings_for
@@ -204,7 +205,7 @@ def _service_user_association_remove(
             user=cluster.ssh_user,
             account=account,
         )
-    except slurm_accounts.AssociationInUse as busy:
+    except sacctmgr.AssociationInUse as busy:
         logger.info("kept the service user's association with %s for now: %s", account, busy)
 
 
@@ -293,7 +294,7 @@ def tenant_slurm_leave(*, lease_id: int) -> bool:
 def _tenant_leave(lease: TenantLease, account: str) -> None:
     cluster = lease.cluster
     if not cluster.tenant_idle_account:
-        raise slurm_accounts.AccountMissing(
+        raise sacctmgr.AccountMissing(
             f"cluster {cluster.name} has no idle account recorded for its tenants: "
             "verify the cluster again"
         )

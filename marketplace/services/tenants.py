@@ -25,9 +25,9 @@ from computeshare.errors import PermissionDenied
 from computeshare.queue import enqueue_after_commit
 from computeshare.states import status_move, status_move_all
 from hpc.errors import BridgeError
-from hpc.slurm.accounts import AccountMissing
 from hpc.slurm.node_checks import nodes_scrub
 from hpc.slurm.nodes import idle_jobs_allowed, lease_nodes_read
+from hpc.slurm.sacctmgr import AccountMissing
 from hpc.slurm.tenants import PoolAccount, ScrubReport, tenant_scrub
 from hpc.ssh import SSHConnection
 from marketplace import errors, selectors

@@ -13,10 +13,7 @@ import pytest
 from hpc.errors import RemoteCommandFailed
 from hpc.slurm.accounts import (
     AccountLimit,
-    AccountMissing,
-    AssociationInUse,
     TenantInAnotherAccount,
-    TresNotTracked,
     account_ensure,
     account_limit_get,
     account_limit_set,
@@ -34,6 +31,11 @@ from hpc.slurm.preemption import (
     qos_preemption_read,
     qos_preemption_remove,
     team_qos_preemptable,
+)
+from hpc.slurm.sacctmgr import (
+    AccountMissing,
+    AssociationInUse,
+    TresNotTracked,
 )
 from hpc.ssh import SSHConnection
 

@@ -9,8 +9,16 @@ from pathlib import Path
 import pytest
 
 from hpc.errors import RemoteCommandFailed, UnexpectedOutput
-from hpc.slurm import accounts
+from hpc.slurm import sacctmgr
 from hpc.slurm.accounts import (
+    account_ensure,
+    account_limit_get,
+    account_name_for,
+    is_team_account,
+    tenant_join,
+    tenant_leave,
+)
+from hpc.slurm.sacctmgr import (
     AccountMissing,
     AdminLevelTooLow,
     Association,
@@ -18,18 +26,12 @@ from hpc.slurm.accounts import (
     Qos,
     SlurmUser,
     TresNotTracked,
-    account_ensure,
-    account_limit_get,
-    account_name_for,
-    is_team_account,
     parse_associations,
     parse_default_accounts,
     parse_grp_tres_mins,
     parse_qos,
     parse_users_with_associations,
     sacctmgr_text,
-    tenant_join,
-    tenant_leave,
 )
 from hpc.ssh import CommandResult, SSHConnection, SSHSettings
 
@@ -233,7 +235,7 @@ def test_free_text_keeps_letters_digits_spaces_and_dash_underscore_dot(text, cle
     ],
 )
 def test_nothing_new_added_is_success_without_change(name, added):
-    assert accounts._added(recorded_result(name)) is added
+    assert sacctmgr.added(recorded_result(name)) is added
 
 
 @pytest.mark.parametrize(
@@ -241,12 +243,12 @@ def test_nothing_new_added_is_success_without_change(name, added):
     [("add_qos", True), ("add_qos_again", False), ("add_account_with_qos", True)],
 )
 def test_a_qos_and_an_account_with_it_are_added_once(name, added):
-    assert accounts._added(recorded_tenants(name)) is added
+    assert sacctmgr.added(recorded_tenants(name)) is added
 
 
 def test_a_qos_refused_to_an_operator_says_that_it_needs_an_administrator():
     with pytest.raises(AdminLevelTooLow) as refused:
-        accounts._added(recorded_tenants("add_qos_denied_to_an_operator"))
+        sacctmgr.added(recorded_tenants("add_qos_denied_to_an_operator"))
 
     assert isinstance(refused.value, RemoteCommandFailed)
     assert refused.value.exit_status == 1
@@ -257,7 +259,7 @@ def test_nothing_new_added_with_a_reason_on_stderr_is_a_failure():
     # sacctmgr prints "Nothing new added." when it refuses an association with an account
     # that does not exist, and says why on stderr.
     with pytest.raises(RemoteCommandFailed) as failed:
-        accounts._added(recorded_result("add_user_missing_account"))
+        sacctmgr.added(recorded_result("add_user_missing_account"))
 
     assert failed.value.exit_status == 1
     assert "doesn't exist" in failed.value.stderr
@@ -272,7 +274,7 @@ def test_nothing_new_added_with_a_reason_on_stderr_is_a_failure():
     ],
 )
 def test_a_modification_that_exited_zero_is_done(result):
-    accounts._require_modified(result, TEAM, cluster_name="computeshare-test")
+    sacctmgr.require_modified(result, TEAM, cluster_name="computeshare-test")
 
 
 @pytest.mark.parametrize(
@@ -280,7 +282,7 @@ def test_a_modification_that_exited_zero_is_done(result):
 )
 def test_nothing_modified_means_the_account_or_its_qos_is_missing(result):
     with pytest.raises(AccountMissing, match="cs-0000000000000000 or its QOS disappeared"):
-        accounts._require_modified(result, "cs-0000000000000000", cluster_name="computeshare-test")
+        sacctmgr.require_modified(result, "cs-0000000000000000", cluster_name="computeshare-test")
 
 
 @pytest.mark.parametrize(
@@ -289,7 +291,7 @@ def test_nothing_modified_means_the_account_or_its_qos_is_missing(result):
 )
 def test_a_gpu_limit_on_a_cluster_that_does_not_track_gpus_says_what_is_missing(result):
     with pytest.raises(TresNotTracked) as refused:
-        accounts._require_modified(result, TEAM, cluster_name="computeshare-test")
+        sacctmgr.require_modified(result, TEAM, cluster_name="computeshare-test")
 
     assert str(refused.value) == (
         "cluster computeshare-test does not track gres/gpu: "
@@ -299,12 +301,12 @@ def test_a_gpu_limit_on_a_cluster_that_does_not_track_gpus_says_what_is_missing(
 
 @pytest.mark.parametrize(("name", "deleted"), [("delete_user", True), ("delete_user_again", False)])
 def test_nothing_deleted_is_success_without_change(name, deleted):
-    assert accounts._deleted(recorded_tenants(name), user="cs-tenant-04", account=TEAM) is deleted
+    assert sacctmgr.deleted(recorded_tenants(name), user="cs-tenant-04", account=TEAM) is deleted
 
 
 def test_an_association_with_jobs_is_not_deleted_and_the_error_says_so():
     with pytest.raises(AssociationInUse) as refused:
-        accounts._deleted(
+        sacctmgr.deleted(
             recorded_tenants("delete_user_jobs_active"), user="cs-tenant-04", account=TEAM
         )
 

@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 from hpc.errors import UnexpectedOutput
-from hpc.slurm.accounts import parse_associations
 from hpc.slurm.inventory import parse_config
 from hpc.slurm.preemption import (
     Preemption,
@@ -21,6 +20,9 @@ from hpc.slurm.preemption import (
     parse_qos_preemption,
     preemption_assess,
     tenants_without_qos,
+)
+from hpc.slurm.sacctmgr import (
+    parse_associations,
 )
 
 RECORDED = Path(__file__).parent / "recorded"

@@ -26,7 +26,9 @@ from billing.services.ledger import accounts_open
 from hpc.errors import ClusterUnreachable
 from hpc.slurm import accounts as slurm_accounts
 from hpc.slurm import preemption as slurm_preemption
-from hpc.slurm.accounts import account_name_for
+from hpc.slurm.accounts import (
+    account_name_for,
+)
 from hpc.slurm.parsers import parse_parsable2
 from hpc.ssh import SSHConnection
 from marketplace import services

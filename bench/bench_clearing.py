@@ -86,13 +86,15 @@ def market_setup() -> Market:
         membership.organization_id: membership
         for membership in Membership.objects.select_related("organization", "user")
     }
-    # A clearing hands its notices to a task after its commit. A process's first message
-    # imports the task and opens the broker connection (about a second under load), which a
-    # running worker or server did long ago: sent once now (a batch that does not exist, so
-    # a worker that takes it does nothing), not inside the first timed clearing.
+    # A clearing hands its notices and its losing bids' releases to tasks after its commit. A
+    # process's first message imports the task and opens the broker connection (about a second
+    # under load), which a running worker or server did long ago: sent once now (a batch that
+    # does not exist, so a worker that takes it does nothing), not inside the first timed
+    # clearing.
     from computeshare.queue import enqueue_after_commit
 
     enqueue_after_commit("notifications.tasks.notice_batch_record_task", 0, recovered_by="-")
+    enqueue_after_commit("billing.tasks.hold_release_batch_apply_task", 0, recovered_by="-")
     return Market(owner=owner, cluster=cluster, partition=partition, teams=teams, admins=admins)
 
 
@@ -394,6 +396,9 @@ class ClearingRun:
     managed: float | None = None
     profile: str = ""
     notices: tuple[float, int] | None = None  # after the commit: seconds, notifications
+    # After the commit: seconds from the commit until the losing bids' holds were released,
+    # the holds, the release transactions, and the seconds the release itself took.
+    releases: tuple[float, int, int, float] | None = None
 
 
 def bench_clearing(market: Market, size: int, rng: random.Random, profile: bool) -> ClearingRun:
@@ -451,7 +456,11 @@ def bench_clearing(market: Market, size: int, rng: random.Random, profile: bool)
         profile_text = text.getvalue()
     trace = Trace()
     elapsed, outcome = _clear(offer.pk, commit=True, trace=trace)
+    committed = time.perf_counter()
     clears.append(elapsed)
+    # The losing bids' releases first, as the `money` worker takes them at once (the notices
+    # go to the `io` worker); the checks below run once both are done.
+    releases = _releases_apply(committed)
     machine_load = load_average()
     notices = _notices_record()
     assert outcome.cleared and outcome.bids == size, outcome
@@ -476,7 +485,30 @@ def bench_clearing(market: Market, size: int, rng: random.Random, profile: bool)
         managed=managed,
         profile=profile_text,
         notices=notices,
+        releases=releases,
     )
+
+
+def _releases_apply(committed: float) -> tuple[float, int, int, float] | None:
+    """What the `money` worker does after the clearing's commit, outside the offer's lock:
+    applies the hold release batches the clearing wrote (the losing bids' holds), through the
+    task's own service, in this process at once. Returns the seconds from the commit until the
+    last hold was released, the holds, the release transactions and the seconds the release
+    itself took; None when the clearing released nothing later."""
+    from billing.models import HoldReleaseBatch, Transaction
+    from billing.services import hold_release_batch_apply
+
+    transactions = Transaction.objects.count()
+    started = time.perf_counter()
+    released = sum(
+        hold_release_batch_apply(batch_id=pk)
+        for pk in HoldReleaseBatch.objects.values_list("pk", flat=True)
+    )
+    ended = time.perf_counter()
+    if not released:
+        return None
+    lines = Transaction.objects.count() - transactions
+    return ended - committed, released, lines, ended - started
 
 
 def _notices_record() -> tuple[float, int] | None:
@@ -507,6 +539,13 @@ def print_clearing(runs: list[ClearingRun]) -> None:
         verdict = "sound" if not run.checks else "; ".join(run.checks[:3])
         print(f"      ledger_verify and hold checks after the clearing: {verdict}")
         print(f"      {run.load_average} when it cleared")
+        if run.releases is not None:
+            after, holds, lines, took = run.releases
+            print(
+                f"      then, after the commit (a task on the money queue, the offer unlocked): "
+                f"{holds:,} losing bids' holds released ({lines:,} release transactions) in "
+                f"{took * 1e3:,.0f} ms, all applied {after * 1e3:,.0f} ms after the commit"
+            )
         if run.notices is not None:
             print(
                 f"      then, after the commit (a task, the offer unlocked): "
@@ -551,6 +590,16 @@ def print_clearing(runs: list[ClearingRun]) -> None:
             "<= 3",
             ratio <= 3 and not run.checks,
         )
+    for run in runs:
+        if run.releases is not None and run.bids == 1_000:
+            after = run.releases[0]
+            record_figure(
+                f"clearing.releases.{run.bids}",
+                f"losing bids' holds released after the clearing's commit, {run.bids:,} bids",
+                f"{after:.2f} s",
+                "<= 5 s",
+                after <= 5,
+            )
     for run in runs:
         if run.managed is not None:
             print(

@@ -11,7 +11,7 @@ Sign convention: an account's balance is the sum of its entries. A wallet's `ava
 account goes negative by exactly the money paid in, so that everything sums to zero."""
 
 from decimal import Decimal
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import models
@@ -128,11 +128,23 @@ class Hold(BaseModel):
     """Money of an organization set aside for a purpose (a bid, an allocation's commitment).
 
     `placed` is everything ever put on hold; it leaves only by capture or release, so
-    `placed == amount + captured + released` always holds."""
+    `placed == amount + captured + released` always holds.
+
+    `releasing`: a hold whose release is decided but not yet posted (a losing bid's, released
+    after its auction's commit from a `HoldReleaseBatch`). It still holds its amount, on the
+    wallet's `held` balance as on the hold, and nothing may capture, resize or release it but
+    its batch, which closes it."""
 
     class Status(models.TextChoices):
         OPEN = "open", "Open"
+        RELEASING = "releasing", "Releasing"
         CLOSED = "closed", "Closed"
+
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        Status.OPEN: {Status.RELEASING, Status.CLOSED},
+        Status.RELEASING: {Status.CLOSED},
+        Status.CLOSED: set(),
+    }
 
     organization = models.ForeignKey(
         "organizations.Organization", on_delete=models.PROTECT, related_name="holds"
@@ -170,7 +182,7 @@ class Hold(BaseModel):
                 name="hold_placed_is_accounted_for",
             ),
             models.CheckConstraint(
-                condition=Q(status="open") | Q(status="closed", amount=0),
+                condition=Q(status__in=["open", "releasing"]) | Q(status="closed", amount=0),
                 name="hold_closed_holds_nothing",
             ),
         ]
@@ -181,6 +193,24 @@ class Hold(BaseModel):
     @property
     def is_open(self) -> bool:
         return self.status == self.Status.OPEN
+
+
+class HoldReleaseBatch(BaseModel):
+    """Holds to release after the commit of the change that decided it (an outbox, as the
+    notices' `NoticeBatch`): written in that change's transaction together with its holds'
+    move to `releasing`, so a committed decision is never lost and a rolled-back one releases
+    nothing. A task applies it after the commit (`hold_release_batch_apply`): every hold closes
+    and each organization gets one release transaction, in one transaction that deletes the
+    batch, so it is applied once; a periodic sweep applies a batch whose task was lost.
+    `hold_ids`: the holds' primary keys, a JSON list (one row for any number of holds)."""
+
+    hold_ids = models.JSONField()
+    reference_kind = models.CharField(max_length=16, choices=ReferenceKind.choices)
+    reference = models.UUIDField(null=True, blank=True)
+    memo = models.CharField(max_length=255, blank=True)
+
+    def __str__(self) -> str:
+        return f"hold release batch {self.pk} ({len(self.hold_ids)} holds)"
 
 
 class Transaction(BaseModel):

@@ -23,6 +23,7 @@ from billing.models import (
     ConnectedAccount,
     Debt,
     Entry,
+    HoldReleaseBatch,
     Payout,
     ReferenceKind,
     TopUp,
@@ -599,3 +600,9 @@ def earnings_by_day(
         )
         earned.by_day[row["day"]] = earned.by_day.get(row["day"], ZERO) + row["total"]
     return sorted(sources.values(), key=lambda earned: (earned.source_name, str(earned.source)))
+
+
+def hold_release_batches_due() -> list[int]:
+    """The hold release batches still waiting: their task was lost (a crash after the commit,
+    a broker that did not take it), or is applying them now (the sweep skips those)."""
+    return list(HoldReleaseBatch.objects.order_by("pk").values_list("pk", flat=True)[:100])

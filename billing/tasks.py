@@ -58,3 +58,19 @@ def ledger_verify_task() -> int:
     for problem in problems:
         logger.error("Ledger invariant broken: %s", problem)
     return len(problems)
+
+
+@shared_task(time_limit=300, soft_time_limit=270)
+def hold_release_batch_apply_task(batch_id: int) -> int:
+    """Releases a batch of holds after the commit that decided it (an auction's losing bids)."""
+    return services.hold_release_batch_apply(batch_id=batch_id)
+
+
+@shared_task(time_limit=300, soft_time_limit=270)
+def hold_release_batches_due_task() -> int:
+    """Periodic: releases the batches whose task was lost (each once: see
+    hold_release_batch_apply)."""
+    return sum(
+        services.hold_release_batch_apply(batch_id=batch_id)
+        for batch_id in selectors.hold_release_batches_due()
+    )

@@ -24,6 +24,7 @@ from uuid import UUID
 from django.conf import settings
 from django.db import connection, transaction
 from django.db.models import F, Q, QuerySet
+from django.db.models.expressions import RawSQL
 from django.utils import timezone
 
 from billing.errors import (
@@ -33,12 +34,14 @@ from billing.errors import (
     InsufficientFunds,
     OutstandingDebt,
 )
-from billing.models import ZERO, Account, Entry, Hold, ReferenceKind, Transaction
+from billing.models import ZERO, Account, Entry, Hold, HoldReleaseBatch, ReferenceKind, Transaction
 from billing.selectors import debt_owed, earnings_split
 from billing.services import budgets
 from computeshare.errors import ValidationFailed
 from computeshare.models import User
 from computeshare.numbers import MICRO_PLACES, MICRO_UNIT
+from computeshare.queue import enqueue_after_commit
+from computeshare.states import status_move_all
 from hpc.batches import batched
 from organizations.models import Organization
 
@@ -687,12 +690,19 @@ def holds_settle(
     reference_kind: str,
     reference: UUID,
     memo: str,
+    release_after_commit: bool = False,
 ) -> int:
     """Settles many holds at once, as an auction's clearing does: each hold of `holds` keeps
     `keep[hold.pk]` (nothing when absent) and gives the rest back to available; a hold that
     keeps nothing closes. Posts one release transaction per organization (the holds themselves
     keep the per-hold detail), so that a clearing of many bids costs a few set-based statements
     rather than a transaction per bid. Returns the number of holds settled.
+
+    With `release_after_commit`, the holds that keep nothing are not released here: they move
+    to `releasing` (still held, on the hold and on the wallet) and are listed in one
+    `HoldReleaseBatch`, which a task releases after the commit (`hold_release_batch_apply`), or
+    the periodic sweep when the task is lost. The caller's transaction then writes one row
+    for them instead of their ledger lines.
 
     Locks the holds, then the wallets' accounts, in primary-key order: the order every hold
     service uses."""
@@ -704,17 +714,18 @@ def holds_settle(
     if not rows:
         return 0
     released_by_organization: dict[int, Decimal] = {}
-    # Holds grouped by what they keep: an auction's winners keep `price x units won`, so there
-    # are only as many groups as distinct quantities won, and one UPDATE serves each.
-    kept: dict[Decimal, list[int]] = {}
+    settled: list[tuple[int, Decimal]] = []  # (hold, what it keeps), settled now
+    later: list[int] = []  # holds released after the commit
     for pk, organization_id, amount, status in rows:
         if status != Hold.Status.OPEN:
             raise HoldNotOpen(extra={"hold": pk})
         keeping = keep.get(pk, ZERO)
         if not ZERO <= keeping <= amount:
             raise HoldTooSmall(extra={"held": str(amount), "requested": str(keeping)})
-        if keeping:
-            kept.setdefault(keeping, []).append(pk)
+        if release_after_commit and not keeping:
+            later.append(pk)
+            continue
+        settled.append((pk, keeping))
         released_by_organization[organization_id] = (
             released_by_organization.get(organization_id, ZERO) + amount - keeping
         )
@@ -722,32 +733,150 @@ def holds_settle(
         raise AssertionError(f"holds to keep that are not being settled: {sorted(missing)}")
 
     now = timezone.now()
+    _holds_keep(settled, now)
+    if later:
+        _holds_release_after_commit(later, reference_kind, reference, memo, now)
+    organizations = sorted(pk for pk, total in released_by_organization.items() if total)
+    _releases_post(
+        organizations,
+        released_by_organization,
+        reference_kind,
+        reference,
+        memo,
+        now,
+        prefix=f"settle:{reference}:",
+    )
+    return len(rows)
+
+
+def _holds_keep(settled: list[tuple[int, Decimal]], now: datetime.datetime) -> None:
+    """Each hold keeps its amount and releases the rest; one that keeps nothing closes."""
+    if not settled:
+        return
     if connection.vendor == "postgresql":
-        _holds_keep_sql([row[0] for row in rows], [keep.get(row[0], ZERO) for row in rows], now)
-    else:
-        keeping_any = [pk for pks in kept.values() for pk in pks]
-        Hold.objects.filter(pk__in=[row[0] for row in rows]).exclude(pk__in=keeping_any).update(
-            released=F("released") + F("amount"),
-            amount=0,
-            status=Hold.Status.CLOSED,
-            updated_at=now,
-        )
-        for keeping, pks in kept.items():
-            for batch in batched(pks, 10_000):
+        _holds_keep_sql([pk for pk, _ in settled], [keeping for _, keeping in settled], now)
+        return
+    kept: dict[Decimal, list[int]] = {}
+    for pk, keeping in settled:
+        kept.setdefault(keeping, []).append(pk)
+    # Holds grouped by what they keep: an auction's winners keep `price x units won`, so there
+    # are only as many groups as distinct quantities won, and one UPDATE serves each.
+    for keeping, pks in kept.items():
+        for batch in batched(pks, 10_000):
+            if keeping:
                 Hold.objects.filter(pk__in=batch).update(
                     amount=keeping, released=F("released") + F("amount") - keeping, updated_at=now
                 )
+            else:
+                Hold.objects.filter(pk__in=batch).update(
+                    released=F("released") + F("amount"),
+                    amount=0,
+                    status=Hold.Status.CLOSED,
+                    updated_at=now,
+                )
 
+
+def _ids(ids: list[int]) -> Any:
+    """`pk__in` of many ids: on PostgreSQL one array parameter (`IN (SELECT unnest(...))`);
+    rendering ten thousand placeholders cost more than the UPDATE that used them."""
+    if connection.vendor != "postgresql":
+        return ids
+    return RawSQL("SELECT unnest(%s::bigint[])", [ids])
+
+
+def _holds_release_after_commit(
+    hold_ids: list[int], reference_kind: str, reference: UUID, memo: str, now: datetime.datetime
+) -> None:
+    """Moves the (locked, open) holds to `releasing` and writes the batch that releases them,
+    whose task is sent after the commit."""
+    for batch in batched(hold_ids, 10_000):
+        moved = status_move_all(
+            Hold.objects.filter(pk__in=_ids(batch)),
+            Hold.Status.RELEASING,
+            from_statuses=[Hold.Status.OPEN],
+            updated_at=now,
+        )
+        if moved != len(batch):
+            raise AssertionError("a locked open hold did not move to releasing")
+    release = HoldReleaseBatch.objects.create(
+        hold_ids=hold_ids, reference_kind=reference_kind, reference=reference, memo=memo[:255]
+    )
+    enqueue_after_commit(
+        "billing.tasks.hold_release_batch_apply_task",
+        release.pk,
+        recovered_by="the periodic sweep of hold release batches (hold_release_batches_due_task)",
+    )
+
+
+@transaction.atomic
+def hold_release_batch_apply(*, batch_id: int) -> int:
+    """Releases a `HoldReleaseBatch`: each of its holds still `releasing` closes and gives its
+    whole amount back to available, each organization gets one release transaction for the
+    sum, and the batch is deleted, all in one transaction under the batch's row lock. Another
+    task (or the sweep) for the same batch skips it while it is being applied (SKIP LOCKED) and
+    finds it gone afterwards; the holds move only from `releasing` (compare-and-set), and the
+    release transactions' idempotency references name the batch: so a batch is applied once,
+    however many tasks and workers are sent to it. Returns the number of holds released.
+
+    Locks the batch, then its holds, then the wallets' accounts, in primary-key order."""
+    release = (
+        HoldReleaseBatch.objects.select_for_update(skip_locked=True).filter(pk=batch_id).first()
+    )
+    if release is None:
+        return 0
+    rows: list[tuple[int, int, Decimal]] = []
+    for batch in batched(sorted(release.hold_ids), 10_000):
+        rows += (
+            Hold.objects.select_for_update()
+            .filter(pk__in=batch, status=Hold.Status.RELEASING)
+            .order_by("pk")
+            .values_list("pk", "organization_id", "amount")
+        )
+    released_by_organization: dict[int, Decimal] = {}
+    for _, organization_id, amount in rows:
+        released_by_organization[organization_id] = (
+            released_by_organization.get(organization_id, ZERO) + amount
+        )
+    now = timezone.now()
+    for batch in batched([row[0] for row in rows], 10_000):
+        status_move_all(
+            Hold.objects.filter(pk__in=_ids(batch)),
+            Hold.Status.CLOSED,
+            from_statuses=[Hold.Status.RELEASING],
+            released=F("released") + F("amount"),
+            amount=0,
+            updated_at=now,
+        )
     organizations = sorted(pk for pk, total in released_by_organization.items() if total)
-    if connection.vendor == "postgresql":
-        _releases_post_sql(
-            organizations, released_by_organization, reference_kind, reference, memo, now
-        )
-    else:
-        _releases_post_orm(
-            organizations, released_by_organization, reference_kind, reference, memo, now
-        )
+    _releases_post(
+        organizations,
+        released_by_organization,
+        release.reference_kind,
+        release.reference,
+        release.memo,
+        now,
+        prefix=f"release:{release.uuid}:",
+    )
+    release.delete()
     return len(rows)
+
+
+def _releases_post(
+    organizations: Sequence[int],
+    released_by_organization: Mapping[int, Decimal],
+    reference_kind: str,
+    reference: UUID | None,
+    memo: str,
+    now: datetime.datetime,
+    *,
+    prefix: str,
+) -> None:
+    """One release transaction per organization, for what its holds gave back; each one's
+    idempotency reference is `prefix` and the organization's id."""
+    if not organizations:
+        return
+    post = _releases_post_sql if connection.vendor == "postgresql" else _releases_post_orm
+    post(organizations, released_by_organization, reference_kind, reference, memo, now, prefix)
 
 
 def _holds_keep_sql(ids: list[int], keeps: list[Decimal], now: datetime.datetime) -> None:
@@ -784,9 +913,10 @@ def _releases_post_sql(
     organizations: Sequence[int],
     released_by_organization: Mapping[int, Decimal],
     reference_kind: str,
-    reference: UUID,
+    reference: UUID | None,
     memo: str,
     now: datetime.datetime,
+    prefix: str,
 ) -> None:
     """`holds_settle`'s release transactions on PostgreSQL: one statement writes every
     organization's transaction and its two entries (data-modifying CTE over arrays), one more
@@ -833,7 +963,7 @@ def _releases_post_sql(
                 "entry_kind": Entry.Kind.RELEASE,
                 "reference_kind": reference_kind,
                 "reference": reference,
-                "prefix": f"settle:{reference}:",
+                "prefix": prefix,
                 "memo": memo[:255],
             },
         )
@@ -876,9 +1006,10 @@ def _releases_post_orm(
     organizations: Sequence[int],
     released_by_organization: Mapping[int, Decimal],
     reference_kind: str,
-    reference: UUID,
+    reference: UUID | None,
     memo: str,
     now: datetime.datetime,
+    prefix: str,
 ) -> None:
     """`holds_settle`'s release transactions with the ORM, for SQLite (the embedded demo)."""
     accounts: dict[AccountKey, Account] = {}
@@ -896,7 +1027,7 @@ def _releases_post_orm(
                 organization_id=organization_id,
                 reference_kind=reference_kind,
                 reference=reference,
-                idempotency_reference=f"settle:{reference}:{organization_id}",
+                idempotency_reference=f"{prefix}{organization_id}",
                 memo=memo[:255],
             )
             for organization_id in organizations

@@ -179,8 +179,8 @@ TASK_QUEUE_OF: dict[str, tuple[str, ...]] = {
         "marketplace.tasks.tenant_leases_scrub_again_task",
         "marketplace.tasks.tenant_lease_scrub_task",
     ),
-    # The ledger: auctions' clearing, allocations closing, budgets, Stripe's events, payouts,
-    # the ledger's own check, top-ups nobody paid.
+    # The ledger: auctions' clearing and their losing bids' releases, allocations closing,
+    # budgets, Stripe's events, payouts, the ledger's own check, top-ups nobody paid.
     "money": (
         "marketplace.tasks.auction_clear_task",
         "marketplace.tasks.auctions_clear_due_task",
@@ -191,6 +191,8 @@ TASK_QUEUE_OF: dict[str, tuple[str, ...]] = {
         "billing.tasks.payouts_pending_send_task",
         "billing.tasks.ledger_verify_task",
         "billing.tasks.top_ups_expire_task",
+        "billing.tasks.hold_release_batch_apply_task",
+        "billing.tasks.hold_release_batches_due_task",
     ),
     # Other people's servers and bulk bytes: result files, webhooks, mail, notices.
     "io": (
@@ -221,6 +223,12 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
     "payouts-pending-send": {
         "task": "billing.tasks.payouts_pending_send_task",
         "schedule": 600.0,
+    },
+    # A clearing's losing bids are released by a task after its commit; this applies any
+    # release whose task was lost, so that each lands within seconds (ADR 0024).
+    "hold-release-batches-due": {
+        "task": "billing.tasks.hold_release_batches_due_task",
+        "schedule": env.float("HOLD_RELEASE_SWEEP_SECONDS", default=5.0),
     },
     # Auctions clear within this many seconds of their close time.
     "auctions-clear-due": {

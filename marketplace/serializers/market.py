@@ -10,6 +10,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from billing.models import Hold
 from billing.serializers import Money
 from computeshare.ids import IdPrefixField
 from computeshare.moments import BoundedDateTimeField
@@ -565,6 +566,14 @@ class BidSerializer(serializers.Serializer):
     quantity_won = Units()
     price_paid = Money(allow_null=True)
     held = Money(source="hold.amount", help_text="What the bid holds on the wallet now.")
+    hold_status = serializers.ChoiceField(
+        source="hold.status",
+        choices=Hold.Status.choices,
+        help_text="The bid's hold: `open` while the bid is open (a winning bid's stays open as "
+        "its allocation's commitment); `releasing` from the clearing its bid lost until its "
+        "money is back on the available balance, within seconds (`held` still shows it); "
+        "`closed` once released (a withdrawn bid's at once).",
+    )
     currency = serializers.SerializerMethodField()
     created_at = serializers.DateTimeField()
     withdrawn_at = serializers.DateTimeField(allow_null=True)

@@ -52,7 +52,8 @@ def auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutco
 def _auction_clear(*, offer_id: int, now: datetime | None = None) -> AuctionOutcome:
     """Clears one offer whose auction has closed, in one transaction: ranks its open bids,
     fills them at one uniform price (`marketplace.auction`), resizes each winner's hold to
-    `price x units won` and releases every other hold, makes the winners' allocations and
+    `price x units won` and leaves every other hold `releasing` (released by a task after the
+    commit, `billing.hold_release_batch_apply`), makes the winners' allocations and
     records the result on the offer for the price history.
 
     Idempotent: the offer's row lock serialises concurrent clearings, and an offer that is no
@@ -231,8 +232,10 @@ def _clearing_of(
 
 
 def _holds_settle(offer: Offer, winners: list[BidRow], clearing: Clearing) -> None:
-    """Each winner's hold down to what it won at the clearing price; every other open bid's
-    hold released."""
+    """Each winner's hold down to what it won at the clearing price, released now; every other
+    open bid's hold `releasing`, released by a task after the commit (ADR 0024): a team's
+    release line per losing offer is most of a clearing's writes, and its money may stay held
+    a few seconds longer."""
     keep = {}
     if clearing.price is not None:
         keep = {
@@ -247,6 +250,7 @@ def _holds_settle(offer: Offer, winners: list[BidRow], clearing: Clearing) -> No
         reference_kind=ReferenceKind.OFFER,
         reference=offer.uuid,
         memo=f"Auction cleared on {offer.cluster.name}: bids released"[:255],
+        release_after_commit=True,
     )
 
 

@@ -18,6 +18,7 @@ from billing import selectors as billing_selectors
 from billing import services as billing
 from billing.models import Entry, Hold, ReferenceKind, Transaction
 from billing.selectors import Wallet
+from billing.tasks import hold_release_batches_due_task
 from marketplace import errors, selectors, services
 from marketplace.models import Allocation, Bid, Offer
 from marketplace.services import AuctionOutcome
@@ -84,6 +85,13 @@ def place_bids(offer: Offer, bids: list[tuple[str, int, str]]) -> dict[str, Bid]
 def wallet(bid_or_membership: Bid | Membership) -> tuple[Decimal, Decimal]:
     found = billing_selectors.wallet_get(bid_or_membership.organization)
     return found.available, found.held
+
+
+def releases_applied() -> int:
+    """What the `money` worker does after a clearing's commit (ADR 0024): the losing bids'
+    holds released. The tests' transaction never commits, so the task is never sent; the
+    sweep's task, run here, applies the pending batches."""
+    return hold_release_batches_due_task()
 
 
 def hold_row(hold_id: int) -> tuple[Any, ...]:
@@ -161,6 +169,7 @@ def test_worked_example_clears_at_one_price_and_keeps_only_what_the_winners_pay(
     ]
 
     outcome = services.auction_clear(offer_id=offer.pk)
+    releases_applied()
 
     assert outcome == AuctionOutcome(
         offer_id=offer.pk, cleared=True, price=D("1.80"), units_sold=100, winners=3, bids=4
@@ -252,6 +261,7 @@ def test_one_organization_s_bids_are_settled_together_and_a_hold_kept_whole_move
     close_auction(offer)
 
     outcome = services.auction_clear(offer_id=offer.pk)
+    releases_applied()
 
     assert (outcome.price, outcome.units_sold, outcome.winners, outcome.bids) == (
         D("1.50"),
@@ -270,7 +280,19 @@ def test_one_organization_s_bids_are_settled_together_and_a_hold_kept_whole_move
         releases.filter(entries__account__kind="available").values_list(
             "organization__name", "entries__amount"
         )
-    ) == [("A", D(49)), ("C", D(15))]
+    ) == [("A", D(24)), ("A", D(25)), ("C", D(15))]
+    # A's 49 comes back in two lines since ADR 0024: its winning bid's change at the clearing,
+    # its losing bid's hold after the commit.
+    assert {
+        name: sum(
+            amount
+            for who, amount in releases.filter(entries__account__kind="available").values_list(
+                "organization__name", "entries__amount"
+            )
+            if who == name
+        )
+        for name in "AC"
+    } == {"A": D(49), "C": D(15)}
     assert [wallet(each) for each in (a_high, b, c)] == [
         (D(425), D(75)),
         (D(425), D(75)),
@@ -305,6 +327,7 @@ def test_clearing_before_the_close_time_changes_nothing():
 def test_clearing_twice_changes_nothing_the_second_time():
     _, offer, _ = worked_example()
     services.auction_clear(offer_id=offer.pk)
+    releases_applied()
     after_first = snapshot()
 
     again = services.auction_clear(offer_id=offer.pk)
@@ -373,6 +396,7 @@ def test_no_bid_reaching_its_minimum_is_no_sale_and_releases_every_hold():
     close_auction(offer)
 
     outcome = services.auction_clear(offer_id=offer.pk)
+    releases_applied()
 
     assert outcome == AuctionOutcome(
         offer_id=offer.pk, cleared=True, price=None, units_sold=0, winners=0, bids=2
@@ -412,6 +436,7 @@ def test_units_bought_now_are_not_auctioned():
     close_auction(offer)
 
     outcome = services.auction_clear(offer_id=offer.pk)
+    releases_applied()
 
     # 70 left: A and B take them all; C's 1.80 is the highest unserved price.
     assert outcome == AuctionOutcome(
@@ -518,6 +543,8 @@ def test_the_periodic_task_clears_due_offers_on_a_real_worker(celery_worker):
     auctions_clear_due_task.delay()
 
     wait_for(lambda: Offer.objects.get(pk=offer.pk).status == Offer.Status.CLEARED)
+    # The loser's hold is released by the worker's next task, after the clearing's commit.
+    wait_for(lambda: wallet(bids["D"]) == (D(500), D(0)), timeout=10)
     offer.refresh_from_db()
     assert (offer.clearing_price, offer.units_sold) == (D("1.80"), 100)
     assert sorted(
@@ -609,6 +636,7 @@ def test_closing_the_window_waits_for_jobs_that_still_reserve_units():
 def test_the_periodic_close_closes_every_allocation_whose_window_ended():
     _, offer, bids = worked_example()
     services.auction_clear(offer_id=offer.pk)
+    releases_applied()
     Allocation.objects.update(window_end=timezone.now() - timedelta(seconds=1))
 
     # Run in this process: the task is a loop over the service, which the tests above cover.

@@ -19,6 +19,7 @@ from rest_framework.test import APIClient
 from billing import selectors as billing_selectors
 from billing import services as billing
 from billing.models import Account, Entry, Hold, Transaction
+from billing.tasks import hold_release_batches_due_task
 from computeshare.fields import fernet
 from computeshare.models import IdempotencyRecord, User
 from marketplace import services
@@ -1467,6 +1468,7 @@ def test_a_bid_is_placed_sealed_and_holds_its_price(market):
         "quantity_won": "0",
         "price_paid": None,
         "held": "100.000000",
+        "hold_status": "open",
         "currency": "USD",
         "created_at": iso(placed.created_at),
         "withdrawn_at": None,
@@ -1763,6 +1765,7 @@ def test_bids_after_clearing_show_what_each_won_and_paid(market):
         member = MembershipFactory(organization=organization, role=Membership.Role.ADMIN).user
         teams[name] = (organization, member, place_bid(organization, offer, quantity, price))
     clear(offer)
+    hold_release_batches_due_task()  # what the money worker does after the commit (ADR 0024)
 
     seen = {}
     for name, (_, member, placed) in teams.items():

@@ -13,13 +13,15 @@ from django.utils import timezone
 
 from billing import selectors as billing_selectors
 from billing.errors import InsufficientFunds
-from billing.models import Account, Entry, Hold, Transaction
+from billing.models import Account, Entry, Hold, HoldReleaseBatch, Transaction
 from billing.services.ledger import accounts_open
+from billing.tasks import hold_release_batches_due_task
 from marketplace import errors, services
 from marketplace.models import Allocation, Bid, Offer
 from marketplace.services import AuctionOutcome
 from organizations.models import Membership, Organization
 from tests.concurrency import kinds, run_together
+from tests.conftest import wait_for
 from tests.factories import MembershipFactory, OfferFactory, funded_organization
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -32,6 +34,14 @@ def platform_accounts() -> None:
     """The platform's accounts, as migration 0002 leaves them (a transactional test's flush
     removes them)."""
     accounts_open([(None, kind) for kind in Account.PLATFORM_KINDS])
+
+
+def releases_applied() -> None:
+    """The losers' holds released after the clearing's commit (ADR 0024): by the sweep's task
+    run here, or by the session's Celery worker when one runs and took the clearing's message
+    first (the sweep skips a batch a worker holds), so it waits until no batch is left."""
+    hold_release_batches_due_task()
+    wait_for(lambda: not HoldReleaseBatch.objects.exists(), timeout=10, interval=0.05)
 
 
 def teams(count: int, funds: str = "100") -> list[Membership]:
@@ -187,6 +197,7 @@ def test_clearing_from_several_workers_at_once_clears_once():
     before = counts()
 
     outcomes = run_together([lambda: services.auction_clear(offer_id=offer.pk)] * 8)
+    releases_applied()
 
     assert kinds(outcomes) == {"AuctionOutcome": 8}, outcomes
     assert (
@@ -316,6 +327,7 @@ def test_withdrawals_racing_the_clearing_are_either_done_or_refused():
         ]
         + [lambda: services.auction_clear(offer_id=offer.pk, now=closes)] * 2
     )
+    releases_applied()
 
     withdrawals, clearings = outcomes[:4], outcomes[4:]
     assert all(isinstance(o, Bid | errors.BidNotOpen) for o in withdrawals), withdrawals

@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from billing import selectors as billing_selectors
 from billing.models import Hold
+from billing.tasks import hold_release_batches_due_task
 from hpc.slurm.tenants import PoolAccount
 from marketplace import errors, services
 from marketplace.models import Allocation, Bid, Offer, TenantAccount, TenantLease
@@ -145,6 +146,7 @@ def test_a_clearing_gives_the_free_accounts_to_the_best_bids_and_releases_the_re
     }
 
     outcome = close_and_clear(offer)
+    hold_release_batches_due_task()  # the losers' holds, after the commit (ADR 0024)
 
     for bid in bids.values():
         bid.refresh_from_db()

@@ -225,7 +225,7 @@ CELERY_BEAT_SCHEDULE: dict[str, dict[str, object]] = {
         "schedule": 600.0,
     },
     # A clearing's losing bids are released by a task after its commit; this applies any
-    # release whose task was lost, so that each lands within seconds (ADR 0024).
+    # release whose task was lost, so that each lands within seconds (ADR 0025).
     "hold-release-batches-due": {
         "task": "billing.tasks.hold_release_batches_due_task",
         "schedule": env.float("HOLD_RELEASE_SWEEP_SECONDS", default=5.0),

@@ -233,7 +233,7 @@ def _clearing_of(
 
 def _holds_settle(offer: Offer, winners: list[BidRow], clearing: Clearing) -> None:
     """Each winner's hold down to what it won at the clearing price, released now; every other
-    open bid's hold `releasing`, released by a task after the commit (ADR 0024): a team's
+    open bid's hold `releasing`, released by a task after the commit (ADR 0025): a team's
     release line per losing offer is most of a clearing's writes, and its money may stay held
     a few seconds longer."""
     keep = {}

@@ -88,7 +88,7 @@ def wallet(bid_or_membership: Bid | Membership) -> tuple[Decimal, Decimal]:
 
 
 def releases_applied() -> int:
-    """What the `money` worker does after a clearing's commit (ADR 0024): the losing bids'
+    """What the `money` worker does after a clearing's commit (ADR 0025): the losing bids'
     holds released. The tests' transaction never commits, so the task is never sent; the
     sweep's task, run here, applies the pending batches."""
     return hold_release_batches_due_task()
@@ -281,7 +281,7 @@ def test_one_organization_s_bids_are_settled_together_and_a_hold_kept_whole_move
             "organization__name", "entries__amount"
         )
     ) == [("A", D(24)), ("A", D(25)), ("C", D(15))]
-    # A's 49 comes back in two lines since ADR 0024: its winning bid's change at the clearing,
+    # A's 49 comes back in two lines since ADR 0025: its winning bid's change at the clearing,
     # its losing bid's hold after the commit.
     assert {
         name: sum(

@@ -1,4 +1,4 @@
-"""A clearing's losing bids are released after its commit (ADR 0024): in the clearing's
+"""A clearing's losing bids are released after its commit (ADR 0025): in the clearing's
 transaction their holds move to `releasing` and one `HoldReleaseBatch` lists them; a task on
 the `money` queue releases them, once, however many tasks, sweeps and workers reach the batch;
 a batch whose task was lost is released by the periodic sweep. Until then the bid shows its

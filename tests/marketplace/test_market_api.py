@@ -1765,7 +1765,7 @@ def test_bids_after_clearing_show_what_each_won_and_paid(market):
         member = MembershipFactory(organization=organization, role=Membership.Role.ADMIN).user
         teams[name] = (organization, member, place_bid(organization, offer, quantity, price))
     clear(offer)
-    hold_release_batches_due_task()  # what the money worker does after the commit (ADR 0024)
+    hold_release_batches_due_task()  # what the money worker does after the commit (ADR 0025)
 
     seen = {}
     for name, (_, member, placed) in teams.items():

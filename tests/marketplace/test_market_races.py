@@ -37,7 +37,7 @@ def platform_accounts() -> None:
 
 
 def releases_applied() -> None:
-    """The losers' holds released after the clearing's commit (ADR 0024): by the sweep's task
+    """The losers' holds released after the clearing's commit (ADR 0025): by the sweep's task
     run here, or by the session's Celery worker when one runs and took the clearing's message
     first (the sweep skips a batch a worker holds), so it waits until no batch is left."""
     hold_release_batches_due_task()

@@ -146,7 +146,7 @@ def test_a_clearing_gives_the_free_accounts_to_the_best_bids_and_releases_the_re
     }
 
     outcome = close_and_clear(offer)
-    hold_release_batches_due_task()  # the losers' holds, after the commit (ADR 0024)
+    hold_release_batches_due_task()  # the losers' holds, after the commit (ADR 0025)
 
     for bid in bids.values():
         bid.refresh_from_db()

@@ -1,5 +1,6 @@
 """Every write of the jobs app: submission and cancellation (`submission`), following jobs on
-their cluster and settling their usage (`following`), parameter sweeps (`sweeps`)."""
+their cluster (`following`, which holds the allocations' `limits`), settling their usage
+(`settlement`, and the daily `reconciliation`), parameter sweeps (`sweeps`)."""
 
 from scheduler_bridge.job_requests import JobRequest, JobSize, job_units
 from scheduler_bridge.services.files import (
@@ -7,18 +8,17 @@ from scheduler_bridge.services.files import (
     job_results_retry_or_fail,
     jobs_results_expire,
 )
-from scheduler_bridge.services.following import (
-    PollReport,
+from scheduler_bridge.services.following import PollReport, cluster_poll
+from scheduler_bridge.services.leases import tenant_lease_end_if_idle
+from scheduler_bridge.services.planning import job_plan, job_request_check, job_request_sized
+from scheduler_bridge.services.quotes import Quote, job_quote
+from scheduler_bridge.services.reconciliation import cluster_reconcile
+from scheduler_bridge.services.settlement import (
     Settlement,
-    cluster_poll,
-    cluster_reconcile,
     job_state_from_tasks,
     job_state_refresh,
     job_task_settle,
 )
-from scheduler_bridge.services.leases import tenant_lease_end_if_idle
-from scheduler_bridge.services.planning import job_plan, job_request_check, job_request_sized
-from scheduler_bridge.services.quotes import Quote, job_quote
 from scheduler_bridge.services.submission import (
     allocation_check_open,
     cluster_jobs_submit,

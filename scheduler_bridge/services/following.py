@@ -1,25 +1,19 @@
-"""Following jobs on their cluster and settling what they used.
+"""Following jobs on their cluster.
 
 One poll per cluster per cycle: one `squeue` for every job of the cluster's leased tenants,
 then `sacct` (in chunks) for the tasks that left the queue. Metering follows the Unix user:
 a job of a tenant that the platform did not submit (one of the team's jobs ran `sbatch`) is
 recorded as the team's when the poll sees it, in the queue or, once a minute, in accounting.
-A task is called ended only once accounting shows its last run ended; each run is charged once,
-from the allocation's commitment hold, in the same transaction that records it (key: cluster,
-raw job id, submit time).
-
-The poll also holds the allocation's limits at the cluster: a running task that has used what
-it reserved (a job that requeued or grew itself, or one the team submitted itself) is
-cancelled, and so is every job still running when its allocation's window has closed."""
+A task is called ended only once accounting shows its last run ended; what its runs used is
+settled by `settlement`. The poll also holds the allocations' limits at the cluster (`limits`)."""
 
 from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -27,56 +21,41 @@ from django.db import transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from billing import services as billing
-from billing.models import Hold, ReferenceKind, Transaction
-from computeshare.states import status_move, status_move_all
+from computeshare.states import status_move_all
 from hpc.arrays import InvalidArray, parse_index_ranges
 from hpc.batches import batched
 from hpc.errors import BridgeError
-from hpc.slurm.accounting import run_state
 from hpc.types import (
-    CANCELLED,
-    COMPLETED,
-    OWNER_CAUSED_STATES,
-    PREEMPTED,
-    REQUEUED,
-    RESIZED,
     UNDETERMINED,
     Backend,
     QueueEntry,
     RunRecord,
     Tenant,
 )
-from marketplace import services as market
-from marketplace.models import Allocation, Cluster, Resource, TenantLease
-from scheduler_bridge import notices, webhook_events
+from marketplace.models import Allocation, Cluster, TenantLease
 from scheduler_bridge.models import (
     ACTIVE_STATES,
     ENDED_STATES,
-    SECONDS_PER_HOUR,
     ClusterPoll,
     Job,
     JobEvent,
-    JobRun,
     JobState,
     JobTask,
-    metered_units,
-    money_of,
 )
 from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
-from scheduler_bridge.services.files import job_results_collect_after_commit
 from scheduler_bridge.services.idle import (
     cluster_idle_sample,
     cluster_reachability_seen,
     is_unreachable,
 )
-from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record
-from scheduler_bridge.services.tenant_jobs import (
-    LeaseWindow,
-    lease_of_run,
-    lease_windows,
-    tenant_jobs_record,
+from scheduler_bridge.services.limits import limits_enforce, task_over_its_limits
+from scheduler_bridge.services.settlement import (
+    final_run,
+    job_state_refresh,
+    job_task_settle,
 )
+from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record
+from scheduler_bridge.services.tenant_jobs import lease_windows, tenant_jobs_find
 
 logger = logging.getLogger(__name__)
 
@@ -84,27 +63,6 @@ logger = logging.getLogger(__name__)
 CANCEL_REPEAT_AFTER = timedelta(seconds=30)
 # How stale `Job.last_seen_at` may be: it only starts the (long) undetermined grace period.
 LAST_SEEN_PRECISION = timedelta(seconds=60)
-# The tenants' accounting is read again from this long before the last read: slurmdbd may
-# record a run a little after it happened.
-TENANT_RUNS_OVERLAP = timedelta(minutes=5)
-# For an array, the job's state is that of its most advanced task; once all have ended, the
-# worst end wins (one failed task makes the sweep failed).
-_ARRAY_ACTIVE_ORDER = [
-    JobState.RUNNING,
-    JobState.COMPLETING,
-    JobState.PENDING,
-    JobState.SUBMITTED,
-    JobState.UNDETERMINED,
-]
-_ARRAY_END_ORDER = [
-    JobState.FAILED,
-    JobState.OUT_OF_MEMORY,
-    JobState.TIMEOUT,
-    JobState.NODE_FAIL,
-    JobState.PREEMPTED,
-    JobState.CANCELLED,
-    JobState.COMPLETED,
-]
 
 
 @dataclass
@@ -281,7 +239,9 @@ def _queue_read(
         backend = backend_for(cluster)
         report.backend_calls.append("queue")
         entries = backend.queue(users)
-        _tenant_jobs_find(cluster, backend, entries, windows, now, report)
+        report.tenant_jobs_found += tenant_jobs_find(
+            cluster, backend, entries, windows, now, report.backend_calls
+        )
     if not Job.objects.filter(cluster=cluster, state__in=ACTIVE_STATES).exists():
         return None, entries
     if backend is None:
@@ -405,7 +365,7 @@ def _task_match(
         followed.jobs[job.pk] = job
     if entry.start_time is not None and entry.start_time != task.run_started_at:
         changes["run_started_at"] = entry.start_time
-    if _over_its_limits(job, task, entry, now) and not job.cancel_requested_at:
+    if task_over_its_limits(job, task, entry, now) and not job.cancel_requested_at:
         followed.to_cancel[job.pk].append(task.scheduler_job_id or job.scheduler_job_id)
         followed.jobs[job.pk] = job
     return changes
@@ -468,7 +428,7 @@ def _tasks_settle(backend: Backend, followed: _Followed, now: datetime, report: 
         if not runs:
             continue
         found_jobs.add(job.pk)
-        final = _final_run(runs[-1], now) if task.pk in gone else None
+        final = final_run(runs[-1], now) if task.pk in gone else None
         if _task_settle_counted(job, task, runs, final, report):
             followed.touched_jobs.add(job.pk)
     if found_jobs:
@@ -513,7 +473,9 @@ def _cancels_send(backend: Backend, followed: _Followed, now: datetime, report: 
     cluster has not acted on."""
     if followed.to_cancel:
         jobs = {pk: followed.jobs[pk] for pk in followed.to_cancel}
-        _limits_enforce(backend, jobs, followed.to_cancel, now, report)
+        report.cancelled += limits_enforce(
+            backend, jobs, followed.to_cancel, now, report.backend_calls
+        )
     for tenant, job_ids in followed.repeat.items():
         report.backend_calls.append("cancel")
         backend.cancel(tenant, job_ids)
@@ -581,33 +543,6 @@ def _jobs_pending_record(job_ids: list[int]) -> list[int]:
     return [job_id for job_id in job_ids if job_id not in bulk]
 
 
-def _final_run(last: RunRecord, now: datetime) -> RunRecord | None:
-    """The run that ends a task gone from the queue: its last run, once that has ended as a
-    job ends. A last run the job requeued or resized is normally followed by another, which
-    accounting shows a moment later; when none has come within the grace (a helper
-    allocation whose resources went to the job it expanded: `RESIZING`, then nothing), the
-    task has ended there, `completed` after a resize and `cancelled` after a requeue."""
-    if last.state in ENDED_STATES:
-        return last
-    grace = timedelta(seconds=settings.JOBS_RUN_RECORD_GRACE_SECONDS)
-    if last.state in (REQUEUED, RESIZED) and last.end_time and now - last.end_time > grace:
-        return replace(last, state=COMPLETED if last.state == RESIZED else CANCELLED)
-    # An allocation that gave its resources to the job it expanded gets one more record, in
-    # an end state with nothing allocated, whose end Slurm never writes (its elapsed time
-    # keeps growing): it held nothing, so it ends there, having used nothing.
-    ended_as = run_state(last.scheduler_state)
-    if (
-        last.state == UNDETERMINED
-        and ended_as in ENDED_STATES
-        and last.end_time is None
-        and last.allocated_cpus == last.allocated_gpus == 0
-        and last.start_time is not None
-        and now - last.start_time > grace
-    ):
-        return replace(last, state=ended_as, end_time=last.start_time, elapsed_seconds=0)
-    return None
-
-
 def _is_new_run(task: JobTask, entry: QueueEntry) -> bool:
     """Whether the queue shows a run of the task after the one the poll saw running."""
     if entry.state == JobState.PENDING and task.state in (JobState.RUNNING, JobState.COMPLETING):
@@ -617,111 +552,6 @@ def _is_new_run(task: JobTask, entry: QueueEntry) -> bool:
         and task.run_started_at is not None
         and entry.start_time > task.run_started_at
     )
-
-
-def _over_its_limits(job: Job, task: JobTask, entry: QueueEntry, now: datetime) -> bool:
-    """Whether a task in the queue must be cancelled to hold its allocation's limits: it has
-    nothing reserved (a job the team submitted itself when the allocation had nothing left),
-    or, running, it has used more than it reserved (its earlier runs, settled, and its current
-    one at its CPUs, or GPUs, so far). A platform job within its time limit never is: Slurm's
-    limit keeps one run within the reservation."""
-    if task.reserved_units <= 0:
-        return True
-    if entry.state != JobState.RUNNING or entry.start_time is None:
-        return False
-    if (
-        job.origin == Job.Origin.PLATFORM
-        and task.units == 0
-        and entry.cpus <= job.ntasks * job.cpus_per_task
-    ):
-        # Its first run at the size it asked for: Slurm ends it at its time limit, the
-        # bound its reservation was made from (and names the end `timeout`).
-        return False
-    rate = job.gpus if job.allocation.resource == Resource.GPU else max(entry.cpus, 1)
-    seconds = max((now - entry.start_time).total_seconds(), 0.0)
-    used: Decimal = task.units + Decimal(rate) * Decimal(seconds) / SECONDS_PER_HOUR
-    return bool(used > task.reserved_units)
-
-
-def _limits_enforce(
-    backend: Backend,
-    jobs: dict[int, Job],
-    ids: dict[int, list[str]],
-    now: datetime,
-    report: PollReport,
-) -> None:
-    """Cancels, as their tenants, the jobs (or array tasks) that went past their allocation's
-    limits, and records why on each job."""
-    by_tenant: dict[Tenant | None, list[str]] = defaultdict(list)
-    for pk, job_ids in ids.items():
-        job = jobs[pk]
-        by_tenant[job_tenant(job)].extend(job_ids)
-        reason = (
-            "Cancelled: the allocation's window has closed."
-            if job.allocation.window_end <= now
-            else "Cancelled: it used up what it reserved of the allocation."
-        )
-        Job.objects.filter(pk=pk, cancel_requested_at__isnull=True).update(
-            cancel_requested_at=now, cancel_reason=reason, state_reason=reason, updated_at=now
-        )
-    for tenant, job_ids in by_tenant.items():
-        report.backend_calls.append("cancel")
-        backend.cancel(tenant, sorted(set(job_ids)))
-        report.cancelled += len(set(job_ids))
-
-
-def _tenant_jobs_find(
-    cluster: Cluster,
-    backend: Backend,
-    entries: list[QueueEntry],
-    windows: list[LeaseWindow],
-    now: datetime,
-    report: PollReport,
-) -> None:
-    """Records the tenants' jobs the platform did not submit: those in the queue now, and, once
-    per `JOBS_TENANT_RUNS_READ_SECONDS`, every run in the tenants' accounting since the last
-    read (a job can start and end between two polls)."""
-    in_queue = {entry.array_job_id for entry in entries}
-    known = dict(
-        Job.objects.filter(cluster=cluster, scheduler_job_id__in=list(in_queue)).values_list(
-            "scheduler_job_id", "origin"
-        )
-    )
-    known_tasks = set(
-        JobTask.objects.filter(
-            job__cluster=cluster,
-            job__origin=Job.Origin.TENANT,
-            job__scheduler_job_id__in=list(in_queue),
-        ).values_list("job__scheduler_job_id", "array_task_id")
-    )
-    unknown = {job_id for job_id in in_queue if job_id not in known}
-    # A task of an array the team submitted itself is split out of its pending range when it
-    # starts: it is recorded (with its reservation) then.
-    unknown |= {
-        entry.array_job_id
-        for entry in entries
-        if known.get(entry.array_job_id) == Job.Origin.TENANT
-        and entry.pending_tasks is None
-        and (entry.array_job_id, entry.array_task_id) not in known_tasks
-    }
-    records: list[RunRecord] = []
-    if unknown:
-        report.backend_calls.append("runs")
-        records += backend.runs(sorted(unknown))
-    poll = ClusterPoll.objects.get(cluster=cluster)
-    read_until = poll.tenant_runs_read_until
-    period = timedelta(seconds=settings.JOBS_TENANT_RUNS_READ_SECONDS)
-    if read_until is None or now - read_until >= period:
-        since = min(window.started_at for window in windows)
-        if read_until is not None:
-            since = max(since, read_until - TENANT_RUNS_OVERLAP)
-        report.backend_calls.append("runs_of_users")
-        records += backend.runs_of_users([window.user for window in windows], since, now)
-        ClusterPoll.objects.filter(pk=poll.pk).update(tenant_runs_read_until=now)
-    if not records:
-        return
-    found = tenant_jobs_record(cluster=cluster, records=records, windows=windows, now=now)
-    report.tenant_jobs_found += len(found)
 
 
 def _undetermined_mark(jobs: Iterable[Job], now: datetime) -> None:
@@ -744,330 +574,3 @@ def _undetermined_mark(jobs: Iterable[Job], now: datetime) -> None:
                 at=now,
             )
             locked.save(update_fields=["state", "state_reason", "updated_at"])
-
-
-@dataclass
-class _Usage:
-    """What runs used and cost, added up for a task and for its job."""
-
-    units: Decimal = Decimal(0)
-    cost: Decimal = Decimal(0)
-    elapsed_seconds: int = 0
-    cpu_seconds: Decimal = Decimal(0)
-    core_seconds: int = 0
-    max_rss_bytes: int | None = None
-
-    def add(self, other: _Usage) -> None:
-        self.units += other.units
-        self.cost += other.cost
-        self.elapsed_seconds += other.elapsed_seconds
-        self.cpu_seconds += other.cpu_seconds
-        self.core_seconds += other.core_seconds
-        self.max_rss_bytes = _larger(self.max_rss_bytes, other.max_rss_bytes)
-
-    def add_to(self, task: JobTask) -> None:
-        task.units += self.units
-        task.cost += self.cost
-        task.elapsed_seconds += self.elapsed_seconds
-        task.cpu_seconds += self.cpu_seconds
-        task.allocated_core_seconds += self.core_seconds
-        task.max_rss_bytes = _larger(task.max_rss_bytes, self.max_rss_bytes)
-
-
-def _larger(first: int | None, second: int | None) -> int | None:
-    """The larger of two memory sizes, either of which may be unknown."""
-    known = [size for size in (first, second) if size is not None]
-    return max(known) if known else None
-
-
-@dataclass(frozen=True)
-class Settlement:
-    runs_charged: int
-    ended: bool
-
-
-def _metered_units(resource: str, run: RunRecord) -> Decimal:
-    count = run.allocated_gpus if resource == Resource.GPU else run.allocated_cpus
-    return metered_units(count, run.elapsed_seconds)
-
-
-def _run_charge_reference(cluster: Cluster, run: RunRecord) -> str:
-    return f"job-run:{cluster.uuid}:{run.raw_job_id}:{run.submit_time.isoformat()}"
-
-
-def job_task_settle(
-    *,
-    task_id: int,
-    runs: Sequence[RunRecord],
-    final: RunRecord | None,
-    source: str = JobRun.Source.POLL,
-) -> Settlement:
-    """Charges every ended run of the task that has not been charged, and, given the task's
-    final run, ends the task and gives back the part of its reservation it did not use.
-
-    Keeps, in one transaction under the allocation's lock: each run charged exactly once;
-    a run's units = allocated cores (or GPUs) x elapsed, capped so that a task never pays
-    more than it reserved; owner-caused ends charged nothing; `used + reserved <= quantity`."""
-    with transaction.atomic():
-        return _settle(task_id, runs, final, source)
-
-
-def _settle(
-    task_id: int, runs: Sequence[RunRecord], final: RunRecord | None, source: str
-) -> Settlement:
-    """`job_task_settle`'s steps, under the allocation's and the task's locks: the runs
-    charged, the task ended at its final run, then what they used and released added to the
-    allocation and the job."""
-    job = Job.objects.select_related("cluster__organization").get(tasks__pk=task_id)
-    allocation = Allocation.objects.select_for_update().get(pk=job.allocation_id)
-    task = JobTask.objects.select_for_update().get(pk=task_id)
-    charged, totals = _runs_charge(job, allocation, task, runs, source)
-    release = _task_end(task, final)
-    if charged or release is not None:
-        task.save()
-        _usage_add(job, allocation, totals, release or Decimal(0))
-    return Settlement(runs_charged=charged, ended=release is not None)
-
-
-def _runs_charge(
-    job: Job, allocation: Allocation, task: JobTask, runs: Sequence[RunRecord], source: str
-) -> tuple[int, _Usage]:
-    """Charges each ended run of `runs` that no one charged before (by cluster, raw job id
-    and submit time), adding its use to the task; returns how many and their total use."""
-    done = set(
-        JobRun.objects.filter(
-            cluster=job.cluster, raw_job_id__in={run.raw_job_id for run in runs}
-        ).values_list("raw_job_id", "submit_time")
-    )
-    charged = 0
-    totals = _Usage()
-    for run in runs:
-        if not run.is_ended or (run.raw_job_id, run.submit_time) in done:
-            continue
-        usage = _run_charge(job, allocation, task, run, source)
-        done.add((run.raw_job_id, run.submit_time))
-        charged += 1
-        usage.add_to(task)
-        totals.add(usage)
-    return charged, totals
-
-
-def _run_charge(
-    job: Job, allocation: Allocation, task: JobTask, run: RunRecord, source: str
-) -> _Usage:
-    """Records one ended run and charges it from the allocation's hold: cores (or GPUs) x
-    elapsed, capped at what the task has left of its reservation and at the hold; nothing
-    for a run the owner's side ended (recorded for the owner's track record)."""
-    cluster = job.cluster
-    metered = _metered_units(allocation.resource, run)
-    is_owner_caused = run.state in OWNER_CAUSED_STATES
-    units = Decimal(0) if is_owner_caused else min(metered, task.reserved_units - task.units)
-    cost, charge = _run_capture(job, allocation, run, units)
-    if is_owner_caused:
-        market.owner_side_run_end_record(
-            cluster=cluster,
-            raw_job_id=run.raw_job_id,
-            submit_time=run.submit_time,
-            scheduler_state=run.scheduler_state,
-            ended_at=run.end_time or timezone.now(),
-        )
-    if run.state == PREEMPTED:
-        webhook_events.job_preempted(job, run)
-        notices.job_preempted(job, run, cluster.preemption_grace_seconds)
-    cpu_seconds = Decimal(str(round(run.cpu_seconds, 3)))
-    JobRun.objects.create(
-        task=task,
-        cluster=cluster,
-        raw_job_id=run.raw_job_id,
-        submit_time=run.submit_time,
-        state=run.state,
-        scheduler_state=run.scheduler_state[:64],
-        exit_code=run.exit_code,
-        started_at=run.start_time,
-        ended_at=run.end_time,
-        elapsed_seconds=run.elapsed_seconds,
-        allocated_cpus=run.allocated_cpus,
-        allocated_gpus=run.allocated_gpus,
-        cpu_seconds=cpu_seconds,
-        max_rss_bytes=run.max_rss_bytes,
-        metered_units=metered,
-        units=units,
-        cost=cost,
-        is_owner_caused=is_owner_caused,
-        charge=charge,
-        source=source,
-    )
-    cores = run.allocated_gpus if allocation.resource == Resource.GPU else run.allocated_cpus
-    return _Usage(
-        units=units,
-        cost=cost,
-        elapsed_seconds=run.elapsed_seconds,
-        cpu_seconds=cpu_seconds,
-        core_seconds=cores * run.counted_seconds,
-        max_rss_bytes=run.max_rss_bytes,
-    )
-
-
-def _run_capture(
-    job: Job, allocation: Allocation, run: RunRecord, units: Decimal
-) -> tuple[Decimal, Transaction | None]:
-    """What `units` of the run cost, at most what the allocation's hold has left, captured
-    from the hold for the cluster's owner (once per run: its reference is the run's key)."""
-    cluster = job.cluster
-    hold = Hold.objects.get(pk=allocation.hold_id)
-    cost = min(money_of(units, allocation.unit_price), hold.amount)
-    if cost <= 0:
-        return cost, None
-    charge = billing.hold_capture(
-        hold=hold,
-        amount=cost,
-        payee=cluster.organization,
-        idempotency_reference=_run_charge_reference(cluster, run),
-        reference_kind=ReferenceKind.JOB,
-        reference=job.uuid,
-        memo=f"Job {job.name} ({run.job_id} on {cluster.name})",
-        source=cluster.uuid,
-        source_name=cluster.name,
-    )
-    return cost, charge
-
-
-def _task_end(task: JobTask, final: RunRecord | None) -> Decimal | None:
-    """Ends the task (in memory) at its final run, once ended and not before: what of its
-    reservation goes back to the allocation, or None when it did not end now."""
-    if final is None or final.state not in ENDED_STATES or task.is_released:
-        return None
-    task.is_released = True
-    status_move(task, final.state, field="state")
-    task.state_reason = final.reason[:500] if final.state != JobState.COMPLETED else ""
-    task.exit_code = final.exit_code
-    # A task of less than a second ran, though accounting counts no whole second of it: its
-    # start is accounting's (`has_run`). One cancelled while pending never ran, and has none.
-    if final.has_run:
-        task.started_at = final.start_time
-    task.ended_at = final.end_time or timezone.now()
-    release: Decimal = task.reserved_units - task.units
-    return release
-
-
-def _usage_add(job: Job, allocation: Allocation, totals: _Usage, release: Decimal) -> None:
-    """Adds what runs used to the allocation (used, and no longer reserved, with what the
-    ended task gives back) and to the job's sums."""
-    # Decimal arithmetic on the locked row rather than F(): SQLite (the demo) keeps decimals
-    # as floats, where a reservation released to zero came out as -2.8e-17 and failed the
-    # allocation's check constraint.
-    allocation.used += totals.units
-    allocation.reserved -= totals.units + release
-    allocation.save(update_fields=["used", "reserved", "updated_at"])
-    # The job's row after the allocation's and the task's: the one lock order of jobs.
-    job = Job.objects.select_for_update().get(pk=job.pk)
-    job.units += totals.units
-    job.cost += totals.cost
-    job.elapsed_seconds += totals.elapsed_seconds
-    job.cpu_seconds += totals.cpu_seconds
-    job.allocated_core_seconds += totals.core_seconds
-    job.max_rss_bytes = _larger(job.max_rss_bytes, totals.max_rss_bytes)
-    job.save(
-        update_fields=[
-            "units",
-            "cost",
-            "elapsed_seconds",
-            "cpu_seconds",
-            "allocated_core_seconds",
-            "max_rss_bytes",
-            "updated_at",
-        ]
-    )
-
-
-def job_state_from_tasks(states: Sequence[str]) -> str:
-    """The job's state from its tasks' states."""
-    if len(states) == 1:
-        return states[0]
-    if all(state in ENDED_STATES for state in states):
-        return next(state for state in _ARRAY_END_ORDER if state in states)
-    return next((state for state in _ARRAY_ACTIVE_ORDER if state in states), JobState.UNDETERMINED)
-
-
-@transaction.atomic
-def job_state_refresh(*, job_id: int) -> Job:
-    """Brings the job's state, times and exit code in line with its tasks'."""
-    job = Job.objects.select_for_update().get(pk=job_id)
-    if job.state in ENDED_STATES:
-        return job
-    tasks = list(job.tasks.all())
-    state = job_state_from_tasks([task.state for task in tasks])
-    if state == JobState.QUEUED:
-        return job
-    reasons = [task.state_reason for task in tasks if task.state == state and task.state_reason]
-    if state == JobState.CANCELLED and job.cancel_reason:
-        reasons = [job.cancel_reason]
-    started = [task.started_at for task in tasks if task.started_at]
-    job.started_at = min(started) if started else None
-    if state in ENDED_STATES:
-        ended = [task.ended_at for task in tasks if task.ended_at]
-        job.ended_at = max(ended) if ended else timezone.now()
-        exit_codes = [task.exit_code for task in tasks if task.exit_code is not None]
-        job.exit_code = max(exit_codes, key=abs) if exit_codes else None
-    # The history shows when things happened on the cluster where the cluster says so (start
-    # and end times from accounting), not when the poll noticed.
-    at = job.ended_at if state in ENDED_STATES else None
-    if state in (JobState.RUNNING, JobState.COMPLETING) and job.started_at:
-        at = job.started_at
-    job_state_record(job, state, reasons[0] if reasons else "", at=at)
-    job.save(
-        update_fields=["state", "state_reason", "started_at", "ended_at", "exit_code", "updated_at"]
-    )
-    if state in ENDED_STATES:
-        # The files it wrote in its folder are fetched once its end is committed.
-        job_results_collect_after_commit(job)
-    return job
-
-
-def cluster_reconcile(*, cluster_id: int, days: int | None = None) -> int:
-    """Compares the cluster's accounting for the last days with what was charged, and charges
-    (as new ledger entries, never edits) every ended run that no poll settled: every run of the
-    tenants leased in that time, whoever submitted it (a job the poll never saw is recorded
-    first). Returns how many runs it charged."""
-    cluster = Cluster.objects.get(pk=cluster_id)
-    now = timezone.now()
-    since = now - timedelta(days=days or settings.JOBS_RECONCILE_DAYS)
-    backend = backend_for(cluster)
-    if cluster.backend == Cluster.Backend.LOCAL:
-        windows: list[LeaseWindow] = []
-        records = backend.runs_of_users([], since, now)
-    else:
-        windows = lease_windows(cluster, since=since)
-        if not windows:
-            return 0
-        records = backend.runs_of_users(sorted({window.user for window in windows}), since, now)
-        records = [record for record in records if lease_of_run(windows, record)]
-        tenant_jobs_record(cluster=cluster, records=records, windows=windows, now=now)
-    ended = [record for record in records if record.is_ended]
-    if not ended:
-        return 0
-    settled = {
-        (raw, submit)
-        for raw, submit in JobRun.objects.filter(
-            cluster=cluster, raw_job_id__in={record.raw_job_id for record in ended}
-        ).values_list("raw_job_id", "submit_time")
-    }
-    tasks = {
-        (task.job.scheduler_job_id, task.array_task_id): task
-        for task in JobTask.objects.filter(
-            job__cluster=cluster,
-            job__scheduler_job_id__in={record.array_job_id for record in ended},
-        ).select_related("job")
-    }
-    posted = 0
-    for record in ended:
-        task = tasks.get((record.array_job_id, record.array_task_id))
-        if task is None or (record.raw_job_id, record.submit_time) in settled:
-            continue
-        result = job_task_settle(
-            task_id=task.pk, runs=[record], final=None, source=JobRun.Source.RECONCILIATION
-        )
-        posted += result.runs_charged
-    if posted:
-        logger.warning("reconciliation of cluster %s charged %s missed runs", cluster_id, posted)
-    return posted

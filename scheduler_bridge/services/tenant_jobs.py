@@ -15,17 +15,19 @@ import logging
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import ROUND_CEILING, Decimal
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Q
 
 from computeshare.numbers import MICRO_UNIT
 from hpc.slurm.nodes import SCRUB_JOB_NAME
-from hpc.types import RunRecord, platform_job_name, platform_job_uuid
+from hpc.types import Backend, QueueEntry, RunRecord, platform_job_name, platform_job_uuid
 from marketplace.models import Allocation, Cluster, Resource, TenantLease
 from scheduler_bridge.models import (
+    ClusterPoll,
     Job,
     JobEvent,
     JobState,
@@ -35,6 +37,10 @@ from scheduler_bridge.models import (
 logger = logging.getLogger(__name__)
 
 MINUTES_PER_HOUR = Decimal(60)
+
+# The tenants' accounting is read again from this long before the last read: slurmdbd may
+# record a run a little after it happened.
+TENANT_RUNS_OVERLAP = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -317,3 +323,57 @@ def _units_per_task(job: Job, allocation: Allocation) -> Decimal:
     return (Decimal(rate * job.time_limit_minutes) / MINUTES_PER_HOUR).quantize(
         MICRO_UNIT, rounding=ROUND_CEILING
     )
+
+
+def tenant_jobs_find(
+    cluster: Cluster,
+    backend: Backend,
+    entries: list[QueueEntry],
+    windows: list[LeaseWindow],
+    now: datetime,
+    calls: list[str],
+) -> int:
+    """Records the tenants' jobs the platform did not submit: those in the queue now, and, once
+    per `JOBS_TENANT_RUNS_READ_SECONDS`, every run in the tenants' accounting since the last
+    read (a job can start and end between two polls). Returns how many it recorded; each call
+    to the cluster is named in `calls`."""
+    in_queue = {entry.array_job_id for entry in entries}
+    known = dict(
+        Job.objects.filter(cluster=cluster, scheduler_job_id__in=list(in_queue)).values_list(
+            "scheduler_job_id", "origin"
+        )
+    )
+    known_tasks = set(
+        JobTask.objects.filter(
+            job__cluster=cluster,
+            job__origin=Job.Origin.TENANT,
+            job__scheduler_job_id__in=list(in_queue),
+        ).values_list("job__scheduler_job_id", "array_task_id")
+    )
+    unknown = {job_id for job_id in in_queue if job_id not in known}
+    # A task of an array the team submitted itself is split out of its pending range when it
+    # starts: it is recorded (with its reservation) then.
+    unknown |= {
+        entry.array_job_id
+        for entry in entries
+        if known.get(entry.array_job_id) == Job.Origin.TENANT
+        and entry.pending_tasks is None
+        and (entry.array_job_id, entry.array_task_id) not in known_tasks
+    }
+    records: list[RunRecord] = []
+    if unknown:
+        calls.append("runs")
+        records += backend.runs(sorted(unknown))
+    poll = ClusterPoll.objects.get(cluster=cluster)
+    read_until = poll.tenant_runs_read_until
+    period = timedelta(seconds=settings.JOBS_TENANT_RUNS_READ_SECONDS)
+    if read_until is None or now - read_until >= period:
+        since = min(window.started_at for window in windows)
+        if read_until is not None:
+            since = max(since, read_until - TENANT_RUNS_OVERLAP)
+        calls.append("runs_of_users")
+        records += backend.runs_of_users([window.user for window in windows], since, now)
+        ClusterPoll.objects.filter(pk=poll.pk).update(tenant_runs_read_until=now)
+    if not records:
+        return 0
+    return len(tenant_jobs_record(cluster=cluster, records=records, windows=windows, now=now))

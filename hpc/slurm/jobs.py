@@ -393,7 +393,23 @@ def submission_script(submissions: Sequence[Submission], token: str, *, lanes: i
     with the `read` builtin, and the directories, modes and removals are one `mkdir`, `chmod`
     and `rm` a batch."""
     lanes = max(1, min(lanes, len(submissions)))
-    lines = [
+    directories = [submission.directory for submission in submissions]
+    folders = directories + [folder for submission in submissions for folder in submission.folders]
+    lines = _script_start(token)
+    # A directory that cannot be made shows in its own job's outcome (its script cannot be
+    # written), so this says nothing itself.
+    lines += [
+        f"mkdir -p -m 0700 -- {shlex.join(chunk)} 2>/dev/null || :"
+        for chunk in batched(folders, _PATHS_PER_COMMAND)
+    ]
+    lines += _lanes(submissions, lanes)
+    lines += _script_end(directories)
+    return "\n".join(lines) + "\n"
+
+
+def _script_start(token: str) -> list[str]:
+    """The batch script's settings and its `outcome` function."""
+    return [
         # The export file may hold secrets; the jobs inherit this umask too, so their files are
         # the tenant's alone unless a job says otherwise. Directories `mkdir -p` makes on the
         # way are 0700 by it too.
@@ -414,14 +430,12 @@ def submission_script(submissions: Sequence[Submission], token: str, *, lanes: i
         '  printf \'\\n%s exit %s %s\\n\' "$token" "$1" "$2"',
         "}",
     ]
-    directories = [submission.directory for submission in submissions]
-    folders = directories + [folder for submission in submissions for folder in submission.folders]
-    # A directory that cannot be made shows in its own job's outcome (its script cannot be
-    # written), so this says nothing itself.
-    lines += [
-        f"mkdir -p -m 0700 -- {shlex.join(chunk)} 2>/dev/null || :"
-        for chunk in batched(folders, _PATHS_PER_COMMAND)
-    ]
+
+
+def _lanes(submissions: Sequence[Submission], lanes: int) -> list[str]:
+    """Every job's lines, job `i` in lane `i % lanes`; more than one lane run at once, each
+    into its own file, copied out in lane order once all are done."""
+    lines: list[str] = []
     for lane in range(lanes):
         jobs = [
             line
@@ -435,22 +449,25 @@ def submission_script(submissions: Sequence[Submission], token: str, *, lanes: i
             lines += ["(", names, *jobs, f') >"$scratch/lane{lane}" &']
     if lanes > 1:
         lines += ["wait", "cat " + " ".join(f'"$scratch/lane{lane}"' for lane in range(lanes))]
-    # The script is the tenant's alone and executable, as a job's script file is expected to be:
-    # one `chmod` for the batch, after sbatch has read them (it needs only to read them).
-    # The jobs' variables, secret ones among them, stay on the cluster only until sbatch has
-    # read them: Slurm keeps each job's environment itself from then on. One `rm` for the batch;
-    # a file it leaves (an sbatch that never ran) is written again by the next attempt, and the
-    # tenant's home is scrubbed when the lease ends.
+    return lines
+
+
+def _script_end(directories: list[str]) -> list[str]:
+    """The scripts made the tenant's alone and executable, as a job's script file is expected
+    to be: one `chmod` for the batch, after sbatch has read them (it needs only to read them).
+    The jobs' variables, secret ones among them, stay on the cluster only until sbatch has read
+    them: Slurm keeps each job's environment itself from then on. One `rm` for the batch; a
+    file it leaves (an sbatch that never ran) is written again by the next attempt, and the
+    tenant's home is scrubbed when the lease ends."""
     scripts = [f"{directory}/{SCRIPT_FILE}" for directory in directories]
     exports = [f"{directory}/{EXPORT_FILE}" for directory in directories]
-    lines += [
-        f"chmod 0700 -- {shlex.join(chunk)} 2>/dev/null || :"
-        for chunk in batched(scripts, _PATHS_PER_COMMAND)
+    return [
+        *(
+            f"chmod 0700 -- {shlex.join(chunk)} 2>/dev/null || :"
+            for chunk in batched(scripts, _PATHS_PER_COMMAND)
+        ),
+        *(f"rm -f -- {shlex.join(chunk)} || :" for chunk in batched(exports, _PATHS_PER_COMMAND)),
     ]
-    lines += [
-        f"rm -f -- {shlex.join(chunk)} || :" for chunk in batched(exports, _PATHS_PER_COMMAND)
-    ]
-    return "\n".join(lines) + "\n"
 
 
 def _submission_lines(index: int, submission: Submission) -> list[str]:

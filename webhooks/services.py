@@ -88,19 +88,10 @@ def events_record(events: Sequence[Event]) -> int:
     for event in events:
         if event.type not in EventType.values:
             raise ValueError(f"unknown webhook event type {event.type!r}")
-    endpoints: dict[int, list[WebhookEndpoint]] = defaultdict(list)
-    for endpoint in WebhookEndpoint.objects.filter(
-        organization_id__in={event.organization_id for event in events}, is_enabled=True
-    ).only("pk", "organization_id", "events"):
-        endpoints[endpoint.organization_id].append(endpoint)
-    if not endpoints:
+    wanted = _targets(events)
+    if not wanted:
         return 0
     now = timezone.now()
-    wanted = [
-        (event, [each for each in endpoints[event.organization_id] if event.type in each.events])
-        for event in events
-    ]
-    wanted = [(event, targets) for event, targets in wanted if targets]
     rows = [
         WebhookEvent(
             uuid=uuid.uuid4(),
@@ -113,25 +104,7 @@ def events_record(events: Sequence[Event]) -> int:
         )
         for event, _ in wanted
     ]
-    # In the order given (deliveries of one object go out in the outbox's order): runs of
-    # plain events in one statement, each `once` event alone in a savepoint.
-    recorded: list[tuple[WebhookEvent, list[WebhookEndpoint]]] = []
-    run: list[tuple[WebhookEvent, list[WebhookEndpoint]]] = []
-    for row, (_, targets) in zip(rows, wanted, strict=True):
-        if not row.is_once:
-            run.append((row, targets))
-            continue
-        WebhookEvent.objects.bulk_create([each for each, _ in run])
-        recorded += run
-        run = []
-        try:
-            with transaction.atomic():
-                row.save(force_insert=True)
-        except IntegrityError:
-            continue  # recorded before: once per object
-        recorded.append((row, targets))
-    WebhookEvent.objects.bulk_create([each for each, _ in run])
-    recorded += run
+    recorded = _events_insert(list(zip(rows, (targets for _, targets in wanted), strict=True)))
     retry_until = now + timedelta(seconds=settings.WEBHOOK_RETRY_WINDOW_SECONDS)
     deliveries = WebhookDelivery.objects.bulk_create(
         [
@@ -148,6 +121,47 @@ def events_record(events: Sequence[Event]) -> int:
     )
     _hand_over([delivery.pk for delivery in deliveries])
     return len(deliveries)
+
+
+def _targets(events: Sequence[Event]) -> list[tuple[Event, list[WebhookEndpoint]]]:
+    """Each event with the enabled endpoints of its organization that want its type, in one
+    query for the whole batch; events nobody wants are left out."""
+    endpoints: dict[int, list[WebhookEndpoint]] = defaultdict(list)
+    for endpoint in WebhookEndpoint.objects.filter(
+        organization_id__in={event.organization_id for event in events}, is_enabled=True
+    ).only("pk", "organization_id", "events"):
+        endpoints[endpoint.organization_id].append(endpoint)
+    wanted = [
+        (event, [each for each in endpoints[event.organization_id] if event.type in each.events])
+        for event in events
+    ]
+    return [(event, targets) for event, targets in wanted if targets]
+
+
+Targeted = tuple[WebhookEvent, list[WebhookEndpoint]]
+
+
+def _events_insert(rows: list[Targeted]) -> list[Targeted]:
+    """Inserts the events in the order given (deliveries of one object go out in the outbox's
+    order): runs of plain events in one statement, each `once` event alone in a savepoint,
+    left out when it was recorded before. Returns those inserted."""
+    recorded: list[Targeted] = []
+    run: list[Targeted] = []
+    for row, targets in rows:
+        if not row.is_once:
+            run.append((row, targets))
+            continue
+        WebhookEvent.objects.bulk_create([each for each, _ in run])
+        recorded += run
+        run = []
+        try:
+            with transaction.atomic():
+                row.save(force_insert=True)
+        except IntegrityError:
+            continue  # recorded before: once per object
+        recorded.append((row, targets))
+    WebhookEvent.objects.bulk_create([each for each, _ in run])
+    return recorded + run
 
 
 def _hand_over(delivery_ids: Sequence[int]) -> None:

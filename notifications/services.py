@@ -151,9 +151,36 @@ def notifications_record(events: Sequence[NotificationEvent]) -> int:
         if event.organization_id is not None and not users:
             users = members.get((event.organization_id, event.admins_only), [])
         recipients.append((event, sorted(set(users))))
+    rows = _notification_rows(events, recipients)
+    if not rows:
+        return 0
+    # ON CONFLICT DO NOTHING: an event told before keeps its row (read or not, mailed or not).
+    written = Notification.objects.bulk_create(rows, ignore_conflicts=True)
+    if any(row.email_state == Notification.EmailState.PENDING for row in rows):
+        pending = list(
+            Notification.objects.filter(
+                key__in={row.key for row in rows},
+                user_id__in={row.user_id for row in rows},
+                email_state=Notification.EmailState.PENDING,
+            ).values_list("pk", flat=True)
+        )
+        if pending:
+            enqueue_after_commit(
+                "notifications.tasks.notification_emails_send_task",
+                pending,
+                recovered_by="the periodic sweep of unmailed notifications",
+            )
+    return len(written)
+
+
+def _notification_rows(
+    events: Sequence[NotificationEvent], recipients: list[tuple[NotificationEvent, list[int]]]
+) -> list[Notification]:
+    """A row per event and active recipient, shown and mailed as the recipient's preference
+    for the kind says (both, by default); none for a recipient who turned both off."""
     every_user = {user_id for _, users in recipients for user_id in users}
     if not every_user:
-        return 0
+        return []
     preferences = selectors.preferences_of_users(every_user, {e.kind for e in events})
     addresses = dict(
         User.objects.filter(pk__in=every_user, is_active=True).values_list("pk", "email")
@@ -184,25 +211,7 @@ def notifications_record(events: Sequence[NotificationEvent]) -> int:
                     ),
                 )
             )
-    if not rows:
-        return 0
-    # ON CONFLICT DO NOTHING: an event told before keeps its row (read or not, mailed or not).
-    written = Notification.objects.bulk_create(rows, ignore_conflicts=True)
-    if any(row.email_state == Notification.EmailState.PENDING for row in rows):
-        pending = list(
-            Notification.objects.filter(
-                key__in={row.key for row in rows},
-                user_id__in={row.user_id for row in rows},
-                email_state=Notification.EmailState.PENDING,
-            ).values_list("pk", flat=True)
-        )
-        if pending:
-            enqueue_after_commit(
-                "notifications.tasks.notification_emails_send_task",
-                pending,
-                recovered_by="the periodic sweep of unmailed notifications",
-            )
-    return len(written)
+    return rows
 
 
 def notification_emails_send(notification_ids: Iterable[int]) -> int:

@@ -151,32 +151,9 @@ def preemption_assess(
     """Whether the teams' jobs, run under `market_qos` (or, in managed mode, under team QOS
     made like it), are preempted and requeued when the owner's jobs need their cores, from
     `scontrol show config` and every QOS. The first thing missing is the refusal."""
-    preempt_type = config.get("PreemptType", "")
+    if refusal := _config_refusal(config):
+        return _refused(refusal)
     cluster_mode = config.get("PreemptMode", "")
-    if preempt_type != PREEMPT_TYPE:
-        return _refused(
-            f"PreemptType is {preempt_type or 'unset'}: add PreemptType={PREEMPT_TYPE} to "
-            "slurm.conf (scripts/cluster-setup --preemption prints every line needed) and "
-            "restart slurmctld and the slurmd daemons."
-        )
-    if cluster_mode.strip().upper() in ("", "OFF"):
-        return _refused(
-            f"PreemptMode is {cluster_mode or 'unset'}, which turns preemption off: add "
-            "PreemptMode=REQUEUE to slurm.conf."
-        )
-    if config.get("JobRequeue", "") != "1":
-        return _refused(
-            f"JobRequeue is {config.get('JobRequeue') or 'unset'}: a job that a team's job "
-            "submits itself would be cancelled instead of requeued when preempted. Set "
-            "JobRequeue=1 in slurm.conf."
-        )
-    parameters = {word.strip().lower() for word in config.get("SlurmctldParameters", "").split(",")}
-    if SEND_USER_SIGNAL not in parameters:
-        return _refused(
-            f"SlurmctldParameters lacks {SEND_USER_SIGNAL}: without it a preempted job's "
-            "script gets no SIGTERM before it is stopped (only its srun steps do). Add it to "
-            "SlurmctldParameters in slurm.conf and run `scontrol reconfigure`."
-        )
     market = next((record for record in qos if record.name == market_qos), None)
     if market is None:
         return _refused(
@@ -210,6 +187,37 @@ def preemption_assess(
             "run under (most often normal)."
         )
     return PreemptionAssessment(Preemption(owners, market.grace_seconds))
+
+
+def _config_refusal(config: Mapping[str, str]) -> str:
+    """What slurm.conf lacks for preemption by QOS that requeues, or "" when nothing."""
+    preempt_type = config.get("PreemptType", "")
+    cluster_mode = config.get("PreemptMode", "")
+    if preempt_type != PREEMPT_TYPE:
+        return (
+            f"PreemptType is {preempt_type or 'unset'}: add PreemptType={PREEMPT_TYPE} to "
+            "slurm.conf (scripts/cluster-setup --preemption prints every line needed) and "
+            "restart slurmctld and the slurmd daemons."
+        )
+    if cluster_mode.strip().upper() in ("", "OFF"):
+        return (
+            f"PreemptMode is {cluster_mode or 'unset'}, which turns preemption off: add "
+            "PreemptMode=REQUEUE to slurm.conf."
+        )
+    if config.get("JobRequeue", "") != "1":
+        return (
+            f"JobRequeue is {config.get('JobRequeue') or 'unset'}: a job that a team's job "
+            "submits itself would be cancelled instead of requeued when preempted. Set "
+            "JobRequeue=1 in slurm.conf."
+        )
+    parameters = {word.strip().lower() for word in config.get("SlurmctldParameters", "").split(",")}
+    if SEND_USER_SIGNAL not in parameters:
+        return (
+            f"SlurmctldParameters lacks {SEND_USER_SIGNAL}: without it a preempted job's "
+            "script gets no SIGTERM before it is stopped (only its srun steps do). Add it to "
+            "SlurmctldParameters in slurm.conf and run `scontrol reconfigure`."
+        )
+    return ""
 
 
 def tenants_without_qos(

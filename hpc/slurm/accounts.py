@@ -255,8 +255,25 @@ def tenant_join(
             f"{user} still has an association with {', '.join(others)} on {cluster_name}: "
             f"the account of another team must be left before {user} joins {account}"
         )
-    changed = False
     mine = [row for row in tenant.associations if row.account == account and not row.partition]
+    changed = _tenant_association_ensure(connection, cluster_name, user, account, mine, timeout)
+    if tenant.default_account != account:
+        _default_account_set(connection, cluster_name, user, account, timeout)
+        changed = True
+    return changed
+
+
+def _tenant_association_ensure(
+    connection: SSHConnection,
+    cluster_name: str,
+    user: str,
+    account: str,
+    mine: list[Association],
+    timeout: float,
+) -> bool:
+    """The tenant's association with the team's account, with the account's QOS: added when
+    `mine` (its associations with the account) has none, put back when set by hand."""
+    changed = False
     if not mine or mine[0].qos != (account,) or mine[0].default_qos != account:
         own = _account_row(
             associations_read(connection, cluster_name, account=account, timeout=timeout)
@@ -288,9 +305,6 @@ def tenant_join(
             result = sacctmgr_modify(connection, "user", where, settings, timeout)
             require_modified(result, account, cluster_name=cluster_name)
             changed = True
-    if tenant.default_account != account:
-        _default_account_set(connection, cluster_name, user, account, timeout)
-        changed = True
     return changed
 
 

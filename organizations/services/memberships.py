@@ -58,12 +58,7 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
         )
     organization = actor.organization
     now = timezone.now()
-    user = User.objects.filter(username=username, is_active=True).first()
-    # By name, not by `user`: the same query whether the name exists or not.
-    is_member = Membership.objects.filter(
-        organization=organization, user__username=username
-    ).exists()
-    invitee = None if user is None or is_member else user
+    invitee = _invitee(organization, username)
 
     pending = (
         Invitation.objects.select_for_update()
@@ -86,12 +81,7 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
             )
     except IntegrityError:
         # Another admin invited the same name (or the same user under a former name) meanwhile.
-        concurrent = Invitation.objects.filter(
-            organization=organization, status=Invitation.Status.PENDING
-        )
-        existing = concurrent.filter(username=username).first() or (
-            concurrent.filter(invitee=invitee).first() if invitee else None
-        )
+        existing = _pending_invitation_of(organization, username, invitee)
         if existing is None:
             raise
         return existing
@@ -101,6 +91,28 @@ def invitation_create(*, actor: Membership, username: str, role: str) -> Invitat
         recovered_by="the invitation waits on the invitee's Invitations page unmailed",
     )
     return invitation
+
+
+def _invitee(organization: Organization, username: str) -> User | None:
+    """The active user of that name who is not a member yet, the one who may accept: for any
+    other name, nobody. Asked by name, not by user: the same queries whether the name exists
+    or not."""
+    user = User.objects.filter(username=username, is_active=True).first()
+    is_member = Membership.objects.filter(
+        organization=organization, user__username=username
+    ).exists()
+    return None if user is None or is_member else user
+
+
+def _pending_invitation_of(
+    organization: Organization, username: str, invitee: User | None
+) -> Invitation | None:
+    """The organization's pending invitation of that name, or of that user under a former
+    name."""
+    pending = Invitation.objects.filter(organization=organization, status=Invitation.Status.PENDING)
+    return pending.filter(username=username).first() or (
+        pending.filter(invitee=invitee).first() if invitee else None
+    )
 
 
 def invitation_notify(*, invitation_id: int) -> bool:

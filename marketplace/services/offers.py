@@ -159,10 +159,24 @@ def offer_create(
     if found is not None and "resource" not in fields:
         _window_capacity_check(fields, found, terms, now)
     fields.raise_if_any()
-    assert found is not None and terms.units is not None and terms.reserve is not None
+    assert found is not None
+    return _offer_insert(actor, cluster, found, resource, terms, now)
+
+
+def _offer_insert(
+    actor: Membership,
+    cluster: Cluster,
+    partition: Partition,
+    resource: str,
+    terms: "OfferTerms",
+    now: datetime,
+) -> Offer:
+    """The offer of checked terms, once the partition's calendar (locked) has room for it in
+    every hour of its window."""
+    assert terms.units is not None and terms.reserve is not None
     assert terms.start is not None and terms.end is not None and terms.closes is not None
     capacity_check(
-        found,
+        partition,
         resource,
         selectors.offer_load(
             window_start=terms.start,
@@ -173,7 +187,7 @@ def offer_create(
     )
     return Offer.objects.create(
         cluster=cluster,
-        partition=found,
+        partition=partition,
         resource=resource,
         capacity=terms.capacity,
         quantity=terms.units,
@@ -434,21 +448,7 @@ def offer_extend(
             "Only an open offer whose auction has not closed can be extended.",
             extra={"status": offer.status},
         )
-    fields = FieldErrors()
-    units: int | None = offer.quantity
-    end: datetime | None = offer.window_end
-    if _given(quantity):
-        units = _whole_units(fields, "quantity", quantity)
-        if units is not None and units < offer.quantity:
-            fields.add("quantity", f"At least {offer.quantity}: an offer only grows.")
-    if _given(window_end):
-        end = _aware(fields, "window_end", window_end)
-        if end is not None and end < offer.window_end:
-            fields.add("window_end", "Not before the window's end now: an offer only grows.")
-    if not _given(quantity) and not _given(window_end):
-        fields.add("quantity", "Give a larger quantity, a later window end, or both.")
-    fields.raise_if_any()
-    assert units is not None and end is not None
+    units, end = _extension_parse(offer, quantity, window_end)
     if end != offer.window_end:
         bids = OfferDemand.objects.filter(offer=offer).aggregate(bids=Sum("bid_count"))["bids"]
         if bids or offer.units_sold:
@@ -456,20 +456,7 @@ def offer_extend(
                 "The window of an offer with bids or sales stays as its buyers bid on it.",
                 extra={"bid_count": bids or 0, "units_sold": offer.units_sold},
             )
-    unit_hours = 1
-    if offer.is_reserved:
-        _block_fits_check(fields, partition, offer.resource, units)
-        if (end - offer.window_start).total_seconds() % 3600:
-            fields.add("window_end", "A reserved window is a whole number of hours.")
-        unit_hours = window_hours(offer.window_start, end)
-    else:
-        sellable = _sellable(partition, offer.resource, offer.window_start, end, now)
-        if units > sellable:
-            fields.add(
-                "quantity",
-                f"The partition has at most {sellable} {offer.resource} units in this window.",
-            )
-    fields.raise_if_any()
+    unit_hours = _extension_fits(offer, partition, units, end, now)
     capacity_check(
         partition,
         offer.resource,
@@ -485,6 +472,51 @@ def offer_extend(
     offer.window_end = end
     offer.save(update_fields=["quantity", "window_end", "updated_at"])
     return offer
+
+
+def _extension_parse(offer: Offer, quantity: Any, window_end: Any) -> tuple[int, datetime]:
+    """The grown quantity and window end asked for (each as it is when not given), neither
+    smaller than now; 400 when neither is given."""
+    fields = FieldErrors()
+    units: int | None = offer.quantity
+    end: datetime | None = offer.window_end
+    if _given(quantity):
+        units = _whole_units(fields, "quantity", quantity)
+        if units is not None and units < offer.quantity:
+            fields.add("quantity", f"At least {offer.quantity}: an offer only grows.")
+    if _given(window_end):
+        end = _aware(fields, "window_end", window_end)
+        if end is not None and end < offer.window_end:
+            fields.add("window_end", "Not before the window's end now: an offer only grows.")
+    if not _given(quantity) and not _given(window_end):
+        fields.add("quantity", "Give a larger quantity, a later window end, or both.")
+    fields.raise_if_any()
+    assert units is not None and end is not None
+    return units, end
+
+
+def _extension_fits(
+    offer: Offer, partition: Partition, units: int, end: datetime, now: datetime
+) -> int:
+    """400 unless the grown offer fits its partition as a new one would (a reserved block
+    whole nodes of GPUs and whole hours; preemptible units what the partition can sell in the
+    window); the core-hours in one unit."""
+    fields = FieldErrors()
+    unit_hours = 1
+    if offer.is_reserved:
+        _block_fits_check(fields, partition, offer.resource, units)
+        if (end - offer.window_start).total_seconds() % 3600:
+            fields.add("window_end", "A reserved window is a whole number of hours.")
+        unit_hours = window_hours(offer.window_start, end)
+    else:
+        sellable = _sellable(partition, offer.resource, offer.window_start, end, now)
+        if units > sellable:
+            fields.add(
+                "quantity",
+                f"The partition has at most {sellable} {offer.resource} units in this window.",
+            )
+    fields.raise_if_any()
+    return unit_hours
 
 
 def _lock_offer(offer: Offer) -> Offer:

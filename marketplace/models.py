@@ -554,7 +554,7 @@ class OfferDemand(models.Model):
     """The open bids on an offer counted in a few rows rather than one: a bid adds itself to
     the row of its organization's shard, in its own transaction, so that bids of different
     teams in an auction's closing rush do not wait on each other for one counter. The offer's
-    `bid_count` and `units_bid` are these rows summed (`marketplace.services.offers`)."""
+    `bid_count` and `units_bid` are these rows summed (`marketplace.services.orders`)."""
 
     SHARDS = 8
 

@@ -289,7 +289,6 @@ MODULES_OVER = {
     "marketplace/models.py": 792,
     "marketplace/selectors.py": 1143,
     "marketplace/serializers/market.py": 738,
-    "marketplace/services/offers.py": 943,
     "marketplace/views/market.py": 752,
     "scheduler_bridge/models.py": 669,
     "scheduler_bridge/serializers/jobs.py": 663,

@@ -21,14 +21,16 @@ from marketplace.services.clusters import (
     ssh_settings_for,
 )
 from marketplace.services.offers import (
-    bid_is_withdrawable,
-    bid_place,
-    bid_withdraw,
-    offer_buy,
     offer_cancel,
     offer_create,
     offer_extend,
     offer_is_cancellable,
+)
+from marketplace.services.orders import (
+    bid_is_withdrawable,
+    bid_place,
+    bid_withdraw,
+    offer_buy,
     purchase_block,
 )
 from marketplace.services.reservations import (

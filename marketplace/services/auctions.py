@@ -17,7 +17,7 @@ from hpc.errors import ReservationRefused
 from marketplace import notices, webhook_events
 from marketplace.auction import BidRow, Clearing, SealedBid, uniform_price_clear
 from marketplace.models import Allocation, Bid, Capacity, Offer, PendingReservation
-from marketplace.services.offers import allocation_of, hold_amount, slurm_accounts_follow
+from marketplace.services.orders import allocation_of, hold_amount, slurm_accounts_follow
 from marketplace.services.reservations import (
     HeldBlock,
     allocation_reservation_remove,

@@ -536,7 +536,8 @@ def _commit(organization: Organization, available: Account, held: Account, amoun
 
 
 def _lock_hold(hold: Hold) -> Hold:
-    return Hold.objects.select_for_update().get(pk=hold.pk)
+    holds = Hold.objects.select_related("organization").select_for_update(of=("self",))
+    return holds.get(pk=hold.pk)
 
 
 @transaction.atomic
@@ -649,8 +650,7 @@ def hold_capture(
     if amount < 0:
         raise ValidationFailed(fields={"amount": ["Must not be negative."]})
     hold = _lock_hold(hold)
-    payer = hold.organization
-    held_key = (payer.pk, Account.Kind.HELD)
+    held_key = (hold.organization_id, Account.Kind.HELD)
     held = _lock([held_key])[held_key]
     if (done := _replayed(idempotency_reference)) is not None:
         return done
@@ -666,7 +666,7 @@ def hold_capture(
     hold.save(update_fields=["amount", "captured", "updated_at"])
     return _post(
         kind=Transaction.Kind.CHARGE,
-        organization=payer,
+        organization=hold.organization,
         hold=hold,
         lines=[
             (held, Entry.Kind.CHARGE, -amount),

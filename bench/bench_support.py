@@ -5,7 +5,9 @@ table, which every bench records (`record_figure`) and `bench/summary.py` prints
 
 import json
 import os
+import statistics
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -214,6 +216,145 @@ def cpu_ceiling(processes: int, rounds: int = 8_000_000) -> float:
     one = _spin_run(1, rounds)
     many = _spin_run(processes, rounds // processes)
     return one / many
+
+
+# The share of the CPU ceiling a figure of N processes / 1 must reach (issue 33).
+CEILING_AIM = 0.9
+
+# A unit of work in a bench process: does a few operations, answers how many.
+Step = Callable[[], int]
+
+
+def _rate_worker(
+    prepare: Callable[[int], Step], index: int, barrier: Any, seconds: float, results: Any
+) -> None:
+    from django.db import connection
+
+    # A session of its own: with the kernel's autogroup (sched_autogroup_enabled, on here) the
+    # scheduler shares the CPUs between sessions first, so N processes of one session get no
+    # more CPU than 1 does when other sessions keep the CPUs busy, while their database
+    # backends (the server's session) do. Each process its own session, as each of the
+    # loop's: both sides of the figure compete as separate programs.
+    os.setsid()
+    try:
+        step = prepare(index)
+        barrier.wait()
+        started = time.perf_counter()
+        done = 0
+        while (elapsed := time.perf_counter() - started) < seconds:
+            done += step()
+        results.put((index, done, elapsed))
+    except BaseException as error:  # reported by the parent: the bench must not hide it
+        results.put((index, -1, repr(error)))
+        raise
+    finally:
+        connection.close()
+
+
+def processes_rate(processes: int, seconds: float, prepare: Callable[[int], Step]) -> float:
+    """Operations a second of `processes` forked processes together. Each calls
+    `prepare(index)` before the common start line (its own database connection, its rows, a
+    warm-up: a new backend's first statements load its catalog caches, which a server process
+    has long done, and 8 short-lived processes would pay it 8 times against the 1's once),
+    then calls the step it got until `seconds` have passed; the figure is the sum of each
+    process's operations over its own time. A fixed time, not a fixed count of operations:
+    with a count, the last process to finish sets the time, and on a loaded machine that tail
+    is whichever process the scheduler left behind."""
+    import multiprocessing
+
+    from django.db import connections
+
+    connections.close_all()  # a forked child must open its own connection, never share ours
+    context = multiprocessing.get_context("fork")
+    barrier = context.Barrier(processes + 1)
+    results = context.Queue()
+    workers = [
+        context.Process(target=_rate_worker, args=(prepare, index, barrier, seconds, results))
+        for index in range(processes)
+    ]
+    for worker in workers:
+        worker.start()
+    barrier.wait()
+    answers = [results.get(timeout=seconds + 600) for _ in workers]
+    for worker in workers:
+        worker.join()
+    if failed := [answer for answer in answers if answer[1] < 0]:
+        raise RuntimeError(f"a bench process failed: {failed[0][2]}")
+    return sum(done / elapsed for _, done, elapsed in answers)
+
+
+def _loop_prepare(index: int) -> Step:
+    def step() -> int:
+        total = 0
+        for value in range(20_000):
+            total += value * value % 7
+        return 20_000
+
+    return step
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """N processes / 1, measured in rounds with the CPU ceiling right beside each trial: the
+    one process's trial, then a Python loop in one process for as long; the N processes'
+    trial, then the same loop in N processes. On a shared machine the CPU free changes from
+    one second to the next, so a ceiling measured a minute away from the trials it is read
+    against says little about them (0.70 of the ceiling in a loaded run, 0.96 on a quiet one,
+    for the same code, when the ceiling was measured once after the trials).
+
+    `rounds` holds each round's (ratio, ceiling); the figures are medians over the rounds, and
+    `share`, what the figure is judged by, is the median of each round's ratio over its own
+    ceiling."""
+
+    processes: int
+    rounds: tuple[tuple[float, float], ...]
+    one_rate: float  # the one process's operations a second, median
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(ratio for ratio, _ in self.rounds)
+
+    @property
+    def ceiling(self) -> float:
+        return statistics.median(ceiling for _, ceiling in self.rounds)
+
+    @property
+    def share(self) -> float:
+        return statistics.median(ratio / ceiling for ratio, ceiling in self.rounds)
+
+    @property
+    def is_met(self) -> bool:
+        return self.share >= CEILING_AIM
+
+    def value(self) -> str:
+        """As the table prints it: "1.75 of a CPU ceiling of 1.90 = 0.92"."""
+        return f"{self.ratio:.2f} of a CPU ceiling of {self.ceiling:.2f} = {self.share:.2f}"
+
+    def spread(self) -> str:
+        shares = sorted(ratio / ceiling for ratio, ceiling in self.rounds)
+        return f"{len(self.rounds)} rounds, each ratio / its own ceiling: " + ", ".join(
+            f"{share:.2f}" for share in shares
+        )
+
+
+def scaling_measure(
+    prepare: Callable[[int, int], Step], processes: int, rounds: int, seconds: float
+) -> Scaling:
+    """`rounds` rounds of the work in 1 process and in `processes` (`prepare(count, index)`
+    gives process `index` of `count` its step, see `processes_rate`), each trial `seconds`
+    long and followed at once by the CPU ceiling's matching half (the Python loop in as many
+    processes, as long). Odd rounds run the N processes first, so that a load that rises or
+    falls through a round favours neither side."""
+    measured = []
+    one_rates = []
+    for index in range(rounds):
+        rates: dict[int, tuple[float, float]] = {}
+        for count in (1, processes)[:: 1 if index % 2 == 0 else -1]:
+            work = processes_rate(count, seconds, lambda i, count=count: prepare(count, i))
+            rates[count] = (work, processes_rate(count, seconds, _loop_prepare))
+        one_rates.append(rates[1][0])
+        measured.append((rates[processes][0] / rates[1][0], rates[processes][1] / rates[1][1]))
+    return Scaling(processes, tuple(measured), statistics.median(one_rates))
 
 
 class WaitEvents:

@@ -1,15 +1,16 @@
 """How fast money moves, on PostgreSQL, measured side by side in one run.
 
-    make bench        (or: .venv/bin/python bench/ledger.py [--operations 400])
+    make bench        (or: .venv/bin/python bench/ledger.py [--seconds 1.5] [--rounds 9])
 
 It migrates a scratch database (bench_support: BENCH_DATABASE, default `computeshare_bench`)
 on the local PostgreSQL (DATABASE_URL's server), empties it, and prints:
 
 1. hold_place + hold_capture pairs per second from real processes, each with its own database
-   connection: one process against 8 processes on 8 organizations (each paying its own owner),
-   the same 8 paying one owner, and 8 on one organization (every process waits on the same
-   wallet); and how many rows every charge locks (ADR 10: none, the platform's accounts are
-   sharded);
+   connection: 8 processes on 8 organizations (each paying its own owner) against one, in
+   rounds with the CPU ceiling measured right beside each trial (bench_support.Scaling: the
+   figure is the ratio over that ceiling, aim 0.9); then, one trial each, the same 8 paying
+   one owner, and 8 on one organization (every process waits on the same wallet); and how
+   many rows every charge locks (ADR 10: none, the platform's accounts are sharded);
 2. reading the platform's fees from its cached shard rows against summing its entries, at the
    size the run leaves behind (the reason ADR 4 caches balances);
 3. a signed Stripe webhook: a first delivery (verify, store, credit) against a duplicate
@@ -19,27 +20,30 @@ on the local PostgreSQL (DATABASE_URL's server), empties it, and prints:
 import argparse
 import hashlib
 import hmac
+import itertools
 import json
-import multiprocessing
+import os
 import statistics
 import sys
 import time
 import uuid
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
 sys.path[:0] = [str(REPOSITORY), str(BENCH)]
 
 from bench_support import (  # noqa: E402
+    CEILING_AIM,
+    Step,
     WaitEvents,
-    cpu_ceiling,
     load_average,
     parallel_ceiling,
     prepare_django,
+    processes_rate,
     record_figure,
+    scaling_measure,
 )
 
 WORKERS = 8
@@ -49,15 +53,20 @@ def _rate(count: int, seconds: float) -> str:
     return f"{count / seconds:8.0f}/s"
 
 
-def _pairs(payer_id: int, payee_id: int, count: int, tag: str) -> None:
-    """`count` hold_place + hold_capture pairs of `payer_id`'s wallet, charged to `payee_id`."""
+def _pairs_step(payer_id: int, payee_id: int) -> Step:
+    """In a bench process: its organizations loaded and one pair made (the warm-up), then a
+    step that makes one more hold_place + hold_capture pair of `payer_id`'s wallet, charged to
+    `payee_id`, each capture with a reference of its own."""
     from billing import services
     from billing.models import ReferenceKind
     from organizations.models import Organization
 
     payer = Organization.objects.get(pk=payer_id)
     payee = Organization.objects.get(pk=payee_id)
-    for index in range(count):
+    tag = f"bench-{payer_id}-{payee_id}-{os.getpid()}"
+    numbers = itertools.count()
+
+    def step() -> int:
         hold = services.hold_place(
             organization=payer, amount=Decimal("2.5"), reference_kind=ReferenceKind.BID
         )
@@ -65,51 +74,18 @@ def _pairs(payer_id: int, payee_id: int, count: int, tag: str) -> None:
             hold=hold,
             amount=Decimal("1.234567"),
             payee=payee,
-            idempotency_reference=f"bench-{tag}-{index}",
+            idempotency_reference=f"{tag}-{next(numbers)}",
         )
+        return 1
+
+    step()
+    return step
 
 
-def _worker(barrier: Any, errors: Any, payer_id: int, payee_id: int, count: int, tag: str) -> None:
-    """One process: its own connection (opened before the start line), then the pairs."""
-    from django.db import connection
-
-    try:
-        connection.ensure_connection()
-        barrier.wait()
-        _pairs(payer_id, payee_id, count, tag)
-    except BaseException as error:  # reported by the parent: the bench must not hide it
-        errors.put(f"{tag}: {error!r}")
-        raise
-    finally:
-        connection.close()
-
-
-def _timed_processes(jobs: list[tuple[int, int, int, str]]) -> float:
-    """Runs each job (payer, payee, pairs, tag) in a forked process of its own, all started
-    together; the seconds from the start line until the last one is done."""
-    from django.db import connections
-
-    connections.close_all()  # a forked child must open its own connection, never share ours
-    context = multiprocessing.get_context("fork")
-    barrier = context.Barrier(len(jobs) + 1)
-    errors = context.Queue()
-    processes = [context.Process(target=_worker, args=(barrier, errors, *job)) for job in jobs]
-    for process in processes:
-        process.start()
-    barrier.wait()
-    started = time.perf_counter()
-    for process in processes:
-        process.join()
-    elapsed = time.perf_counter() - started
-    if not errors.empty() or any(process.exitcode for process in processes):
-        raise RuntimeError(f"a bench process failed: {errors.get(timeout=1)}")
-    return elapsed
-
-
-def _rows_every_charge_locks(tag: str) -> int:
-    """How many rows every charge of the run whose references start `bench-<tag>` locked: the
-    accounts its entries are on that are the same for all of them (each charge's hold is its
-    own). A charge locks its hold and exactly the accounts it writes entries on."""
+def _rows_every_charge_locks(payers: list[int]) -> int:
+    """How many rows every charge paid by `payers` locked: the accounts its entries are on
+    that are the same for all of them (each charge's hold is its own). A charge locks its hold
+    and exactly the accounts it writes entries on."""
     from django.db import connection
 
     with connection.cursor() as cursor:
@@ -117,7 +93,7 @@ def _rows_every_charge_locks(tag: str) -> int:
             """
             WITH charges AS (
                 SELECT id FROM billing_transaction
-                WHERE kind = 'charge' AND idempotency_reference LIKE %s
+                WHERE kind = 'charge' AND organization_id = ANY(%s)
             )
             SELECT count(*) FROM (
                 SELECT entry.account_id FROM billing_entry AS entry
@@ -126,13 +102,13 @@ def _rows_every_charge_locks(tag: str) -> int:
                 HAVING count(DISTINCT entry.transaction_id) = (SELECT count(*) FROM charges)
             ) AS shared
             """,
-            [f"bench-{tag}-%"],
+            [payers],
         )
         (count,) = cursor.fetchone()
     return int(count)
 
 
-def bench_holds(operations: int) -> None:
+def bench_holds(seconds: float, rounds: int) -> None:
     from billing import services
     from organizations.models import Organization
 
@@ -147,62 +123,69 @@ def bench_holds(operations: int) -> None:
             )
         return created.pk
 
-    funds = Decimal(1_000_000)
+    funds = Decimal(10_000_000)
     owners = [organization(f"Owner {index}") for index in range(WORKERS)]
     serial_team = organization("Serial", funds)
     teams = [organization(f"Parallel {index}", funds) for index in range(WORKERS)]
+    one_owner_teams = [organization(f"To one owner {index}", funds) for index in range(WORKERS)]
     shared_team = organization("Shared", funds)
-    per_worker = max(1, operations // WORKERS)
-    done = per_worker * WORKERS
 
-    serial = _timed_processes([(serial_team, owners[0], operations, "serial")])
-    with WaitEvents() as waits:
-        spread = _timed_processes(
-            [(teams[i], owners[i], per_worker, f"spread-{i}") for i in range(WORKERS)]
-        )
-    ceiling = parallel_ceiling(WORKERS)
-    cpu = cpu_ceiling(WORKERS)
-    one_owner = _timed_processes(
-        [(teams[i], owners[0], per_worker, f"one-owner-{i}") for i in range(WORKERS)]
-    )
-    shared = _timed_processes(
-        [(shared_team, owners[i], per_worker, f"shared-{i}") for i in range(WORKERS)]
-    )
+    def spread(count: int, index: int) -> Step:
+        if count == 1:
+            return _pairs_step(serial_team, owners[0])
+        return _pairs_step(teams[index], owners[index])
+
+    scaling = scaling_measure(spread, WORKERS, rounds, seconds)
     machine_load = load_average()
-    ratio = serial / operations * done / spread
-    shared_rows = _rows_every_charge_locks("spread")
-    shared_one_owner = _rows_every_charge_locks("one-owner")
+    with WaitEvents() as waits:
+        spread_rate = processes_rate(WORKERS, seconds, lambda index: spread(WORKERS, index))
+    one_owner = processes_rate(
+        WORKERS, seconds, lambda index: _pairs_step(one_owner_teams[index], owners[0])
+    )
+    shared = processes_rate(WORKERS, seconds, lambda index: _pairs_step(shared_team, owners[index]))
+    ceiling = parallel_ceiling(WORKERS)
+    shared_rows = _rows_every_charge_locks(teams)
+    shared_one_owner = _rows_every_charge_locks(one_owner_teams)
 
-    print("1. hold_place + hold_capture pairs (each pair is two transactions), real processes")
+    print(
+        "1. hold_place + hold_capture pairs (each pair is two transactions), real processes "
+        f"with a connection each, warmed up by one pair before the start line, {seconds:g} s "
+        "a trial"
+    )
+    print(
+        f"   {WORKERS} processes on {WORKERS} organizations / 1 process, {scaling.spread()} "
+        "(the CPU ceiling, a Python loop, measured right after each trial for as long)"
+    )
+    print(
+        f"   medians: 1 process {_rate(1, 1 / scaling.one_rate).strip()}, ratio "
+        f"{scaling.ratio:.2f}x, CPU ceiling {scaling.ceiling:.2f}x, ratio / ceiling "
+        f"{scaling.share:.2f}"
+    )
+    print(f"   {machine_load}")
+    print("   then one trial each:")
     rows = [
-        ("1 process, one organization", operations, serial),
-        (f"{WORKERS} processes, {WORKERS} payers to {WORKERS} owners", done, spread),
-        (f"{WORKERS} processes, {WORKERS} payers to one owner", done, one_owner),
-        (f"{WORKERS} processes, one organization", done, shared),
+        (f"{WORKERS} processes, {WORKERS} payers to {WORKERS} owners", spread_rate),
+        (f"{WORKERS} processes, {WORKERS} payers to one owner", one_owner),
+        (f"{WORKERS} processes, one organization", shared),
     ]
-    for label, count, seconds in rows:
-        print(f"   {label:<38} {count:6d} pairs  {_rate(count, seconds)}")
-    print(f"   {WORKERS} organizations / 1 process{ratio:16.2f}x")
-    to_one_owner = serial / operations * done / one_owner
-    print(f"   {WORKERS} payers to one owner / 1 process{to_one_owner:10.2f}x")
+    for label, rate in rows:
+        print(f"   {label:<38} {rate:8.0f}/s  ({rate / scaling.one_rate:.2f}x the 1 process)")
     print(
         f"   rows every charge locks: {shared_rows} ({WORKERS} payers to {WORKERS} owners), "
         f"{shared_one_owner} (to one owner: its earnings)"
     )
-    print(f"   {machine_load}")
     print(f"   what the {WORKERS} processes' backends waited on (sampled): {waits.top()}")
     print(
-        f"   the machine's ceilings now, {WORKERS} processes / 1 with nothing shared: each "
-        f"INSERT + COMMIT into a table of its own {ceiling:.2f}x, each a Python loop (CPU "
-        f"only) {cpu:.2f}x; a pair is mostly Python's CPU (the backends wait on their "
-        f"processes), so the CPU ceiling is the one it meets"
+        f"   the machine's database ceiling, {WORKERS} processes / 1 with nothing shared, each "
+        f"INSERT + COMMIT into a table of its own: {ceiling:.2f}x; a pair is mostly Python's "
+        "CPU (the backends wait on their processes), so the CPU ceiling is the one it meets"
     )
     record_figure(
         "money.processes",
         f"hold + capture pairs, {WORKERS} processes on {WORKERS} organizations / 1 process",
-        f"{ratio:.2f} (CPU ceiling {cpu:.2f})",
-        ">= 3",
-        ratio >= 3,
+        scaling.value(),
+        f">= {CEILING_AIM} of the CPU ceiling",
+        scaling.is_met,
     )
     record_figure(
         "money.shared_rows", "rows every charge must lock", str(shared_rows), "0", shared_rows == 0
@@ -310,12 +293,13 @@ def bench_webhook(deliveries: int = 200) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--operations", type=int, default=400)
+    parser.add_argument("--seconds", type=float, default=1.5, help="of each trial")
+    parser.add_argument("--rounds", type=int, default=9, help="rounds of 1 and 8 processes")
     arguments = parser.parse_args()
     prepare_django()
     from billing.selectors import ledger_verify
 
-    bench_holds(arguments.operations)
+    bench_holds(arguments.seconds, arguments.rounds)
     bench_balance_reads()
     bench_webhook()
     problems = ledger_verify()

@@ -4,6 +4,7 @@ import http.client
 import os
 import random
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,8 +25,8 @@ MAX_PRICE = "5.00"
 QUERY = f"page_size=50&resource=cpu&status=open&max_price={MAX_PRICE}&ordering=reserve_price"
 API_PATH = f"/api/v1/offers/?{QUERY}"
 BARE_PATH = f"/bench/bare-offers/?{QUERY}"
-# The API's requests per second against the bare view's (issue 15).
-AIM = 0.7
+# The API's requests per second against the bare view's (issue 33).
+AIM = 0.6
 
 
 def _ssh_private_key() -> str:
@@ -290,7 +291,7 @@ def _same_page(port: int, token: str) -> bool:
 
 
 def bench_offers_list(
-    rng: random.Random, seconds: float, clients: int, workers: int, threads: int
+    rng: random.Random, seconds: float, clients: int, workers: int, threads: int, rounds: int = 6
 ) -> None:
     token = _offers(rng)
     from marketplace.models import Offer
@@ -303,7 +304,7 @@ def bench_offers_list(
         f"2. The offers list under load: {Offer.objects.count():,} offers on 50 clusters "
         f"({matching:,} match the filter); gunicorn gthread {workers} workers x {threads} "
         f"threads on 127.0.0.1, {clients} keep-alive client threads (http.client) in this "
-        f"process, each target 2 x {seconds:g} s alternating after a 2 s warm-up"
+        f"process, each target {rounds} x {seconds:g} s alternating after a 2 s warm-up"
     )
     print(f"   (a) GET {API_PATH} (token)")
     print(f"   (b) GET {BARE_PATH} (bare view: values() + JsonResponse, no DRF, no auth)")
@@ -316,13 +317,20 @@ def bench_offers_list(
             for path in (API_PATH, BARE_PATH):
                 _hammer(port, path, headers, clients, 2)
             results = {API_PATH: Load(), BARE_PATH: Load()}
-            for _ in range(2):
-                for path in (API_PATH, BARE_PATH):
+            # Each round's API trial beside its bare trial, the order swapped every round: on a
+            # shared machine the CPU free changes within seconds, so the figure is the median
+            # of the rounds' own ratios, not one sum against another taken a minute apart.
+            ratios = []
+            for round_ in range(rounds):
+                rates = {}
+                for path in (API_PATH, BARE_PATH)[:: 1 if round_ % 2 == 0 else -1]:
                     load = _hammer(port, path, headers, clients, seconds)
+                    rates[path] = load.rate
                     total = results[path]
                     total.requests += load.requests
                     total.seconds += load.seconds
                     total.latencies += load.latencies
+                ratios.append(rates[API_PATH] / rates[BARE_PATH])
         api, bare = results[API_PATH], results[BARE_PATH]
         print(f"   {label}; same 50 offers from both: {'yes' if same else 'NO'}; {load_average()}")
         for name, load in (("(a) API      ", api), ("(b) bare view", bare)):
@@ -330,9 +338,11 @@ def bench_offers_list(
                 f"     {name} {load.rate:7,.0f} req/s  p50 {load.percentile(0.5) * 1e3:6.1f} ms"
                 f"  p99 {load.percentile(0.99) * 1e3:6.1f} ms  ({load.requests:,} requests)"
             )
-        ratio = api.rate / bare.rate
+        ratio = statistics.median(ratios)
         print(
-            f"     API / bare = {ratio:.2f} (aim >= {AIM}: {'met' if ratio >= AIM else 'NOT met'})"
+            f"     API / bare, median of {rounds} rounds = {ratio:.2f} (rounds: "
+            + ", ".join(f"{each:.2f}" for each in sorted(ratios))
+            + f"; aim >= {AIM}: {'met' if ratio >= AIM else 'NOT met'})"
         )
         if conn_max_age:
             record_figure(

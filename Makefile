@@ -99,10 +99,12 @@ cluster-check: install
 clean:
 	rm -rf $(VENV) node_modules staticfiles var .pytest_cache .ruff_cache .mypy_cache
 
-# The site under load (bench/loadtest/run.py): 50 simulated people (Locust) browse, bid, buy and
+# The site under load (bench/loadtest/run.py): simulated people (Locust) browse, bid, buy and
 # run tiny jobs against gunicorn, a Celery worker per queue and beat, PostgreSQL, Redis and the
-# Slurm test cluster, for 150 s (LOADTEST_ARGS="--seconds 600" for longer); prints p50/p95/p99
-# per kind of request, the errors and the machine's load. Figures, not pass or fail.
+# Slurm test cluster: 50, 100, 150, ... people for 60 s each (LOADTEST_ARGS="--seconds 300" for
+# longer, "--users 200 --only" for 200 alone), on past 200 until p95 < 300 ms with no errors
+# fails; prints each step, p50/p95/p99 per kind of request at 200, the errors and the machine's
+# load, and the most people within the aim. Figures, not pass or fail.
 loadtest: install
 	scripts/test-services
 	scripts/testcluster up

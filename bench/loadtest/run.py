@@ -1,19 +1,25 @@
-"""The site under load (issue 15, item 6): 50 simulated people browse the offers (pages and
+"""The site under load (issues 15 and 33): simulated people browse the offers (pages and
 API), bid, buy, and submit and follow tiny jobs on the real Slurm test cluster, against
-gunicorn on PostgreSQL and Redis with a Celery worker per queue and beat, all on loopback.
+gunicorn on PostgreSQL and Redis with a Celery worker per queue and beat, all on loopback;
+200 of them, and a step-up search for the most at which the aim still holds.
 
-    make loadtest     (or: .venv/bin/python bench/loadtest/run.py [--seconds 150] [--keep])
+    make loadtest     (or: .venv/bin/python bench/loadtest/run.py [--users 200] [--seconds 60]
+                       [--step 50] [--most 400] [--only] [--keep])
 
 It makes its own scratch database (LOADTEST_DATABASE, default BENCH_DATABASE + "_load") and
 uses REDIS_URL's Redis database (LOADTEST_REDIS_URL overrides it), makes the market
 (scene.py), starts gunicorn as deployed (3 workers x 4 threads, persistent connections, the
 caches on), a Celery worker per queue (cluster 2 processes, money 1, io 1: 4 in all, as
-one worker of 4 before the queues) and beat, runs Locust headless for a
-fixed time, prints p50/p95/p99 and errors per kind of request and the machine's load (load
-average, CPU of each kind of process), then stops everything, cancels the run's jobs still on
-the cluster, removes their directories and drops the database.
+one worker of 4 before the queues) and beat, then runs Locust headless once per step of the
+search (50, 100, 150, ... people, each step `--seconds` once all are there, against the same
+site), on past `--users` until a step does not hold. It prints each step's p95, errors and the
+machine's load, and for `--users` the p50/p95/p99 and errors of each kind of request and the
+CPU of each kind of process; then the headline (records the figure `loadtest.p95` for
+bench/summary.py), stops everything, cancels the run's jobs still on the cluster, removes
+their directories and drops the database.
 
-Figures, not pass or fail: the aim is p95 < 300 ms and no errors on this 2-core machine."""
+The aim (issue 33): at 200 people p95 < 300 ms and no errors on this 2-core machine, and the
+most people at which that still holds, printed."""
 
 from __future__ import annotations
 
@@ -260,11 +266,126 @@ def _clean_cluster(scene: dict[str, object]) -> None:
         connection.close()
 
 
+@dataclass
+class Step:
+    """One Locust run at a number of simulated people: its table and whether it held."""
+
+    users: int
+    rows: list[dict[str, str]]
+    total: dict[str, str]
+    prefix: Path
+    watch: CpuWatch
+
+    @property
+    def p95(self) -> float:
+        return float(self.total["95%"])
+
+    @property
+    def errors(self) -> int:
+        return int(self.total["Failure Count"])
+
+    @property
+    def holds(self) -> bool:
+        return self.p95 < AIM_P95_MS and self.errors == 0
+
+
+def _locust_step(
+    users: int,
+    seconds: int,
+    spawn_rate: float,
+    base_url: str,
+    scratch: Path,
+    scene_path: Path,
+    kinds: dict[str, list[int]],
+) -> Step:
+    """Locust headless with `users` people for `seconds` once they are all there (the table
+    is of that steady state: --reset-stats once every person has started)."""
+    prefix = scratch / f"locust-{users}"
+    ramp = users / spawn_rate
+    locust = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "locust"),
+            "-f",
+            str(HERE / "locustfile.py"),
+            "--headless",
+            f"--users={users}",
+            f"--spawn-rate={spawn_rate}",
+            f"--run-time={int(seconds + ramp + 1)}s",
+            f"--csv={prefix}",
+            f"--host={base_url}",
+            "--only-summary",
+            "--reset-stats",
+            "--stop-timeout=10",
+            "--loglevel=WARNING",
+        ],
+        cwd=HERE,
+        env={**os.environ, "LOADTEST_SCENE": str(scene_path)},
+        stdout=(scratch / f"locust-{users}.log").open("wb"),
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        # Measured from when every simulated person is there, as the table (--reset-stats).
+        time.sleep(1 + ramp)
+        watch = CpuWatch()
+        watch.start({**kinds, "Locust (the simulated people)": [locust.pid]})
+        while locust.poll() is None:
+            watch.sample()
+            time.sleep(5)
+        watch.stop()
+    finally:
+        if locust.poll() is None:
+            process_stop(locust)
+    if locust.returncode not in (0, 1):  # 1: some requests failed, shown in the table
+        raise RuntimeError(
+            f"locust ended {locust.returncode}:\n"
+            f"{(scratch / f'locust-{users}.log').read_text()[-3000:]}"
+        )
+    rows, total = _table(prefix)
+    return Step(users, rows, total, prefix, watch)
+
+
+def _print_step(step: Step, *, detailed: bool) -> None:
+    verdict = "holds" if step.holds else "does NOT hold"
+    print(
+        f"  {step.users:4d} people: p95 {step.p95:5.0f} ms, p99 {float(step.total['99%']):5.0f} "
+        f"ms, {float(step.total['Requests/s']):6.1f} req/s, {step.errors} error(s), machine "
+        f"{step.watch.machine_busy:.0%} busy, load average mean "
+        f"{sum(step.watch.loads or [0]) / max(1, len(step.watch.loads)):.1f}: {verdict}"
+    )
+    if detailed:
+        print()
+        _print_table(step.rows, step.total)
+        _print_failures(step.prefix)
+        _print_load(step.watch)
+        print()
+
+
+def process_stop(process: subprocess.Popen[bytes]) -> None:
+    from tests.workers import process_stop as stop
+
+    stop(process)
+
+
+def _steps(users: int, step: int, most: int) -> list[int]:
+    """The step-up search's numbers of people: `step`, 2 x `step`, ... up to `most`, with
+    `users` (the headline) among them."""
+    return sorted({*range(step, most + 1, step), users})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=int, default=150, help="how long Locust runs")
-    parser.add_argument("--users", type=int, default=50)
-    parser.add_argument("--spawn-rate", type=float, default=5, help="new users per second")
+    parser.add_argument(
+        "--seconds", type=int, default=60, help="how long each step runs once all are there"
+    )
+    parser.add_argument("--users", type=int, default=200, help="the headline number of people")
+    parser.add_argument("--step", type=int, default=50, help="people added at each step")
+    parser.add_argument(
+        "--most", type=int, default=400, help="the step-up search stops here at the latest"
+    )
+    parser.add_argument(
+        "--only", action="store_true", help="run --users alone, without the step-up search"
+    )
+    parser.add_argument("--spawn-rate", type=float, default=20, help="new people per second")
     parser.add_argument("--workers", type=int, default=3, help="gunicorn workers (as deployed)")
     parser.add_argument("--threads", type=int, default=4, help="threads per gunicorn worker")
     parser.add_argument(
@@ -281,16 +402,23 @@ def main() -> None:
         queue: int(count)
         for queue, _, count in (part.partition("=") for part in arguments.concurrency.split(","))
     }
-    runners = max(2, arguments.users // 8)
-    traders = (arguments.users - runners) * 2 // 5
-    browsers = arguments.users - runners - traders
+    steps = (
+        [arguments.users]
+        if arguments.only
+        else _steps(arguments.users, arguments.step, arguments.most)
+    )
+    # The scene's people for the largest step; Locust's people take them round robin.
+    most = max(steps)
+    runners = max(2, most // 8)
+    traders = (most - runners) * 2 // 5
+    browsers = most - runners - traders
     bench_support.prepare_django(DATABASE, redis_url=REDIS_URL)
     from django.core.cache import cache
     from scene import scene_make
 
     from billing.selectors import ledger_verify
     from computeshare.celery import app
-    from tests.workers import GunicornServer, process_stop
+    from tests.workers import GunicornServer
 
     cache.clear()
     app.control.purge()
@@ -345,86 +473,42 @@ def main() -> None:
         for queue, (hostname, worker) in workers.items():
             _wait_for_worker(hostname, worker, scratch / f"worker-{queue}.log")
         print(
-            f"The site under load: {arguments.users} simulated people ({browsers} browsing "
-            f"pages and the API, {traders} bidding and buying in 10 teams, {runners} running "
-            f"tiny jobs on the Slurm test cluster) for {arguments.seconds} s, "
+            f"The site under load: simulated people (5 in 9 browsing pages and the API, 3 in 9 "
+            f"bidding and buying in 10 teams, 1 in 9 running tiny jobs on the Slurm test "
+            f"cluster), {arguments.seconds} s at each step once all are there; "
             f"{len(scene['offers']):,} open offers; gunicorn {arguments.workers} workers x "
-            f"{arguments.threads} threads "
-            f"(as deployed), a Celery worker per queue ({arguments.concurrency} processes) "
-            "and beat, "
-            f"PostgreSQL and Redis, all on 127.0.0.1"
+            f"{arguments.threads} threads (as deployed), a Celery worker per queue "
+            f"({arguments.concurrency} processes) and beat, PostgreSQL and Redis, all on "
+            f"127.0.0.1. Aim: at {arguments.users} people, p95 < {AIM_P95_MS} ms and no errors; "
+            f"step-up search: {', '.join(map(str, steps))} people, on past {arguments.users} "
+            "until a step does not hold"
         )
-        prefix = scratch / "locust"
-        locust_environment = {**os.environ, "LOADTEST_SCENE": str(scene_path)}
-        locust = subprocess.Popen(
-            [
-                str(Path(sys.executable).parent / "locust"),
-                "-f",
-                str(HERE / "locustfile.py"),
-                "--headless",
-                f"--users={arguments.users}",
-                f"--spawn-rate={arguments.spawn_rate}",
-                f"--run-time={arguments.seconds}s",
-                f"--host={server.base_url}",
-                f"--csv={prefix}",
-                "--only-summary",
-                # The table is of the steady state: from when all the people are there.
-                "--reset-stats",
-                "--stop-timeout=10",
-                "--loglevel=WARNING",
+        kinds = {
+            f"gunicorn ({arguments.workers} workers)": _tree(server.process.pid),
+            f"Celery workers ({arguments.concurrency})": [
+                pid for _, worker in workers.values() for pid in _tree(worker.pid)
             ],
-            cwd=HERE,
-            env=locust_environment,
-            stdout=(scratch / "locust.log").open("wb"),
-            stderr=subprocess.STDOUT,
-        )
-        processes.append(locust)
-        # Measured from when every simulated person is there, as the table (--reset-stats).
-        time.sleep(2 + arguments.users / arguments.spawn_rate)
-        watch = CpuWatch()
-        watch.start(
-            {
-                f"gunicorn ({arguments.workers} workers)": _tree(server.process.pid),
-                f"Celery workers ({arguments.concurrency})": [
-                    pid for _, worker in workers.values() for pid in _tree(worker.pid)
-                ],
-                "Celery beat": [beat.pid],
-                "Locust (the simulated people)": [locust.pid],
-                "PostgreSQL (every database on it)": _by_name(("postgres",)),
-                "Redis": _by_name(("redis-server",)),
-                "the test cluster (sshd, Slurm, jobs)": _by_name(("sshd", "slurm", "sbatch")),
-            }
-        )
-        while locust.poll() is None:
-            watch.sample()
-            time.sleep(5)
-        watch.stop()
-        if locust.returncode not in (0, 1):  # 1: some requests failed, shown below
-            raise RuntimeError(
-                f"locust ended {locust.returncode}:\n{(scratch / 'locust.log').read_text()[-3000:]}"
+            "Celery beat": [beat.pid],
+            "PostgreSQL (every database on it)": _by_name(("postgres",)),
+            "Redis": _by_name(("redis-server",)),
+            "the test cluster (sshd, Slurm, jobs)": _by_name(("sshd", "slurm", "sbatch")),
+        }
+        done: list[Step] = []
+        for users in steps:
+            step = _locust_step(
+                users,
+                arguments.seconds,
+                arguments.spawn_rate,
+                server.base_url,
+                scratch,
+                scene_path,
+                kinds,
             )
-        rows, total = _table(prefix)
-        print()
-        _print_table(rows, total)
-        p95 = float(total["95%"])
-        errors = int(total["Failure Count"])
-        print(
-            f"  all requests: p95 {p95:.0f} ms (aim < {AIM_P95_MS}: "
-            f"{'met' if p95 < AIM_P95_MS else 'NOT met'}), {errors} error(s) (aim 0: "
-            f"{'met' if errors == 0 else 'NOT met'})"
-        )
-        _print_failures(prefix)
-        _print_load(watch)
-        bench_support.record_figure(
-            "loadtest.p95",
-            "site under load, p95 of all requests",
-            f"{p95:.0f} ms",
-            f"< {AIM_P95_MS} ms",
-            p95 < AIM_P95_MS,
-        )
-        bench_support.record_figure(
-            "loadtest.errors", "site under load, errors", str(errors), "0", errors == 0
-        )
+            done.append(step)
+            _print_step(step, detailed=users == arguments.users)
+            if users >= arguments.users and not step.holds:
+                break
+        _report(done, arguments.users)
         print(f"  Jobs by state at the end: {_jobs_summary()}")
         problems = ledger_verify()
         print(f"  Ledger verified: {'it sums to zero' if not problems else problems[:5]}")
@@ -439,6 +523,33 @@ def main() -> None:
             if not arguments.keep:
                 bench_support.drop_database(DATABASE)
     print(f"(the whole run took {time.perf_counter() - begun:,.0f} s; logs in {scratch})")
+
+
+def _report(done: list[Step], users: int) -> None:
+    """The headline step against the aim, and the most people at which the aim held: the
+    largest step that held with every step below it holding too (a step that held above one
+    that did not is luck, not capacity)."""
+    headline = next(step for step in done if step.users == users)
+    highest = 0
+    for step in done:
+        if not step.holds:
+            break
+        highest = step.users
+    searched = "" if len(done) > 1 else " (no step-up search in this run)"
+    print(
+        f"  At {users} people: p95 {headline.p95:.0f} ms (aim < {AIM_P95_MS}: "
+        f"{'met' if headline.p95 < AIM_P95_MS else 'NOT met'}), {headline.errors} error(s) (aim "
+        f"0: {'met' if headline.errors == 0 else 'NOT met'}); the aim holds up to "
+        f"{highest or 'none'} of the steps run{searched}"
+    )
+    bench_support.record_figure(
+        "loadtest.p95",
+        f"site under load (make loadtest), {users} people: p95, errors; most people within it",
+        f"p95 {headline.p95:.0f} ms, {headline.errors} errors; holds up to {highest} people"
+        + searched,
+        f"p95 < {AIM_P95_MS} ms and 0 errors at {users} people",
+        headline.holds,
+    )
 
 
 if __name__ == "__main__":

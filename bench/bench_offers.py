@@ -291,7 +291,7 @@ def _same_page(port: int, token: str) -> bool:
 
 
 def bench_offers_list(
-    rng: random.Random, seconds: float, clients: int, workers: int, threads: int, rounds: int = 6
+    rng: random.Random, seconds: float, clients: int, workers: int, threads: int, rounds: int = 10
 ) -> None:
     token = _offers(rng)
     from marketplace.models import Offer

@@ -44,8 +44,8 @@ SEED = 20_240_601
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="skip the 100,000-bid clearing")
-    parser.add_argument("--seconds", type=float, default=2, help="per load round and target")
-    parser.add_argument("--rounds", type=int, default=6, help="load rounds of each target")
+    parser.add_argument("--seconds", type=float, default=1.5, help="per load round and target")
+    parser.add_argument("--rounds", type=int, default=10, help="load rounds of each target")
     parser.add_argument("--clients", type=int, default=8)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--threads", type=int, default=4)

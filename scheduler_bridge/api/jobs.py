@@ -217,16 +217,19 @@ class JobListCreateApi(APIView):
             data.pop("allocation")
             uploads = input_uploads_of(request.FILES) if hasattr(request.data, "getlist") else []
             input_uploads_check(uploads)
-            job = services.job_submit(
+            accepted = services.job_accept(
                 actor=actor,
                 allocation=allocation,
                 request=services.JobRequest(**data),
                 input_files=uploads,
             )
-            return Response(
-                JobDetailSerializer(selectors.job_detail_of_accepted(job)).data,
-                status=status.HTTP_201_CREATED,
+            job = selectors.job_detail_of_accepted(
+                accepted.job,
+                tasks=accepted.tasks,
+                events=accepted.events,
+                input_files=accepted.input_files,
             )
+            return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
         return idempotent(request, create)
 

@@ -17,7 +17,7 @@ from computeshare.numbers import WholeNumber
 from marketplace.serializers.market import Units, units_text
 from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
 from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
-from scheduler_bridge.models import Job, JobFile, JobRun, JobState, JobTask, RunState
+from scheduler_bridge.models import Job, JobRun, JobState, JobTask, RunState
 from scheduler_bridge.selectors import jobs as selectors
 
 
@@ -531,7 +531,7 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(JobInputFileSerializer(many=True))
     def get_input_files(self, job: Job) -> list[dict[str, Any]]:
-        files = job.files.filter(kind=JobFile.Kind.INPUT).order_by("name")
+        files = selectors.job_input_file_list(job)
         return JobInputFileSerializer(files, many=True).data  # type: ignore[return-value]  # many=True gives a ReturnList; the stubs say ReturnDict
 
     @extend_schema_field(JobTaskSerializer(many=True))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -34,7 +34,7 @@ from organizations.models import Membership
 from scheduler_bridge import errors, notices, webhook_events
 from scheduler_bridge.job_files import InputUpload
 from scheduler_bridge.job_requests import DirectiveReport, JobRequest
-from scheduler_bridge.models import ENDED_STATES, Job, JobEvent, JobState, JobTask
+from scheduler_bridge.models import ENDED_STATES, Job, JobEvent, JobFile, JobState, JobTask
 from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
 from scheduler_bridge.services.files import (
     job_input_files,
@@ -104,7 +104,18 @@ def allocation_check_open(allocation: Allocation) -> None:
         raise errors.ClusterNotAvailable(extra={"cluster_status": allocation.cluster.status})
 
 
-@transaction.atomic
+@dataclass(frozen=True)
+class AcceptedJob:
+    """A job `job_accept` accepted, with the rows it wrote beside the job's: its tasks (in the
+    order of their indices), its first event and its input files. The answer to a submission
+    is built from them rather than read back (`selectors.job_detail_of_accepted`)."""
+
+    job: Job
+    tasks: list[JobTask]
+    events: list[JobEvent]
+    input_files: list[JobFile]
+
+
 def job_submit(
     *,
     actor: Membership,
@@ -113,6 +124,21 @@ def job_submit(
     input_files: Sequence[InputUpload] = (),
     read: DirectivesRead = AS_WRITTEN,
 ) -> Job:
+    """`job_accept`'s job."""
+    return job_accept(
+        actor=actor, allocation=allocation, request=request, input_files=input_files, read=read
+    ).job
+
+
+@transaction.atomic
+def job_accept(
+    *,
+    actor: Membership,
+    allocation: Allocation,
+    request: JobRequest,
+    input_files: Sequence[InputUpload] = (),
+    read: DirectivesRead = AS_WRITTEN,
+) -> AcceptedJob:
     """Accepts a job: reads its script's directives into it, checks it against the allocation,
     reserves its units and saves it as `queued` with its input files in storage (checked by
     the caller, `input_uploads_check`); the submission to the cluster starts after the commit.
@@ -164,18 +190,18 @@ def job_submit(
         options=_options_kept(sized),
     )
     task_units = sized.task_units
-    indices = sized.indices
-    JobTask.objects.bulk_create(
-        JobTask(job=job, array_task_id=index, reserved_units=task_units) for index in indices
+    tasks = JobTask.objects.bulk_create(
+        JobTask(job=job, array_task_id=index, reserved_units=task_units) for index in sized.indices
     )
-    JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
-    job_inputs_store(job, input_files)
+    event = JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
+    files = job_inputs_store(job, input_files)
     enqueue_after_commit(
         "scheduler_bridge.tasks.cluster_jobs_submit_task",
         allocation.cluster_id,
         recovered_by="the periodic poll submits it",
     )
-    return job
+    tasks.sort(key=lambda task: -1 if task.array_task_id is None else task.array_task_id)
+    return AcceptedJob(job, tasks, [event], files)
 
 
 def _options_kept(sized: SizedJob) -> dict[str, Any]:

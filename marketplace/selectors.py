@@ -503,6 +503,41 @@ def allocation_get_for_user(user: User, allocation_uuid: Any) -> Allocation:
         raise NotFound("No such allocation.") from error
 
 
+# The member's row, read beside the allocation it may submit to (`allocation_get_for_member`).
+_MEMBER_COLUMNS = [field.attname for field in Membership._meta.concrete_fields]
+
+
+def allocation_get_for_member(user: User, allocation_uuid: Any) -> tuple[Allocation, Membership]:
+    """The allocation `allocation_get_for_user` finds (NotFound otherwise), with what a job's
+    submission reads of it (its organization, cluster and partition; not the cluster's
+    private key) and the user's membership of its organization, in one query: a job's
+    submission asks this on every POST. The membership is the row a join on the team's
+    members finds, the one the visibility rests on."""
+    try:
+        allocation = (
+            Allocation.objects.filter(uuid=allocation_uuid, organization__memberships__user=user)
+            .annotate(
+                **{
+                    f"member_{column}": F(f"organization__memberships__{column}")
+                    for column in _MEMBER_COLUMNS
+                }
+            )
+            .select_related("organization", "cluster", "partition")
+            .defer("cluster__ssh_private_key")
+            .get()
+        )
+    except (Allocation.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such allocation.") from error
+    member = Membership.from_db(
+        allocation._state.db,
+        _MEMBER_COLUMNS,
+        [getattr(allocation, f"member_{column}") for column in _MEMBER_COLUMNS],
+    )
+    member.organization = allocation.organization
+    member.user = user
+    return allocation, member
+
+
 def allocation_list_open(organization: Organization) -> QuerySet[Allocation]:
     """The organization's allocations whose window has not ended (upcoming and active), the
     soonest to start first, with what a listing shows of them."""

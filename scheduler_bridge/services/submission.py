@@ -144,11 +144,7 @@ def job_accept(
     the caller, `input_uploads_check`); the submission to the cluster starts after the commit.
     Keeps `used + reserved <= quantity` on the allocation, under its row lock. `read` says
     where its directives are read from when not its own script (a sweep's)."""
-    allocation = (
-        Allocation.objects.select_for_update(of=("self",))
-        .select_related("cluster", "partition", "organization")
-        .get(pk=allocation.pk)
-    )
+    allocation = _allocation_locked(allocation)
     if allocation.organization_id != actor.organization_id:
         raise ValidationFailed(fields={"allocation": ["No such allocation."]})
     allocation_check_open(allocation)
@@ -202,6 +198,31 @@ def job_accept(
     )
     tasks.sort(key=lambda task: -1 if task.array_task_id is None else task.array_task_id)
     return AcceptedJob(job, tasks, [event], files)
+
+
+# What a job's acceptance reads with its allocation.
+_ALLOCATION_RELATED = ("cluster", "partition", "organization")
+
+
+def _allocation_locked(allocation: Allocation) -> Allocation:
+    """The allocation's row read again under its lock, with its cluster, partition and
+    organization: those the caller has read already (the API reads them with the allocation)
+    are taken as they are, the others are read with it. Only the allocation's own row is
+    locked, as it always was, so a cluster's status read a moment before the lock is as good
+    as one read under it."""
+    known = {
+        name: getattr(allocation, name)
+        for name in _ALLOCATION_RELATED
+        if Allocation._meta.get_field(name).is_cached(allocation)  # type: ignore[union-attr]
+    }
+    unknown = [name for name in _ALLOCATION_RELATED if name not in known]
+    rows = Allocation.objects.select_for_update(of=("self",))
+    if unknown:  # select_related() without names would follow every foreign key
+        rows = rows.select_related(*unknown)
+    locked = rows.get(pk=allocation.pk)
+    for name, row in known.items():
+        setattr(locked, name, row)
+    return locked
 
 
 def _options_kept(sized: SizedJob) -> dict[str, Any]:

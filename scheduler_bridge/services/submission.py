@@ -22,7 +22,7 @@ from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
-from computeshare.queue import enqueue_after_commit
+from computeshare.queue import enqueue_after_commit, enqueue_once_after_commit
 from computeshare.states import status_move, status_move_all
 from hpc.errors import BridgeError, JobFileUnsafe
 from hpc.slurm import directives, filenames
@@ -191,10 +191,13 @@ def job_accept(
     )
     event = JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
     files = job_inputs_store(job, input_files)
-    enqueue_after_commit(
+    # One message for all the jobs accepted while the last is waiting for a worker: it submits
+    # every queued job of the cluster together.
+    enqueue_once_after_commit(
         "scheduler_bridge.tasks.cluster_jobs_submit_task",
         allocation.cluster_id,
         recovered_by="the periodic poll submits it",
+        pending_seconds=settings.JOBS_SUBMIT_WAKE_SECONDS,
     )
     tasks.sort(key=lambda task: -1 if task.array_task_id is None else task.array_task_id)
     return AcceptedJob(job, tasks, [event], files)

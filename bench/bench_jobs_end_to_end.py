@@ -176,12 +176,14 @@ def end_to_end(
     finally:
         server.stop()
     ids = jobs.add(_ids(place, set(names)), place.tenant)
+    batches = _batches(place, set(names))
     way = Way(
         f"end to end: POST /jobs/ ({clients} clients) -> gunicorn -> worker -> squeue",
         len(ids), seconds, 0, 0,
         note=f"all accepted (201) after {accepted:.2f} s"
         + (f"; {left_before_seen} ended before squeue was read" if left_before_seen else "")
-        + (f"; {len(refused)} refused: {refused[:1]}" if refused else ""),
+        + (f"; {len(refused)} refused: {refused[:1]}" if refused else "")
+        + f"; the worker submitted them in {batches} batch(es)",
     )  # fmt: skip
     return EndToEnd(way, ids, accepted, refused, cpu, platform)
 
@@ -230,6 +232,20 @@ def _ids(place: Scene, names: set[str]) -> list[str]:
         for job in Job.objects.filter(cluster=place.cluster).only("uuid", "scheduler_job_id")
         if job.scheduler_name in names and job.scheduler_job_id
     ]
+
+
+def _batches(place: Scene, names: set[str]) -> int:
+    """How many submission batches took the jobs: each batch marks its jobs submitted at one
+    moment (`jobs_mark_submitted`)."""
+    from scheduler_bridge.models import Job
+
+    return len(
+        {
+            job.submitted_at
+            for job in Job.objects.filter(cluster=place.cluster).only("uuid", "submitted_at")
+            if job.scheduler_name in names
+        }
+    )
 
 
 def _wait_in_queue(jobs: BenchJobs, place: Scene, names: list[str], *, timeout: float) -> int:

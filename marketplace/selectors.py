@@ -259,6 +259,19 @@ def tenant_lease_organization_ids(cluster: Cluster, organization_ids: set[int]) 
     )
 
 
+def tenant_lease_active_id(cluster: Any, organization: Any) -> Subquery:
+    """The id of the organization's active lease on the cluster, null without one, as a column
+    of another query (`cluster` and `organization` are that query's `OuterRef`s). At most one
+    lease of a team on a cluster is active (a unique index)."""
+    return Subquery(
+        TenantLease.objects.filter(
+            cluster=cluster, organization=organization, status=TenantLease.Status.ACTIVE
+        )
+        .order_by()
+        .values("pk")[:1]
+    )
+
+
 # --- Offers ------------------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ from hpc.slurm import directives, filenames
 from hpc.slurm.jobs import streams
 from hpc.types import Backend, InputFile, JobOptions, JobSpec, Tenant
 from marketplace.models import Allocation, Capacity, Cluster, SlurmAccount, TenantLease
+from marketplace.selectors import tenant_lease_active_id
 from marketplace.services import tenant_lease_take, tenant_slurm_join
 from organizations.models import Membership
 from scheduler_bridge import errors, notices, webhook_events
@@ -144,17 +145,20 @@ def job_accept(
     the caller, `input_uploads_check`); the submission to the cluster starts after the commit.
     Keeps `used + reserved <= quantity` on the allocation, under its row lock. `read` says
     where its directives are read from when not its own script (a sweep's)."""
-    allocation = _allocation_locked(allocation)
+    allocation, held_lease_id = _allocation_locked(allocation)
     if allocation.organization_id != actor.organization_id:
         raise ValidationFailed(fields={"allocation": ["No such allocation."]})
     allocation_check_open(allocation)
     sized = job_request_sized(allocation, request, read)
     plan, units = sized.plan, sized.units
-    # The team's tenant on the cluster: leased with its first allocation there (or now, if that
-    # lease has ended meanwhile). 409 when every account is another team's.
-    lease = tenant_lease_take(
-        cluster=allocation.cluster, organization_id=allocation.organization_id
-    )
+    # The team's tenant on the cluster: leased with its first allocation there, and read with
+    # the allocation (a lease ends only once the team has no open allocation there), or leased
+    # now if that lease has ended meanwhile. 409 when every account is another team's.
+    if held_lease_id is None:
+        lease = tenant_lease_take(
+            cluster=allocation.cluster, organization_id=allocation.organization_id
+        )
+        held_lease_id = lease.pk if lease is not None else None
     allocation.reserved += units
     allocation.save(update_fields=["reserved", "updated_at"])
     job = Job.objects.create(
@@ -162,7 +166,7 @@ def job_accept(
         # The rows just read, so that the job's detail needs no second read of them.
         organization=allocation.organization,
         cluster=allocation.cluster,
-        lease=lease,
+        lease_id=held_lease_id,
         partition_name=allocation.partition.name,
         submitted_by=actor.user,
         name=plan.name.strip(),
@@ -207,25 +211,29 @@ def job_accept(
 _ALLOCATION_RELATED = ("cluster", "partition", "organization")
 
 
-def _allocation_locked(allocation: Allocation) -> Allocation:
+def _allocation_locked(allocation: Allocation) -> tuple[Allocation, int | None]:
     """The allocation's row read again under its lock, with its cluster, partition and
-    organization: those the caller has read already (the API reads them with the allocation)
-    are taken as they are, the others are read with it. Only the allocation's own row is
-    locked, as it always was, so a cluster's status read a moment before the lock is as good
-    as one read under it."""
+    organization, and the id of its team's active tenant lease on the cluster (None without
+    one) in the same query. The related rows the caller has read already (the API reads them
+    with the allocation) are taken as they are, the others are read with it. Only the
+    allocation's own row is locked, as it always was, so a cluster's status read a moment
+    before the lock is as good as one read under it."""
     known = {
         name: getattr(allocation, name)
         for name in _ALLOCATION_RELATED
         if Allocation._meta.get_field(name).is_cached(allocation)  # type: ignore[union-attr]
     }
     unknown = [name for name in _ALLOCATION_RELATED if name not in known]
-    rows = Allocation.objects.select_for_update(of=("self",))
+    rows = Allocation.objects.select_for_update(of=("self",)).annotate(
+        held_lease_id=tenant_lease_active_id(OuterRef("cluster_id"), OuterRef("organization_id"))
+    )
     if unknown:  # select_related() without names would follow every foreign key
         rows = rows.select_related(*unknown)
     locked = rows.get(pk=allocation.pk)
     for name, row in known.items():
         setattr(locked, name, row)
-    return locked
+    held_lease_id: int | None = getattr(locked, "held_lease_id")  # noqa: B009 (an annotation)
+    return locked, held_lease_id
 
 
 def _options_kept(sized: SizedJob) -> dict[str, Any]:

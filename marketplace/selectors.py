@@ -518,12 +518,39 @@ def allocation_get_for_user(user: User, allocation_uuid: Any) -> Allocation:
 
 # The member's row, read beside the allocation it may submit to (`allocation_get_for_member`).
 _MEMBER_COLUMNS = [field.attname for field in Membership._meta.concrete_fields]
+# What a submission never reads of the cluster: how to reach and verify it, what it sells (the
+# worker reads the cluster afresh to submit).
+_CLUSTER_NOT_FOR_SUBMISSION = [
+    f"cluster__{name}"
+    for name in (
+        "created_at",
+        "updated_at",
+        "status_detail",
+        "ssh_host",
+        "ssh_port",
+        "ssh_user",
+        "ssh_host_key",
+        "ssh_private_key",
+        "host_key_fingerprint",
+        "slurm_version",
+        "verified_at",
+        "tenant_group",
+        "sftp_server",
+        "tracks_gpus",
+        "sells_preemptible",
+        "preemptible_refusal",
+        "owner_qos",
+        "sells_reserved",
+        "reserved_refusal",
+    )
+]
 
 
 def allocation_get_for_member(user: User, allocation_uuid: Any) -> tuple[Allocation, Membership]:
     """The allocation `allocation_get_for_user` finds (NotFound otherwise), with what a job's
     submission reads of it (its organization, cluster and partition; not the cluster's
-    private key) and the user's membership of its organization, in one query: a job's
+    connection, verification or sales) and the user's membership of its organization, in one
+    query: a job's
     submission asks this on every POST. The membership is the row a join on the team's
     members finds, the one the visibility rests on."""
     try:
@@ -536,7 +563,7 @@ def allocation_get_for_member(user: User, allocation_uuid: Any) -> tuple[Allocat
                 }
             )
             .select_related("organization", "cluster", "partition")
-            .defer("cluster__ssh_private_key")
+            .defer(*_CLUSTER_NOT_FOR_SUBMISSION)
             .get()
         )
     except (Allocation.DoesNotExist, ValueError, ValidationError) as error:

@@ -332,16 +332,18 @@ def stream_names_filled(options: JobOptions, name: str, tenant: Tenant | None) -
     )
 
 
-def _claim(cluster_id: int, limit: int, now: datetime) -> list[tuple[Job, bool]]:
+def _claim(cluster: Cluster, limit: int, now: datetime) -> list[tuple[Job, bool]]:
     """Takes up to `limit` of the cluster's queued jobs for this worker, oldest first, and
-    returns each with whether an earlier attempt may have reached the cluster."""
+    returns each with whether an earlier attempt may have reached the cluster. The jobs and
+    their leases are given the `cluster` row the caller read, rather than a copy of it each
+    (with its key decrypted again)."""
     lease_until = now + timedelta(seconds=settings.JOBS_SUBMIT_LEASE_SECONDS)
     with transaction.atomic():
         jobs = list(
             Job.objects.select_for_update(skip_locked=True, of=("self",))
             # The spec needs the partition's name and the tenant's name and home.
-            .select_related("allocation__partition", "lease__account", "cluster")
-            .filter(cluster_id=cluster_id, state=JobState.QUEUED)
+            .select_related("allocation__partition", "lease__account")
+            .filter(cluster_id=cluster.pk, state=JobState.QUEUED)
             .filter(Q(submit_lease_until__isnull=True) | Q(submit_lease_until__lt=now))
             .order_by("created_at", "pk")[:limit]
         )
@@ -352,6 +354,9 @@ def _claim(cluster_id: int, limit: int, now: datetime) -> list[tuple[Job, bool]]
         )
     claimed = []
     for job in jobs:
+        job.cluster = cluster
+        if job.lease is not None and job.lease.cluster_id == cluster.pk:
+            job.lease.cluster = cluster
         claimed.append((job, job.submit_attempts > 0))
         job.submit_attempts += 1
         job.submit_lease_until = lease_until
@@ -383,7 +388,7 @@ def cluster_jobs_submit(*, cluster_id: int, limit: int | None = None) -> int:
         return 0
     limit = limit or settings.JOBS_SUBMIT_BATCH_SIZE
     submitted = 0
-    while claimed := _claim(cluster_id, limit, timezone.now()):
+    while claimed := _claim(cluster, limit, timezone.now()):
         submitted += _submit_claimed(cluster, claimed)
         if len(claimed) < limit:
             break

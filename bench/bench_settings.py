@@ -12,6 +12,7 @@ from computeshare.settings.test import DATABASES
 # The caches between requests as deployed (the test settings turn them off).
 API_TOKEN_CACHE_SECONDS = 60
 OFFER_LIST_COUNT_CACHE_SECONDS = 5
+JOBS_SUBMIT_WAKE_SECONDS = 10.0
 
 ROOT_URLCONF = "bench_urls"
 DATABASES["default"]["CONN_MAX_AGE"] = int(os.environ.get("BENCH_CONN_MAX_AGE", "0"))

@@ -27,7 +27,9 @@ scratch database `computeshare_bench_jobs` (DATABASE_URL's server), uses Redis d
    tenant beyond the first adds to a batch, beside sudo's measured share;
 2b. 200 jobs end to end: `POST /api/v1/jobs/` from 4 client threads to a real gunicorn, a
    real Celery worker submitting what they accepted, until squeue shows every one (the aim: at
-   least 0.5 of plain sbatch's rate);
+   least 0.5 of plain sbatch's rate), and the platform's CPU a job meanwhile: its gunicorn,
+   the PostgreSQL backends on its database and its worker (the aim: at most 12 ms a job);
+   `--only end-to-end` runs plain sbatch's rounds and this part alone;
 3. the SSH commands and time of one poll cycle (`cluster_poll`) with 1 and with 5,000 active
    jobs, really pending on the cluster (the aims: one command, the tenants' accounting that a
    poll reads once a minute aside, and a steady cycle within 2 s);
@@ -55,6 +57,8 @@ people's jobs make the figures noisy: the run prints how many there were.
 Benchmarks print figures; they never pass or fail.
 """
 
+from __future__ import annotations
+
 import argparse
 import logging
 import os
@@ -64,6 +68,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPOSITORY = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
@@ -109,12 +114,20 @@ from bench_jobs_support import (  # noqa: E402
 )
 from bench_support import record_figure  # noqa: E402
 
+if TYPE_CHECKING:
+    from bench_jobs_following import Scene
+
+    from hpc.ssh import SSHConnection, SSHSettings
+    from hpc.types import Tenant
+
 MEMORY_AIM_MIB = 300
 LATENCY_SLACK_SECONDS = 5
 PLAIN_AIM = 0.5
 # The performance issue's aim for `cluster_jobs_submit` itself (the row `submit.bridge`).
 SERVICE_AIM = 0.8
 END_TO_END_AIM = 0.5
+# Issue 33: gunicorn + PostgreSQL + the worker, CPU milliseconds per accepted job.
+PLATFORM_CPU_AIM_MS = 12.0
 POLL_SECONDS_AIM = 2.0
 POLL_COMMANDS_AIM = 1
 NAIVE_AIM = 5
@@ -297,6 +310,30 @@ def print_end_to_end(whole: EndToEnd, plain: Way) -> None:
         f">= {END_TO_END_AIM}",
         to_plain >= END_TO_END_AIM and not whole.refused,
     )
+    platform = whole.platform
+    per_job = {
+        name: 1000 * seconds / max(1, way.jobs)
+        for name, seconds in (
+            ("all", platform.total),
+            ("gunicorn", platform.gunicorn),
+            ("postgres", platform.postgres),
+            ("worker", platform.worker),
+        )
+    }
+    print(
+        f"   the platform's own processes meanwhile: gunicorn {platform.gunicorn:.2f} s, "
+        f"PostgreSQL (the backends on the bench's database) {platform.postgres:.2f} s, the "
+        f"worker {platform.worker:.2f} s"
+    )
+    record_figure(
+        "submit.platform_cpu",
+        f"{way.jobs} POST /jobs/ end to end: platform CPU (gunicorn + PostgreSQL + worker)",
+        f"{per_job['all']:.1f} ms a job (gunicorn {per_job['gunicorn']:.1f}, PostgreSQL "
+        f"{per_job['postgres']:.1f}, worker {per_job['worker']:.1f}; ratio to plain sbatch "
+        f"{to_plain:.2f})",
+        f"<= {PLATFORM_CPU_AIM_MS:g} ms a job",
+        per_job["all"] <= PLATFORM_CPU_AIM_MS and not whole.refused,
+    )
     print()
 
 
@@ -398,6 +435,86 @@ def print_latency(latency: Latency) -> None:
     print()
 
 
+def submission_ways(
+    arguments: argparse.Namespace,
+    jobs: BenchJobs,
+    tenants: list[Tenant],
+    pooled: SSHConnection,
+    settings_ssh: SSHSettings,
+    places: list[Scene],
+) -> Way:
+    """Parts 1 and 2: what sudo costs, and every way of submitting side by side, as the first
+    of `tenants` and spread over them all. Returns plain sbatch's median round, the reference
+    of every ratio."""
+    from django.conf import settings
+
+    from hpc.ssh import SSHConnection
+
+    first = tenants[0]
+    with with_nagle(SSHConnection(settings_ssh)) as nagle:
+        cost = sudo_cost(
+            pooled,
+            nagle,
+            first,
+            commands=arguments.sudo_commands,
+            sessions=arguments.sudo_sessions,
+        )
+    print_sudo(cost, min(arguments.jobs, settings.JOBS_SUBMIT_BATCH_SIZE))
+    script_path = shared_script(pooled, first, jobs.run_name)
+
+    ways: list[Way] = []
+
+    def measured(way: Way, ids: list[str]) -> Way:
+        jobs.cancel(ids)
+        ways.append(way)
+        return way
+
+    # The ways of the main ratio, in turn and by the median round: a busy moment of the
+    # shared cluster then weighs on all of them rather than on one.
+    batch_size = settings.JOBS_SUBMIT_BATCH_SIZE
+    plains: list[tuple[Way, Counts | None]] = []
+    # The library's default lanes (2), one tenant and spread over the pool; and one tenant
+    # in 1 and 3 lanes beside them, for the choice of the default.
+    lanes = settings.JOBS_SUBMIT_LANES
+    variants = {
+        "one": ([first], lanes),
+        "spread": (tenants, lanes),
+        "one lane": ([first], 1),
+        "three lanes": ([first], 3),
+    }
+    rounds: dict[str, list[tuple[Way, Counts | None]]] = {name: [] for name in variants}
+    for _ in range(arguments.rounds):
+        plain_way, plain_ids = plain_sbatch(pooled, jobs, first, script_path, arguments.jobs)
+        jobs.cancel(plain_ids)
+        plains.append((plain_way, None))
+        for name, (tenants_of_round, lanes_of_round) in variants.items():
+            way, ids, counts = bridge_submit(
+                settings_ssh, jobs, tenants_of_round, arguments.jobs, batch_size, lanes_of_round
+            )
+            jobs.cancel(ids)
+            rounds[name].append((way, counts))
+    plain, _ = median_round(plains)
+    ways.append(plain)
+    naive = measured(*naive_paramiko(settings_ssh, jobs, first, arguments.jobs))
+    if arguments.openssh_jobs:
+        measured(*openssh_per_job(jobs, first, script_path, arguments.openssh_jobs))
+    measured(*command_per_job(pooled, jobs, first, script_path, arguments.jobs))
+    medians = {name: median_round(results) for name, results in rounds.items()}
+    one_counts = medians["one"][1]
+    assert one_counts is not None
+    bridges = Bridges(
+        one=medians["one"][0],
+        one_counts=one_counts,
+        spread=medians["spread"][0],
+    )
+    ways += [bridges.one, bridges.spread, medians["one lane"][0], medians["three lanes"][0]]
+    places.append(submitting := scene("submit", first))
+    service_way, service_ids, accepting = service_submit(submitting, jobs, arguments.jobs)
+    service = measured(service_way, service_ids)
+    print_submission(ways, plain, naive, bridges, service, accepting, cost, len(tenants))
+    return plain
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--jobs", type=int, default=200, help="jobs per submission way")
@@ -409,10 +526,14 @@ def main() -> None:
     parser.add_argument("--sudo-commands", type=int, default=50, help="`true` of each kind")
     parser.add_argument("--sudo-sessions", type=int, default=20, help="SFTP sessions of each")
     parser.add_argument("--keep", action="store_true", help="keep the database afterwards")
+    parser.add_argument(
+        "--only",
+        choices=["end-to-end"],
+        help="end-to-end: plain sbatch's rounds (the ratio's reference) and part 2b alone",
+    )
     arguments = parser.parse_args()
     begun = time.perf_counter()
     prepare_django()
-    from django.conf import settings
 
     from hpc.pool import default_pool
     from hpc.ssh import SSHConnection
@@ -435,81 +556,36 @@ def main() -> None:
         f"start; {load_average()}"
     )
     worker: WorkerProcess | None = None
-    places = []
+    places: list[Scene] = []
     try:
         blocker, state = jobs.blocker(blocker_tenant)
         print(f"blocker job {blocker} (as {blocker_tenant.user}) holding both CPUs: {state}")
         print()
         # As a worker's pool would have it: opened before, reused by every batch.
         pooled = default_pool.connection(settings_ssh)
-        with with_nagle(SSHConnection(settings_ssh)) as nagle:
-            cost = sudo_cost(
-                pooled,
-                nagle,
-                first,
-                commands=arguments.sudo_commands,
-                sessions=arguments.sudo_sessions,
-            )
-        print_sudo(cost, min(arguments.jobs, settings.JOBS_SUBMIT_BATCH_SIZE))
-        script_path = shared_script(pooled, first, jobs.run_name)
-
-        ways: list[Way] = []
-
-        def measured(way: Way, ids: list[str]) -> Way:
-            jobs.cancel(ids)
-            ways.append(way)
-            return way
-
-        # The ways of the main ratio, in turn and by the median round: a busy moment of the
-        # shared cluster then weighs on all of them rather than on one.
-        batch_size = settings.JOBS_SUBMIT_BATCH_SIZE
-        plains: list[tuple[Way, Counts | None]] = []
-        # The library's default lanes (2), one tenant and spread over the pool; and one tenant
-        # in 1 and 3 lanes beside them, for the choice of the default.
-        lanes = settings.JOBS_SUBMIT_LANES
-        variants = {
-            "one": ([first], lanes),
-            "spread": (tenants, lanes),
-            "one lane": ([first], 1),
-            "three lanes": ([first], 3),
-        }
-        rounds: dict[str, list[tuple[Way, Counts | None]]] = {name: [] for name in variants}
-        for _ in range(arguments.rounds):
-            plain_way, plain_ids = plain_sbatch(pooled, jobs, first, script_path, arguments.jobs)
-            jobs.cancel(plain_ids)
-            plains.append((plain_way, None))
-            for name, (tenants_of_round, lanes_of_round) in variants.items():
-                way, ids, counts = bridge_submit(
-                    settings_ssh, jobs, tenants_of_round, arguments.jobs, batch_size, lanes_of_round
+        if arguments.only == "end-to-end":
+            script_path = shared_script(pooled, first, jobs.run_name)
+            plains: list[tuple[Way, Counts | None]] = []
+            for _ in range(arguments.rounds):
+                plain_way, plain_ids = plain_sbatch(
+                    pooled, jobs, first, script_path, arguments.jobs
                 )
-                jobs.cancel(ids)
-                rounds[name].append((way, counts))
-        plain, _ = median_round(plains)
-        ways.append(plain)
-        naive = measured(*naive_paramiko(settings_ssh, jobs, first, arguments.jobs))
-        if arguments.openssh_jobs:
-            measured(*openssh_per_job(jobs, first, script_path, arguments.openssh_jobs))
-        measured(*command_per_job(pooled, jobs, first, script_path, arguments.jobs))
-        medians = {name: median_round(results) for name, results in rounds.items()}
-        one_counts = medians["one"][1]
-        assert one_counts is not None
-        bridges = Bridges(
-            one=medians["one"][0],
-            one_counts=one_counts,
-            spread=medians["spread"][0],
-        )
-        ways += [bridges.one, bridges.spread, medians["one lane"][0], medians["three lanes"][0]]
-        places.append(submitting := scene("submit", first))
-        service_way, service_ids, accepting = service_submit(submitting, jobs, arguments.jobs)
-        service = measured(service_way, service_ids)
-        print_submission(ways, plain, naive, bridges, service, accepting, cost, len(tenants))
-
+                jobs.cancel(plain_ids)
+                plains.append((plain_way, None))
+            plain, _ = median_round(plains)
+            print(
+                f"plain sbatch on the login node: {plain.milliseconds_per_job:.1f} ms a job "
+                f"({plain.note})"
+            )
+            print()
+        else:
+            plain = submission_ways(arguments, jobs, tenants, pooled, settings_ssh, places)
         # End to end, through gunicorn and a worker of their own (the worker is started again,
         # with an empty queue, for the memory figure below).
         places.append(ending := scene("end-to-end", first))
         worker = worker_start()
         try:
-            whole = end_to_end(ending, jobs, arguments.jobs)
+            whole = end_to_end(ending, jobs, arguments.jobs, worker.process.pid)
         except RuntimeError as error:
             # The rest of the figures are still worth having: the row says what went wrong.
             print(
@@ -524,6 +600,14 @@ def main() -> None:
                 f">= {END_TO_END_AIM}",
                 False,
             )
+            record_figure(
+                "submit.platform_cpu",
+                f"{arguments.jobs} POST /jobs/ end to end: platform CPU (gunicorn + PostgreSQL + "
+                "worker)",
+                "failed (see 2b)",
+                f"<= {PLATFORM_CPU_AIM_MS:g} ms a job",
+                False,
+            )
         else:
             jobs.cancel(whole.ids)
             print_end_to_end(whole, plain)
@@ -531,34 +615,35 @@ def main() -> None:
             worker.stop()
             worker = None
 
-        # The charge's latency needs a job that runs: the blocker goes (the jobs submitted so
-        # far were cancelled and are ended first), and comes back for the polls.
-        jobs.cancel([blocker])
-        print_settling(settle_all(places))
-        places.append(charged := scene("charge", charging_tenant))
-        worker = worker_start()
-        print_latency(charge_latency(charged, jobs, arguments.poll_interval))
-        worker.stop()
-        worker = None
+        if arguments.only != "end-to-end":
+            # The charge's latency needs a job that runs: the blocker goes (the jobs submitted so
+            # far were cancelled and are ended first), and comes back for the polls.
+            jobs.cancel([blocker])
+            print_settling(settle_all(places))
+            places.append(charged := scene("charge", charging_tenant))
+            worker = worker_start()
+            print_latency(charge_latency(charged, jobs, arguments.poll_interval))
+            worker.stop()
+            worker = None
 
-        blocker, state = jobs.blocker(blocker_tenant)
-        print(f"blocker job {blocker} (as {blocker_tenant.user}) for the polls: {state}")
-        places.append(following := scene("follow", following_tenant))
-        polls = polls_with(following, jobs, 1) + polls_with(following, jobs, arguments.active)
-        print_polls(polls)
+            blocker, state = jobs.blocker(blocker_tenant)
+            print(f"blocker job {blocker} (as {blocker_tenant.user}) for the polls: {state}")
+            places.append(following := scene("follow", following_tenant))
+            polls = polls_with(following, jobs, 1) + polls_with(following, jobs, arguments.active)
+            print_polls(polls)
 
-        worker = worker_start()
-        print_memory(worker_memory(worker, following, arguments.polls))
-        worker.stop()
-        worker = None
+            worker = worker_start()
+            print_memory(worker_memory(worker, following, arguments.polls))
+            worker.stop()
+            worker = None
 
-        # The pending jobs first: cancelled together with the blocker, some would start. Their
-        # ends are not followed (one poll cycle recording thousands of ends takes minutes, and
-        # their rows go with the database): the settling printed before
-        # section 5 gives that rate.
-        jobs.cancel(scheduler_ids(following))
-        jobs.cancel([blocker])
-        print(runs_of_no_lease.summary())
+            # The pending jobs first: cancelled together with the blocker, some would start. Their
+            # ends are not followed (one poll cycle recording thousands of ends takes minutes, and
+            # their rows go with the database): the settling printed before
+            # section 5 gives that rate.
+            jobs.cancel(scheduler_ids(following))
+            jobs.cancel([blocker])
+            print(runs_of_no_lease.summary())
     finally:
         if worker is not None:
             worker.stop()

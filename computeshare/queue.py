@@ -14,6 +14,7 @@ import logging
 from importlib import import_module
 from typing import Any
 
+from django.core.cache import cache
 from django.db import transaction
 from kombu.exceptions import OperationalError as BrokerUnavailable
 
@@ -27,20 +28,72 @@ def enqueue_after_commit(
 ) -> None:
     """Sends the task `task_name(*args)` once the current transaction commits (at once outside
     one), after `countdown` seconds when given."""
+    transaction.on_commit(lambda: _send(task_name, args, recovered_by, countdown))
+
+
+def _send(
+    task_name: str, args: tuple[Any, ...], recovered_by: str, countdown: float | None = None
+) -> bool:
+    """Sends the message; False (and a warning) when the broker does not take it."""
+    task = _task(task_name)
+    try:
+        if countdown is None:
+            task.delay(*args)
+        else:
+            task.apply_async(args, countdown=max(0.0, countdown))
+    except BrokerUnavailable as error:
+        logger.warning(
+            "the broker did not take %s%r (%s): %s", task_name, args, error, recovered_by
+        )
+        return False
+    return True
+
+
+def enqueue_once_after_commit(
+    task_name: str, *args: Any, recovered_by: str, pending_seconds: float
+) -> None:
+    """`enqueue_after_commit` for a task that does all the work waiting for its arguments when
+    it starts (the submission of every queued job of a cluster): sent unless such a message is
+    waiting already, as a mark in the shared cache says for up to `pending_seconds`; the task
+    removes the mark as it starts (`enqueued_once_started`), before it reads its work.
+
+    So a message is skipped only while the one waiting has not started: that one reads after
+    this commit and does this work too. A mark outlives its message only if the message was
+    lost (or purged); until the mark expires the work is then left to `recovered_by`. With
+    `pending_seconds` 0 (a cache that is not shared between the processes) every commit sends
+    its message."""
+    mark = _pending_mark(task_name, args)
 
     def send() -> None:
-        task = _task(task_name)
-        try:
-            if countdown is None:
-                task.delay(*args)
-            else:
-                task.apply_async(args, countdown=max(0.0, countdown))
-        except BrokerUnavailable as error:
-            logger.warning(
-                "the broker did not take %s%r (%s): %s", task_name, args, error, recovered_by
-            )
+        if pending_seconds > 0:
+            try:
+                if not cache.add(mark, 1, timeout=max(1, round(pending_seconds))):
+                    return  # a message is waiting for a worker; it reads after this commit
+            except Exception:  # the cache unreachable: sent, as without the marks
+                logger.warning(
+                    "The mark of %s%r could not be written.", task_name, args, exc_info=True
+                )
+        if not _send(task_name, args, recovered_by) and pending_seconds > 0:
+            _mark_remove(mark)
 
     transaction.on_commit(send)
+
+
+def enqueued_once_started(task_name: str, *args: Any) -> None:
+    """Called by a task sent by `enqueue_once_after_commit` first thing: the next commit sends
+    a message again."""
+    _mark_remove(_pending_mark(task_name, args))
+
+
+def _pending_mark(task_name: str, args: tuple[Any, ...]) -> str:
+    return f"enqueued:{task_name}:{':'.join(map(str, args))}"
+
+
+def _mark_remove(mark: str) -> None:
+    try:
+        cache.delete(mark)
+    except Exception:  # it expires by itself; until then the work waits for the sweep
+        logger.warning("The mark %s could not be removed.", mark, exc_info=True)
 
 
 def _task(task_name: str) -> Any:

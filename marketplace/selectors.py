@@ -260,6 +260,19 @@ def tenant_lease_organization_ids(cluster: Cluster, organization_ids: set[int]) 
     )
 
 
+def tenant_lease_active_id(cluster: Any, organization: Any) -> Subquery:
+    """The id of the organization's active lease on the cluster, null without one, as a column
+    of another query (`cluster` and `organization` are that query's `OuterRef`s). At most one
+    lease of a team on a cluster is active (a unique index)."""
+    return Subquery(
+        TenantLease.objects.filter(
+            cluster=cluster, organization=organization, status=TenantLease.Status.ACTIVE
+        )
+        .order_by()
+        .values("pk")[:1]
+    )
+
+
 # --- Offers ------------------------------------------------------------------------------------
 
 
@@ -501,6 +514,68 @@ def allocation_get_for_user(user: User, allocation_uuid: Any) -> Allocation:
         return allocation_list_for_user(user).get(uuid=allocation_uuid)
     except (Allocation.DoesNotExist, ValueError, ValidationError) as error:
         raise NotFound("No such allocation.") from error
+
+
+# The member's row, read beside the allocation it may submit to (`allocation_get_for_member`).
+_MEMBER_COLUMNS = [field.attname for field in Membership._meta.concrete_fields]
+# What a submission never reads of the cluster: how to reach and verify it, what it sells (the
+# worker reads the cluster afresh to submit).
+_CLUSTER_NOT_FOR_SUBMISSION = [
+    f"cluster__{name}"
+    for name in (
+        "created_at",
+        "updated_at",
+        "status_detail",
+        "ssh_host",
+        "ssh_port",
+        "ssh_user",
+        "ssh_host_key",
+        "ssh_private_key",
+        "host_key_fingerprint",
+        "slurm_version",
+        "verified_at",
+        "tenant_group",
+        "sftp_server",
+        "tracks_gpus",
+        "sells_preemptible",
+        "preemptible_refusal",
+        "owner_qos",
+        "sells_reserved",
+        "reserved_refusal",
+    )
+]
+
+
+def allocation_get_for_member(user: User, allocation_uuid: Any) -> tuple[Allocation, Membership]:
+    """The allocation `allocation_get_for_user` finds (NotFound otherwise), with what a job's
+    submission reads of it (its organization, cluster and partition; not the cluster's
+    connection, verification or sales) and the user's membership of its organization, in one
+    query: a job's
+    submission asks this on every POST. The membership is the row a join on the team's
+    members finds, the one the visibility rests on."""
+    try:
+        allocation = (
+            Allocation.objects.filter(uuid=allocation_uuid, organization__memberships__user=user)
+            .annotate(
+                **{
+                    f"member_{column}": F(f"organization__memberships__{column}")
+                    for column in _MEMBER_COLUMNS
+                }
+            )
+            .select_related("organization", "cluster", "partition")
+            .defer(*_CLUSTER_NOT_FOR_SUBMISSION)
+            .get()
+        )
+    except (Allocation.DoesNotExist, ValueError, ValidationError) as error:
+        raise NotFound("No such allocation.") from error
+    member = Membership.from_db(
+        allocation._state.db,
+        _MEMBER_COLUMNS,
+        [getattr(allocation, f"member_{column}") for column in _MEMBER_COLUMNS],
+    )
+    member.organization = allocation.organization
+    member.user = user
+    return allocation, member
 
 
 def allocation_list_open(organization: Organization) -> QuerySet[Allocation]:

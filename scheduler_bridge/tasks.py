@@ -6,6 +6,7 @@ import logging
 
 from celery import shared_task
 
+from computeshare.queue import enqueued_once_started
 from hpc.errors import BridgeError
 from scheduler_bridge import services
 from scheduler_bridge.selectors import jobs as selectors
@@ -15,7 +16,9 @@ logger = logging.getLogger(__name__)
 
 @shared_task(time_limit=600, soft_time_limit=570)
 def cluster_jobs_submit_task(cluster_id: int) -> int:
-    """Enqueued after each accepted job: submits every queued job of the cluster, together."""
+    """Enqueued after an accepted job unless one is waiting already: submits every queued job
+    of the cluster, together."""
+    enqueued_once_started("scheduler_bridge.tasks.cluster_jobs_submit_task", cluster_id)
     return services.cluster_jobs_submit(cluster_id=cluster_id)
 
 

@@ -258,7 +258,8 @@ def test_every_task_a_service_enqueues_by_name_is_a_task():
             for node in ast.walk(ast.parse(path.read_text())):
                 if (
                     isinstance(node, ast.Call)
-                    and getattr(node.func, "id", None) == "enqueue_after_commit"
+                    and getattr(node.func, "id", None)
+                    in ("enqueue_after_commit", "enqueue_once_after_commit")
                     and node.args
                 ):
                     first = node.args[0]

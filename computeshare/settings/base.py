@@ -271,6 +271,11 @@ JOBS_SUBMIT_BATCH_SIZE = env.int("JOBS_SUBMIT_BATCH_SIZE", default=200)
 # How many sbatch calls of a batch run at once on a login node: two reach the controller about
 # 1.6 times as fast as one after the other (bench/jobs.py); 1 submits strictly in order.
 JOBS_SUBMIT_LANES = env.int("JOBS_SUBMIT_LANES", default=2)
+# An accepted job sends no submission message while one sent for its cluster this long ago or
+# less has not reached a worker: that one submits it too (computeshare.queue,
+# `enqueue_once_after_commit`). Its mark is in the shared cache, so 0 (every job sends one)
+# without Redis. Should a message be lost, the poll submits the job (JOBS_POLL_INTERVAL_SECONDS).
+JOBS_SUBMIT_WAKE_SECONDS = env.float("JOBS_SUBMIT_WAKE_SECONDS", default=10.0 if REDIS_URL else 0.0)
 # A job gone from the queue that accounting does not know after this long is `undetermined`.
 JOBS_MISSING_GRACE_SECONDS = env.float("JOBS_MISSING_GRACE_SECONDS", default=1800.0)
 JOBS_RECONCILE_DAYS = env.int("JOBS_RECONCILE_DAYS", default=3)

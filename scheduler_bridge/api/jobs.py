@@ -90,25 +90,19 @@ class CSVRenderer(PlainTextRenderer):
     format = "csv"
 
 
-def _allocation_named_in_body(request: Request) -> Allocation:
-    body = request.data if isinstance(request.data, dict) else {}
-    if hasattr(body, "getlist"):  # a form: the last value, as the serializer reads it
-        body = {"allocation": body.get("allocation")}
-    try:
-        return market_selectors.allocation_get_for_user(
-            request_user(request), body.get("allocation")
-        )
-    except NotFound as error:
-        raise ValidationFailed(fields={"allocation": ["No such allocation."]}) from error
-
-
 def allocation_open_for_submission(request: Request) -> tuple[Allocation, Membership]:
     """The allocation the body names, with the requesting member of its team, refused (409)
     unless it takes jobs now: what a job, its quote and a sweep each check before the body,
     so that a state conflict is answered before an input error."""
-    allocation = _allocation_named_in_body(request)
-    actor = organization_selectors.membership_in(request_user(request), allocation.organization_id)
-    assert actor is not None  # the allocation is visible only to its members
+    body = request.data if isinstance(request.data, dict) else {}
+    if hasattr(body, "getlist"):  # a form: the last value, as the serializer reads it
+        body = {"allocation": body.get("allocation")}
+    try:
+        allocation, actor = market_selectors.allocation_get_for_member(
+            request_user(request), body.get("allocation")
+        )
+    except NotFound as error:
+        raise ValidationFailed(fields={"allocation": ["No such allocation."]}) from error
     services.allocation_check_open(allocation)
     return allocation, actor
 
@@ -217,16 +211,19 @@ class JobListCreateApi(APIView):
             data.pop("allocation")
             uploads = input_uploads_of(request.FILES) if hasattr(request.data, "getlist") else []
             input_uploads_check(uploads)
-            job = services.job_submit(
+            accepted = services.job_accept(
                 actor=actor,
                 allocation=allocation,
                 request=services.JobRequest(**data),
                 input_files=uploads,
             )
-            return Response(
-                JobDetailSerializer(selectors.job_detail_of_accepted(job)).data,
-                status=status.HTTP_201_CREATED,
+            job = selectors.job_detail_of_accepted(
+                accepted.job,
+                tasks=accepted.tasks,
+                events=accepted.events,
+                input_files=accepted.input_files,
             )
+            return Response(JobDetailSerializer(job).data, status=status.HTTP_201_CREATED)
 
         return idempotent(request, create)
 

@@ -17,7 +17,7 @@ from computeshare.numbers import WholeNumber
 from marketplace.serializers.market import Units, units_text
 from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
 from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
-from scheduler_bridge.models import Job, JobFile, JobRun, JobState, JobTask, RunState
+from scheduler_bridge.models import Job, JobRun, JobState, JobTask, RunState
 from scheduler_bridge.selectors import jobs as selectors
 
 
@@ -519,7 +519,10 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(JobRunSerializer(many=True))
     def get_runs(self, job: Job) -> list[dict[str, Any]]:
-        return JobRunSerializer(self._runs(job), many=True).data  # type: ignore[return-value]  # many=True gives a ReturnList; the stubs say ReturnDict
+        runs = self._runs(job)
+        if not runs:  # a job not yet run (every answer to a POST): no serializer to build
+            return []
+        return JobRunSerializer(runs, many=True).data  # type: ignore[return-value]  # many=True gives a ReturnList; the stubs say ReturnDict
 
     def get_preemptions(self, job: Job) -> int:
         return sum(1 for run in self._runs(job) if run.state == RunState.PREEMPTED)
@@ -531,7 +534,9 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(JobInputFileSerializer(many=True))
     def get_input_files(self, job: Job) -> list[dict[str, Any]]:
-        files = job.files.filter(kind=JobFile.Kind.INPUT).order_by("name")
+        files = selectors.job_input_file_list(job)
+        if not files:
+            return []
         return JobInputFileSerializer(files, many=True).data  # type: ignore[return-value]  # many=True gives a ReturnList; the stubs say ReturnDict
 
     @extend_schema_field(JobTaskSerializer(many=True))

@@ -20,8 +20,10 @@ from scheduler_bridge.services.settlement import (
     job_task_settle,
 )
 from scheduler_bridge.services.submission import (
+    AcceptedJob,
     allocation_check_open,
     cluster_jobs_submit,
+    job_accept,
     job_cancel,
     job_cancel_remote,
     job_mark_submitted,
@@ -40,6 +42,7 @@ from scheduler_bridge.services.sweeps import (
 )
 
 __all__ = [
+    "AcceptedJob",
     "JobRequest",
     "JobSize",
     "PollReport",
@@ -50,6 +53,7 @@ __all__ = [
     "cluster_jobs_submit",
     "cluster_poll",
     "cluster_reconcile",
+    "job_accept",
     "job_cancel",
     "job_cancel_remote",
     "job_mark_submitted",

@@ -47,12 +47,13 @@ RESULT_NAME_MAX = 1024
 _UNSERVABLE_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 
 
-def job_inputs_store(job: Job, uploads: Sequence[InputUpload]) -> None:
+def job_inputs_store(job: Job, uploads: Sequence[InputUpload]) -> list[JobFile]:
     """Saves a just-accepted job's input files in storage and records them, in the caller's
-    transaction, as its last step (every check has passed by then). If a write fails, the
-    files already written are removed and the error rolls the job back."""
+    transaction, as its last step (every check has passed by then), and returns their rows.
+    If a write fails, the files already written are removed and the error rolls the job
+    back."""
     if not uploads:
-        return
+        return []
     storage = job_files_storage()
     written: list[str] = []
     try:
@@ -74,12 +75,13 @@ def job_inputs_store(job: Job, uploads: Sequence[InputUpload]) -> None:
                     stored=saved,
                 )
             )
-        JobFile.objects.bulk_create(rows)
+        created = JobFile.objects.bulk_create(rows)
     except BaseException:
         for name in written:
             storage.delete(name)
         _folder_remove(job.uuid, JobFile.Kind.INPUT)
         raise
+    return created
 
 
 def job_input_files(job_ids: Iterable[int]) -> dict[int, tuple[InputFile, ...]]:

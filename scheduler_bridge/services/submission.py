@@ -11,7 +11,7 @@ from __future__ import annotations
 import getpass
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -22,19 +22,20 @@ from django.db.models.functions import Cast, Concat
 from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
-from computeshare.queue import enqueue_after_commit
+from computeshare.queue import enqueue_after_commit, enqueue_once_after_commit
 from computeshare.states import status_move, status_move_all
 from hpc.errors import BridgeError, JobFileUnsafe
 from hpc.slurm import directives, filenames
 from hpc.slurm.jobs import streams
 from hpc.types import Backend, InputFile, JobOptions, JobSpec, Tenant
 from marketplace.models import Allocation, Capacity, Cluster, SlurmAccount, TenantLease
+from marketplace.selectors import tenant_lease_active_id
 from marketplace.services import tenant_lease_take, tenant_slurm_join
 from organizations.models import Membership
 from scheduler_bridge import errors, notices, webhook_events
 from scheduler_bridge.job_files import InputUpload
 from scheduler_bridge.job_requests import DirectiveReport, JobRequest
-from scheduler_bridge.models import ENDED_STATES, Job, JobEvent, JobState, JobTask
+from scheduler_bridge.models import ENDED_STATES, Job, JobEvent, JobFile, JobState, JobTask
 from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
 from scheduler_bridge.services.files import (
     job_input_files,
@@ -104,7 +105,18 @@ def allocation_check_open(allocation: Allocation) -> None:
         raise errors.ClusterNotAvailable(extra={"cluster_status": allocation.cluster.status})
 
 
-@transaction.atomic
+@dataclass(frozen=True)
+class AcceptedJob:
+    """A job `job_accept` accepted, with the rows it wrote beside the job's: its tasks (in the
+    order of their indices), its first event and its input files. The answer to a submission
+    is built from them rather than read back (`selectors.job_detail_of_accepted`)."""
+
+    job: Job
+    tasks: list[JobTask]
+    events: list[JobEvent]
+    input_files: list[JobFile]
+
+
 def job_submit(
     *,
     actor: Membership,
@@ -113,26 +125,40 @@ def job_submit(
     input_files: Sequence[InputUpload] = (),
     read: DirectivesRead = AS_WRITTEN,
 ) -> Job:
+    """`job_accept`'s job."""
+    return job_accept(
+        actor=actor, allocation=allocation, request=request, input_files=input_files, read=read
+    ).job
+
+
+@transaction.atomic
+def job_accept(
+    *,
+    actor: Membership,
+    allocation: Allocation,
+    request: JobRequest,
+    input_files: Sequence[InputUpload] = (),
+    read: DirectivesRead = AS_WRITTEN,
+) -> AcceptedJob:
     """Accepts a job: reads its script's directives into it, checks it against the allocation,
     reserves its units and saves it as `queued` with its input files in storage (checked by
     the caller, `input_uploads_check`); the submission to the cluster starts after the commit.
     Keeps `used + reserved <= quantity` on the allocation, under its row lock. `read` says
     where its directives are read from when not its own script (a sweep's)."""
-    allocation = (
-        Allocation.objects.select_for_update(of=("self",))
-        .select_related("cluster", "partition", "organization")
-        .get(pk=allocation.pk)
-    )
+    allocation, held_lease_id = _allocation_locked(allocation)
     if allocation.organization_id != actor.organization_id:
         raise ValidationFailed(fields={"allocation": ["No such allocation."]})
     allocation_check_open(allocation)
     sized = job_request_sized(allocation, request, read)
     plan, units = sized.plan, sized.units
-    # The team's tenant on the cluster: leased with its first allocation there (or now, if that
-    # lease has ended meanwhile). 409 when every account is another team's.
-    lease = tenant_lease_take(
-        cluster=allocation.cluster, organization_id=allocation.organization_id
-    )
+    # The team's tenant on the cluster: leased with its first allocation there, and read with
+    # the allocation (a lease ends only once the team has no open allocation there), or leased
+    # now if that lease has ended meanwhile. 409 when every account is another team's.
+    if held_lease_id is None:
+        lease = tenant_lease_take(
+            cluster=allocation.cluster, organization_id=allocation.organization_id
+        )
+        held_lease_id = lease.pk if lease is not None else None
     allocation.reserved += units
     allocation.save(update_fields=["reserved", "updated_at"])
     job = Job.objects.create(
@@ -140,7 +166,7 @@ def job_submit(
         # The rows just read, so that the job's detail needs no second read of them.
         organization=allocation.organization,
         cluster=allocation.cluster,
-        lease=lease,
+        lease_id=held_lease_id,
         partition_name=allocation.partition.name,
         submitted_by=actor.user,
         name=plan.name.strip(),
@@ -164,18 +190,50 @@ def job_submit(
         options=_options_kept(sized),
     )
     task_units = sized.task_units
-    indices = sized.indices
-    JobTask.objects.bulk_create(
-        JobTask(job=job, array_task_id=index, reserved_units=task_units) for index in indices
+    tasks = JobTask.objects.bulk_create(
+        JobTask(job=job, array_task_id=index, reserved_units=task_units) for index in sized.indices
     )
-    JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
-    job_inputs_store(job, input_files)
-    enqueue_after_commit(
+    event = JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
+    files = job_inputs_store(job, input_files)
+    # One message for all the jobs accepted while the last is waiting for a worker: it submits
+    # every queued job of the cluster together.
+    enqueue_once_after_commit(
         "scheduler_bridge.tasks.cluster_jobs_submit_task",
         allocation.cluster_id,
         recovered_by="the periodic poll submits it",
+        pending_seconds=settings.JOBS_SUBMIT_WAKE_SECONDS,
     )
-    return job
+    tasks.sort(key=lambda task: -1 if task.array_task_id is None else task.array_task_id)
+    return AcceptedJob(job, tasks, [event], files)
+
+
+# What a job's acceptance reads with its allocation.
+_ALLOCATION_RELATED = ("cluster", "partition", "organization")
+
+
+def _allocation_locked(allocation: Allocation) -> tuple[Allocation, int | None]:
+    """The allocation's row read again under its lock, with its cluster, partition and
+    organization, and the id of its team's active tenant lease on the cluster (None without
+    one) in the same query. The related rows the caller has read already (the API reads them
+    with the allocation) are taken as they are, the others are read with it. Only the
+    allocation's own row is locked, as it always was, so a cluster's status read a moment
+    before the lock is as good as one read under it."""
+    known = {
+        name: getattr(allocation, name)
+        for name in _ALLOCATION_RELATED
+        if Allocation._meta.get_field(name).is_cached(allocation)  # type: ignore[union-attr]
+    }
+    unknown = [name for name in _ALLOCATION_RELATED if name not in known]
+    rows = Allocation.objects.select_for_update(of=("self",)).annotate(
+        held_lease_id=tenant_lease_active_id(OuterRef("cluster_id"), OuterRef("organization_id"))
+    )
+    if unknown:  # select_related() without names would follow every foreign key
+        rows = rows.select_related(*unknown)
+    locked = rows.get(pk=allocation.pk)
+    for name, row in known.items():
+        setattr(locked, name, row)
+    held_lease_id: int | None = getattr(locked, "held_lease_id")  # noqa: B009 (an annotation)
+    return locked, held_lease_id
 
 
 def _options_kept(sized: SizedJob) -> dict[str, Any]:
@@ -274,16 +332,18 @@ def stream_names_filled(options: JobOptions, name: str, tenant: Tenant | None) -
     )
 
 
-def _claim(cluster_id: int, limit: int, now: datetime) -> list[tuple[Job, bool]]:
+def _claim(cluster: Cluster, limit: int, now: datetime) -> list[tuple[Job, bool]]:
     """Takes up to `limit` of the cluster's queued jobs for this worker, oldest first, and
-    returns each with whether an earlier attempt may have reached the cluster."""
+    returns each with whether an earlier attempt may have reached the cluster. The jobs and
+    their leases are given the `cluster` row the caller read, rather than a copy of it each
+    (with its key decrypted again)."""
     lease_until = now + timedelta(seconds=settings.JOBS_SUBMIT_LEASE_SECONDS)
     with transaction.atomic():
         jobs = list(
             Job.objects.select_for_update(skip_locked=True, of=("self",))
             # The spec needs the partition's name and the tenant's name and home.
-            .select_related("allocation__partition", "lease__account", "cluster")
-            .filter(cluster_id=cluster_id, state=JobState.QUEUED)
+            .select_related("allocation__partition", "lease__account")
+            .filter(cluster_id=cluster.pk, state=JobState.QUEUED)
             .filter(Q(submit_lease_until__isnull=True) | Q(submit_lease_until__lt=now))
             .order_by("created_at", "pk")[:limit]
         )
@@ -294,6 +354,9 @@ def _claim(cluster_id: int, limit: int, now: datetime) -> list[tuple[Job, bool]]
         )
     claimed = []
     for job in jobs:
+        job.cluster = cluster
+        if job.lease is not None and job.lease.cluster_id == cluster.pk:
+            job.lease.cluster = cluster
         claimed.append((job, job.submit_attempts > 0))
         job.submit_attempts += 1
         job.submit_lease_until = lease_until
@@ -325,7 +388,7 @@ def cluster_jobs_submit(*, cluster_id: int, limit: int | None = None) -> int:
         return 0
     limit = limit or settings.JOBS_SUBMIT_BATCH_SIZE
     submitted = 0
-    while claimed := _claim(cluster_id, limit, timezone.now()):
+    while claimed := _claim(cluster, limit, timezone.now()):
         submitted += _submit_claimed(cluster, claimed)
         if len(claimed) < limit:
             break

@@ -19,7 +19,11 @@ from billing import selectors as billing_selectors
 from billing import services as billing_services
 from billing.models import BudgetAlert, ReferenceKind
 from billing.tasks import budget_alerts_unmailed_notify_task
-from computeshare.queue import enqueue_after_commit
+from computeshare.queue import (
+    enqueue_after_commit,
+    enqueue_once_after_commit,
+    enqueued_once_started,
+)
 from marketplace import selectors
 from marketplace.models import TenantLease
 from tests.factories import (
@@ -65,6 +69,27 @@ def test_a_message_the_broker_refuses_is_logged_and_the_commit_stands(
     (record,) = [r for r in caplog.records if r.name == "computeshare.queue"]
     assert "tests.unreachable(7,)" in record.getMessage()
     assert "the sweep finds it" in record.getMessage()
+
+
+def test_a_message_sent_once_that_the_broker_refuses_leaves_no_mark(
+    unreachable_task, caplog, django_capture_on_commit_callbacks
+):
+    """The mark says a message waits for a worker: after a refused publish none does, so the
+    next commit tries again rather than leaving its work to the sweep."""
+    from django.core.cache import cache
+
+    caplog.set_level(logging.WARNING, logger="computeshare.queue")
+    enqueued_once_started(unreachable_task, 8)  # no mark of an earlier run
+    for _ in range(2):
+        with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+            enqueue_once_after_commit(
+                unreachable_task, 8, recovered_by="the sweep finds it", pending_seconds=10
+            )
+
+    refused = [r for r in caplog.records if r.name == "computeshare.queue"]
+    assert len(refused) == 2
+    assert all("tests.unreachable(8,)" in record.getMessage() for record in refused)
+    assert cache.get(f"enqueued:{unreachable_task}:8") is None
 
 
 def test_nothing_is_sent_for_a_transaction_that_rolls_back(unreachable_task, caplog):

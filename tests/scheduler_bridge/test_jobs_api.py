@@ -3,6 +3,7 @@ changes nothing), who sees what, and cancelling a job that never reached the clu
 
 import csv
 import io
+import uuid
 from datetime import timedelta
 from decimal import Decimal
 
@@ -364,6 +365,110 @@ def test_a_submission_reads_what_it_checks_and_writes_its_rows_once(team, alloca
     assert not team_locks
     assert not [sql for sql in statements if "scheduler_bridge_jobrun" in sql]
     assert len(statements) <= 14, "\n".join(statements)
+
+
+def _statement_kind(sql):
+    """`SELECT marketplace_allocation`, `INSERT scheduler_bridge_job`, ...; None for the
+    transaction's own statements (savepoints in a test)."""
+    verb = sql.split(None, 1)[0]
+    if verb in ("BEGIN", "COMMIT", "SAVEPOINT", "RELEASE", "ROLLBACK"):
+        return None
+    # A SELECT's own table is its last FROM's (a subquery in its columns comes before it).
+    table = sql.split('"', 2)[1] if verb in ("UPDATE", "INSERT") else sql.rsplit(' FROM "')[-1]
+    locked = " FOR UPDATE" if "FOR UPDATE" in sql else ""
+    return f"{verb} {table.split(chr(34))[0]}{locked}"
+
+
+def test_a_submission_is_one_read_before_its_transaction_and_its_writes(team, allocation):
+    """Issue 33: with the API token cached (as deployed), a POST /jobs/ of a team that holds
+    its tenant lease reads the allocation with the member's row in one query, then, in its
+    transaction, locks the allocation's own row (reading the team's lease with it), and writes
+    the reservation, the job, its task and its first event. The answer reads nothing back."""
+    client = client_for(team.member)
+    assert client.post("/api/v1/jobs/", _body(allocation), format="json").status_code == 201
+    assert TenantLease.objects.filter(organization=team.organization).count() == 1
+
+    with CaptureQueriesContext(connection) as queries:
+        answer = client.post("/api/v1/jobs/", _body(allocation), format="json")
+
+    assert answer.status_code == 201, answer.json()
+    statements = [query["sql"] for query in queries.captured_queries]
+    # The token's read and its time of last use (the test settings cache no token).
+    token = [sql for sql in statements if "computeshare_apitoken" in sql]
+    assert len(token) == 1
+    kinds = [_statement_kind(sql) for sql in statements if sql not in token]
+    assert [kind for kind in kinds if kind] == [
+        "SELECT marketplace_allocation",
+        "SELECT marketplace_allocation FOR UPDATE",
+        "UPDATE marketplace_allocation",
+        "INSERT scheduler_bridge_job",
+        "INSERT scheduler_bridge_jobtask",
+        "INSERT scheduler_bridge_jobevent",
+    ], "\n".join(statements)
+    assert answer.json()["history"][0]["state"] == "queued"
+    lease = TenantLease.objects.get(organization=team.organization)
+    assert Job.objects.filter(lease=lease).count() == 2
+
+
+SUBMIT_TASK = "scheduler_bridge.tasks.cluster_jobs_submit_task"
+
+
+def _messages_waiting(queue):
+    from computeshare.celery import app
+
+    with app.connection_for_write() as broker:
+        return broker.default_channel.client.llen(queue)
+
+
+def _accepted(client, allocation, capture):
+    """A job accepted, and what its commit does after it done."""
+    with capture(execute=True):
+        answer = client.post(
+            "/api/v1/jobs/", _body(allocation, time_limit_minutes=1), format="json"
+        )
+    assert answer.status_code == 201, answer.json()
+
+
+def test_jobs_accepted_while_a_submission_message_waits_send_no_other(
+    team, allocation, settings, django_capture_on_commit_callbacks
+):
+    """With JOBS_SUBMIT_WAKE_SECONDS (Redis), the jobs accepted while the cluster's submission
+    message waits for a worker send none of their own: that message submits every queued job
+    of the cluster when it runs. Once a worker has taken it, the next job sends one again."""
+    from computeshare.queue import enqueued_once_started
+    from tests.workers import tasks_routed_to
+
+    settings.JOBS_SUBMIT_WAKE_SECONDS = 10.0
+    client = client_for(team.member)
+    enqueued_once_started(SUBMIT_TASK, allocation.cluster_id)  # no mark of an earlier run
+    with tasks_routed_to(f"wake-{uuid.uuid4().hex[:8]}") as queue:
+        for _ in range(3):
+            _accepted(client, allocation, django_capture_on_commit_callbacks)
+        waiting_after_three = _messages_waiting(queue)
+        # What the task does first when a worker takes the message.
+        enqueued_once_started(SUBMIT_TASK, allocation.cluster_id)
+        _accepted(client, allocation, django_capture_on_commit_callbacks)
+        waiting_after_four = _messages_waiting(queue)
+        enqueued_once_started(SUBMIT_TASK, allocation.cluster_id)
+
+    assert waiting_after_three == 1
+    assert waiting_after_four == 2
+    assert Job.objects.filter(state=JobState.QUEUED).count() == 4
+
+
+def test_without_a_shared_cache_every_accepted_job_sends_its_message(
+    team, allocation, settings, django_capture_on_commit_callbacks
+):
+    from tests.workers import tasks_routed_to
+
+    settings.JOBS_SUBMIT_WAKE_SECONDS = 0.0
+    client = client_for(team.member)
+    with tasks_routed_to(f"wake-{uuid.uuid4().hex[:8]}") as queue:
+        for _ in range(3):
+            _accepted(client, allocation, django_capture_on_commit_callbacks)
+        waiting = _messages_waiting(queue)
+
+    assert waiting == 3
 
 
 def test_the_list_makes_the_same_queries_for_1_and_30_jobs(team, allocation):

@@ -10,6 +10,7 @@ from scheduler_bridge.services.files import (
 )
 from scheduler_bridge.services.following import PollReport, cluster_poll
 from scheduler_bridge.services.leases import tenant_lease_end_if_idle
+from scheduler_bridge.services.output import job_output, job_output_check_kept, job_stream_files
 from scheduler_bridge.services.planning import job_plan, job_request_check, job_request_sized
 from scheduler_bridge.services.quotes import Quote, job_quote
 from scheduler_bridge.services.reconciliation import cluster_reconcile
@@ -27,10 +28,7 @@ from scheduler_bridge.services.submission import (
     job_cancel,
     job_cancel_remote,
     job_mark_submitted,
-    job_output,
-    job_output_check_kept,
     job_state_record,
-    job_stream_files,
     job_submit,
     jobs_mark_submitted,
 )

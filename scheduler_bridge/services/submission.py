@@ -24,9 +24,8 @@ from django.utils import timezone
 from computeshare.errors import ValidationFailed
 from computeshare.queue import enqueue_after_commit, enqueue_once_after_commit
 from computeshare.states import status_move, status_move_all
-from hpc.errors import BridgeError, JobFileUnsafe
+from hpc.errors import BridgeError
 from hpc.slurm import directives, filenames
-from hpc.slurm.jobs import streams
 from hpc.types import Backend, InputFile, JobOptions, JobSpec, Tenant
 from marketplace.models import Allocation, Capacity, Cluster, SlurmAccount, TenantLease
 from marketplace.selectors import tenant_lease_active_id
@@ -150,7 +149,7 @@ def job_accept(
         raise ValidationFailed(fields={"allocation": ["No such allocation."]})
     allocation_check_open(allocation)
     sized = job_request_sized(allocation, request, read)
-    plan, units = sized.plan, sized.units
+    units = sized.units
     # The team's tenant on the cluster: leased with its first allocation there, and read with
     # the allocation (a lease ends only once the team has no open allocation there), or leased
     # now if that lease has ended meanwhile. 409 when every account is another team's.
@@ -161,12 +160,36 @@ def job_accept(
         held_lease_id = lease.pk if lease is not None else None
     allocation.reserved += units
     allocation.save(update_fields=["reserved", "updated_at"])
-    job = Job.objects.create(
+    job = _job_insert(actor, allocation, held_lease_id, sized)
+    task_units = sized.task_units
+    tasks = JobTask.objects.bulk_create(
+        JobTask(job=job, array_task_id=index, reserved_units=task_units) for index in sized.indices
+    )
+    event = JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
+    files = job_inputs_store(job, input_files)
+    # One message for all the jobs accepted while the last is waiting for a worker: it submits
+    # every queued job of the cluster together.
+    enqueue_once_after_commit(
+        "scheduler_bridge.tasks.cluster_jobs_submit_task",
+        allocation.cluster_id,
+        recovered_by="the periodic poll submits it",
+        pending_seconds=settings.JOBS_SUBMIT_WAKE_SECONDS,
+    )
+    tasks.sort(key=lambda task: -1 if task.array_task_id is None else task.array_task_id)
+    return AcceptedJob(job, tasks, [event], files)
+
+
+def _job_insert(
+    actor: Membership, allocation: Allocation, lease_id: int | None, sized: SizedJob
+) -> Job:
+    """The job's row, `queued`, as its plan and size say."""
+    plan = sized.plan
+    return Job.objects.create(
         allocation=allocation,
         # The rows just read, so that the job's detail needs no second read of them.
         organization=allocation.organization,
         cluster=allocation.cluster,
-        lease_id=held_lease_id,
+        lease_id=lease_id,
         partition_name=allocation.partition.name,
         submitted_by=actor.user,
         name=plan.name.strip(),
@@ -185,26 +208,10 @@ def job_accept(
         account=_account_for(allocation),
         qos=_qos_for(allocation),
         reservation=allocation.reservation,
-        reserved_units=units,
+        reserved_units=sized.units,
         directives=plan.report.as_json(),
         options=_options_kept(sized),
     )
-    task_units = sized.task_units
-    tasks = JobTask.objects.bulk_create(
-        JobTask(job=job, array_task_id=index, reserved_units=task_units) for index in sized.indices
-    )
-    event = JobEvent.objects.create(job=job, state=JobState.QUEUED, at=job.created_at)
-    files = job_inputs_store(job, input_files)
-    # One message for all the jobs accepted while the last is waiting for a worker: it submits
-    # every queued job of the cluster together.
-    enqueue_once_after_commit(
-        "scheduler_bridge.tasks.cluster_jobs_submit_task",
-        allocation.cluster_id,
-        recovered_by="the periodic poll submits it",
-        pending_seconds=settings.JOBS_SUBMIT_WAKE_SECONDS,
-    )
-    tasks.sort(key=lambda task: -1 if task.array_task_id is None else task.array_task_id)
-    return AcceptedJob(job, tasks, [event], files)
 
 
 # What a job's acceptance reads with its allocation.
@@ -728,80 +735,3 @@ def job_cancel_remote(*, job_id: int) -> bool:
         return False
     backend_for(job.cluster).cancel(job_tenant(job), [job.scheduler_job_id])
     return True
-
-
-def job_output_check_kept(job: Job) -> None:
-    """Refuses the output of a job the team's own jobs submitted on the cluster (409
-    `output_not_kept`): it went where that job sent it. The API asks this before it reads the
-    query, so that a state conflict is answered before an input error."""
-    if job.is_from_tenant:
-        raise errors.OutputNotKept()
-
-
-def job_output(*, job: Job, stream: str, tail_bytes: int, array_task_id: int | None) -> bytes:
-    """The tail of a job's stdout or stderr, read from the cluster as the job's tenant. Empty
-    before it runs."""
-    job_output_check_kept(job)
-    if job.state == JobState.QUEUED or not job.scheduler_job_id:
-        return b""
-    if job.is_array and array_task_id is None:
-        raise ValidationFailed(fields={"task": ["An array job's output is per task: give `task`."]})
-    task = None
-    if array_task_id is not None:
-        task = job.tasks.filter(array_task_id=array_task_id).first()
-        if task is None:
-            raise ValidationFailed(fields={"task": ["The job has no such task."]})
-    tenant = job_tenant(job)
-    name = job_output_name(job, stream, task, tenant)
-    if name == filenames.DEV_NULL:
-        return b""  # the script sent this stream nowhere
-    try:
-        return backend_for(job.cluster).output_tail(
-            tenant,
-            job.directory,
-            "stderr" if stream == "stderr" else "stdout",
-            array_task_id,
-            tail_bytes,
-            name=name,
-        )
-    except JobFileUnsafe as error:
-        raise errors.OutputNotReadable(extra={"reason": str(error)}) from error
-    except BridgeError as error:
-        backend_failed(job.cluster, error)
-        raise errors.OutputUnavailable(str(error)) from error
-
-
-def job_stream_files(job: Job) -> dict[str, str]:
-    """The names the job's script gave its stdout and stderr in its folder (the patterns
-    Slurm fills, `%x` filled with its name), or nothing when the platform named them."""
-    options = job.job_options
-    if not (options.output or options.error):
-        return {}
-    names = streams(stream_names_filled(options, job.name, job_tenant(job)), is_array=job.is_array)
-    return {stream: names[stream] for stream in ("stdout", "stderr")}
-
-
-def job_output_name(
-    job: Job, stream: str, task: JobTask | None, tenant: Tenant | None
-) -> str | None:
-    """Where the job's (or the array task's) stdout or stderr is in its folder when its
-    script named it: the patterns filled as Slurm filled them, `*` for what is not known here
-    (the node's name; an array task's own job id until accounting gave it). None for the
-    platform's own names."""
-    options = job.job_options
-    if not (options.output or options.error):
-        return None
-    pattern = streams(stream_names_filled(options, job.name, tenant), is_array=job.is_array)[
-        "stderr" if stream == "stderr" else "stdout"
-    ]
-    own: int | str = job.scheduler_job_id
-    if task is not None:
-        run = task.runs.order_by("-submit_time").first()
-        own = run.raw_job_id if run is not None else filenames.WILDCARD
-    values = filenames.batch_values(
-        job_id=own,
-        array_job_id=job.scheduler_job_id,
-        array_task_id=task.array_task_id if task is not None else None,
-        node=filenames.WILDCARD,
-    )
-    return filenames.name_with(pattern, values)

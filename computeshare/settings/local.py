@@ -13,7 +13,7 @@ DEBUG = env.bool("DJANGO_DEBUG", default=True)
 # Each mail the demo sends (invitations, budget alerts, job notices) is a file of its own in
 # var/mail/ (EMAIL_FILE_PATH, base.py), where it can be read after the fact: on the console it
 # was lost among the web server's lines.
-EMAIL_BACKEND = env("EMAIL_BACKEND", default="django.core.mail.backends.filebased.EmailBackend")
+EMAIL_BACKEND = env("EMAIL_BACKEND", default="computeshare.mail.OneFilePerMessageBackend")
 
 # The demo's payments go to the local Stripe server that `make demo` starts
 # (scripts/localstripe_server.py), never to Stripe.

@@ -328,7 +328,7 @@ def test_the_demo_writes_each_mail_to_a_file_of_its_own_in_var_mail(tmp_path, mo
 
     assert settings_read.returncode == 0, settings_read.stderr
     assert settings_read.stdout.splitlines()[-1] == (
-        f"django.core.mail.backends.filebased.EmailBackend {REPOSITORY / 'var' / 'mail'}"
+        f"computeshare.mail.OneFilePerMessageBackend {REPOSITORY / 'var' / 'mail'}"
     )
     assert sent.returncode == 0, sent.stderr
     files = sorted(mail.iterdir())

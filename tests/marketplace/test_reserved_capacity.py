@@ -12,7 +12,6 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Hold
-from billing.tasks import hold_release_batches_due_task
 from hpc.slurm.reservations import parse_reservations
 from hpc.ssh import SSHConnection
 from hpc.types import Reservation, platform_reservation_name
@@ -23,6 +22,7 @@ from organizations.models import Membership
 from tests.conftest import client_for
 from tests.factories import MembershipFactory, OfferFactory, funded_organization
 from tests.marketplace.test_market_api import API, assert_refused, wallet
+from tests.marketplace.test_market_races import releases_applied
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -166,7 +166,7 @@ def test_the_clearing_skips_a_bid_whose_block_slurm_refuses(on_testcluster, test
     Offer.objects.filter(pk=offer.pk).update(auction_closes_at=timezone.now())
 
     outcome = services.auction_clear(offer_id=offer.pk)
-    hold_release_batches_due_task()  # what the money worker does after the commit (ADR 0025)
+    releases_applied()
 
     assert (outcome.cleared, outcome.units_sold, outcome.winners) == (True, 1, 1)
     # The refused bid's units went unserved at 0.90; the price is the lowest winning bid's.

@@ -104,7 +104,7 @@ def test_a_local_array_of_tasks_under_a_second_shows_its_start_elapsed_and_effic
     services.cluster_jobs_submit(cluster_id=array.cluster_id)
     backend = backend_for(array.cluster)
     array.refresh_from_db()
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + 60  # a loaded machine runs the suite at nice 19
     while not (
         len(records := backend.runs([array.scheduler_job_id])) == 3
         and all(record.is_ended for record in records)

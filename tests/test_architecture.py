@@ -37,7 +37,7 @@ LIBRARY = "hpc"
 LIBRARY_LAYERS = [
     # `job_folder` opens a job's files without following links; imports nothing of the library,
     # since it is also sent to the login node and run there as a tenant's reader.
-    {"hpc.types", "hpc.arrays", "hpc.errors", "hpc.batches", "hpc.job_folder"},
+    {"hpc.types", "hpc.sizes", "hpc.arrays", "hpc.errors", "hpc.batches", "hpc.job_folder"},
     {"hpc.ssh", "hpc.pool"},
     {"hpc.slurm"},
     {"hpc.backends"},

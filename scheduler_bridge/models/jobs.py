@@ -16,11 +16,11 @@ from billing.models import ZERO, money_field
 from computeshare.fields import EncryptedJSONField
 from computeshare.models import BaseModel
 from computeshare.numbers import MICRO_UNIT
+from hpc.sizes import JobSize
 from hpc.types import JobOptions, platform_job_name
 from marketplace.models import Allocation, Cluster, TenantLease, units_field
 from organizations.models import Organization
 from scheduler_bridge.job_reasons import reason_text
-from scheduler_bridge.job_requests import JobSize
 from scheduler_bridge.models.states import (
     ENDED_STATES,
     JOB_TRANSITIONS,
@@ -289,6 +289,7 @@ class Job(Progress):
             ntasks=self.ntasks,
             nodes=self.nodes,
             gpus=self.gpus,
+            mem_per_cpu=self.mem_per_cpu,
             cpus_per_gpu=options.get("cpus_per_gpu"),
             exclusive=bool(options.get("exclusive")),
             node_cpus=int(options.get("node_cpus") or 0),

@@ -14,33 +14,12 @@ from billing.serializers import Money
 from computeshare.ids import IdPrefixField
 from computeshare.moments import month_start
 from computeshare.numbers import WholeNumber
+from hpc import sizes
 from marketplace.serializers.market import Units, units_text
-from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
 from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
 from scheduler_bridge.models import Job, JobRun, JobState, JobTask, RunState
 from scheduler_bridge.selectors import jobs as selectors
-
-
-def optional_size(minimum: int, maximum: int, help_text: str) -> WholeNumber:
-    """A size a request may leave out (or give as null): the script's #SBATCH line, else the
-    default, gives it then."""
-    return WholeNumber(
-        min_value=minimum,
-        max_value=maximum,
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text=help_text,
-    )
-
-
-def _size(name: str, minimum: int, maximum: int, default: str) -> WholeNumber:
-    return optional_size(
-        minimum,
-        maximum,
-        f"Optional: left out (or null), the script's #SBATCH line gives it, else {default}. "
-        f"sbatch {name}.",
-    )
+from scheduler_bridge.serializers.sizes import optional_size, script_or_default_size
 
 
 class JobCreateSerializer(serializers.Serializer):
@@ -70,20 +49,16 @@ class JobCreateSerializer(serializers.Serializer):
         help_text="Optional: the script's file name, the job's name when neither `name` nor "
         "the script's --job-name gives one (as sbatch names a job after its script).",
     )
-    time_limit_minutes = _size(
-        "--time", 1, 525600, "refused (400 on this field): a job has a time limit"
+    time_limit_minutes = script_or_default_size(
+        sizes.TIME_LIMIT_MINUTES, "refused (400 on this field): a job has a time limit"
     )
-    cpus_per_task = _size("--cpus-per-task", 1, 100000, "1")
-    ntasks = _size("--ntasks", 1, 100000, "1 (one per node when the script gives --nodes)")
-    nodes = _size("--nodes", 1, 10000, "1")
-    gpus = _size("--gpus (for the whole job)", 0, 10000, "0")
-    mem_per_cpu = WholeNumber(
-        min_value=1,
-        max_value=MAX_MEM_PER_CPU_MIB,
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="Optional: memory per allocated CPU in MiB, passed to sbatch as "
+    cpus_per_task = script_or_default_size(sizes.CPUS_PER_TASK, "1")
+    ntasks = script_or_default_size(sizes.NTASKS, "1 (one per node when the script gives --nodes)")
+    nodes = script_or_default_size(sizes.NODES, "1")
+    gpus = script_or_default_size(sizes.GPUS, "0", "--gpus (for the whole job)")
+    mem_per_cpu = optional_size(
+        sizes.MEM_PER_CPU,
+        "Optional: memory per allocated CPU in MiB, passed to sbatch as "
         "--mem-per-cpu; it replaces the script's --mem, --mem-per-cpu or --mem-per-gpu. Left "
         "out (or null), the script's, else the partition's default.",
     )
@@ -346,11 +321,11 @@ class JobTemplateSerializer(serializers.Serializer):
     technique = serializers.CharField()
     name = serializers.CharField()
     script = serializers.CharField()
-    time_limit_minutes = serializers.IntegerField()
-    cpus_per_task = serializers.IntegerField()
-    ntasks = serializers.IntegerField()
-    nodes = serializers.IntegerField()
-    gpus = serializers.IntegerField()
+    time_limit_minutes = serializers.IntegerField(source="size.time_limit_minutes")
+    cpus_per_task = serializers.IntegerField(source="size.cpus_per_task")
+    ntasks = serializers.IntegerField(source="size.ntasks")
+    nodes = serializers.IntegerField(source="size.nodes")
+    gpus = serializers.IntegerField(source="size.gpus")
     array = serializers.CharField(allow_null=True)
     environment = serializers.DictField(child=serializers.CharField())
     needs_gpus = serializers.BooleanField(

@@ -391,8 +391,8 @@ def script_values(plan: JobPlan) -> dict[str, str]:
             values["cpus_per_task"] = str(plan.size.cpus_per_task)
         elif effective.field == "gpus":
             values["gpus"] = str(plan.size.gpus)
-        elif effective.field == "memory" and plan.mem_per_cpu is not None:
-            values["mem_per_cpu"] = str(plan.mem_per_cpu)
+        elif effective.field == "memory" and plan.size.mem_per_cpu is not None:
+            values["mem_per_cpu"] = str(plan.size.mem_per_cpu)
     return values
 
 

@@ -126,8 +126,12 @@ class JobSize:
         return problems
 
     def problem(self) -> str | None:
-        """The first of `problems` in one line, for a check that answers in words (the
-        library's own refusal of a spec)."""
-        for name, messages in self.problems().items():
-            return f"{name}: {messages[0]}"
-        return None
+        """`problems` in one line, for a check that answers in words (the library's own
+        refusal of a spec), or None."""
+        problems = self.problems()
+        if not problems:
+            return None
+        named = ", ".join(
+            f"{name} ({messages[0].rstrip('.').lower()})" for name, messages in problems.items()
+        )
+        return f"sizes must be positive (GPUs not negative) and within their limits: {named}"

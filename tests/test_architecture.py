@@ -293,7 +293,6 @@ MODULES_OVER = {
     "marketplace/views/market.py": 752,
     "scheduler_bridge/serializers/jobs.py": 668,
     "scheduler_bridge/services/submission.py": 737,
-    "scheduler_bridge/views/jobs.py": 832,
 }
 FUNCTIONS_OVER = {
     "billing/services/ledger.py::_post": 71,

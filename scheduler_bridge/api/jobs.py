@@ -45,8 +45,8 @@ from scheduler_bridge.job_files import (
     JobMultiPartParser,
     input_uploads_check,
     input_uploads_of,
-    job_files_storage,
-    tar_gz_stream,
+    result_file_response,
+    results_archive_response,
 )
 from scheduler_bridge.job_templates import JOB_TEMPLATES
 from scheduler_bridge.models import Job, JobState
@@ -495,14 +495,7 @@ class JobFileDownloadApi(APIView):
     )
     def get(self, request: Request, job_id: str, name: str) -> FileResponse:
         job = selectors.job_get_for_user(request_user(request), job_id)
-        row = selectors.job_result_file(job, name)
-        response = FileResponse(
-            job_files_storage().open(row.stored, "rb"),
-            as_attachment=True,
-            filename=row.name.rsplit("/", 1)[-1],
-            content_type="application/octet-stream",
-        )
-        return response
+        return result_file_response(selectors.job_result_file(job, name))
 
 
 class JobFilesArchiveApi(APIView):
@@ -523,9 +516,4 @@ class JobFilesArchiveApi(APIView):
     )
     def get(self, request: Request, job_id: str) -> StreamingHttpResponse:
         job = selectors.job_get_for_user(request_user(request), job_id)
-        rows = list(selectors.job_result_files(job))
-        response = StreamingHttpResponse(
-            tar_gz_stream(job_files_storage(), rows), content_type="application/gzip"
-        )
-        response["Content-Disposition"] = f'attachment; filename="job-{job.uuid}-results.tar.gz"'
-        return response
+        return results_archive_response(job.uuid, list(selectors.job_result_files(job)))

@@ -291,7 +291,6 @@ MODULES_OVER = {
     "marketplace/selectors.py": 1218,
     "marketplace/serializers/market.py": 738,
     "marketplace/views/market.py": 752,
-    "scheduler_bridge/serializers/jobs.py": 668,
     "scheduler_bridge/services/submission.py": 737,
 }
 FUNCTIONS_OVER = {

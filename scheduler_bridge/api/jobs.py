@@ -52,8 +52,6 @@ from scheduler_bridge.job_templates import JOB_TEMPLATES
 from scheduler_bridge.models import Job, JobState
 from scheduler_bridge.selectors import jobs as selectors
 from scheduler_bridge.serializers.jobs import (
-    USAGE_CSV_COLUMNS,
-    EfficiencyReportSerializer,
     JobCreateSerializer,
     JobDetailSerializer,
     JobFilterSerializer,
@@ -62,6 +60,10 @@ from scheduler_bridge.serializers.jobs import (
     JobResultFileSerializer,
     JobSerializer,
     JobTemplateSerializer,
+)
+from scheduler_bridge.serializers.reports import (
+    USAGE_CSV_COLUMNS,
+    EfficiencyReportSerializer,
     MonthQuerySerializer,
     UsageRowSerializer,
     month_start_of,

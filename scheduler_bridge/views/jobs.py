@@ -47,7 +47,7 @@ from scheduler_bridge.job_files import (
 from scheduler_bridge.job_requests import DirectiveReport
 from scheduler_bridge.models import Job, JobFile, JobState, RunState
 from scheduler_bridge.selectors import jobs as selectors
-from scheduler_bridge.serializers.jobs import month_start_of
+from scheduler_bridge.serializers.reports import month_start_of
 
 PAGE_SIZE = 50
 OUTPUT_TAIL_BYTES = 64 * 1024

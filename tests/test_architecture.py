@@ -291,7 +291,6 @@ MODULES_OVER = {
     "marketplace/selectors.py": 1218,
     "marketplace/serializers/market.py": 738,
     "marketplace/views/market.py": 752,
-    "scheduler_bridge/services/submission.py": 737,
 }
 FUNCTIONS_OVER = {
     "billing/services/ledger.py::_post": 71,
@@ -302,7 +301,6 @@ FUNCTIONS_OVER = {
     "marketplace/services/clusters.py::_connection_fields": 63,
     "scheduler_bridge/selectors/dashboard.py::_add_owner_view": 62,
     "scheduler_bridge/selectors/jobs.py::organization_efficiency_report": 80,
-    "scheduler_bridge/services/submission.py::jobs_mark_submitted": 68,
 }
 SIZED = [*LAYERS, LIBRARY, "cli/src/computeshare_cli"]
 

@@ -27,12 +27,8 @@ from scheduler_bridge.job_requests import DirectiveReport, JobRequest
 from scheduler_bridge.models import money_of
 from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.planning import SizedJob, job_request_sized
-from scheduler_bridge.services.submission import (
-    _account_for,
-    _qos_for,
-    allocation_check_open,
-    stream_names_filled,
-)
+from scheduler_bridge.services.specs import account_for, qos_for, stream_names_filled
+from scheduler_bridge.services.submission import allocation_check_open
 
 
 @dataclass(frozen=True)
@@ -100,8 +96,8 @@ def _expected_start(allocation: Allocation, sized: SizedJob) -> tuple[datetime |
         directory="computeshare-jobs/quote",
         partition=allocation.partition.name,
         **plan.size.columns(),
-        account=_account_for(allocation) or None,
-        qos=_qos_for(allocation) or None,
+        account=account_for(allocation) or None,
+        qos=qos_for(allocation) or None,
         reservation=allocation.reservation or None,
         array=plan.array or None,
         tenant=tenant,

@@ -420,6 +420,22 @@ class GzipRenderer(BinaryRenderer):
     format = "tar.gz"
 
 
+def download_schema(
+    operation_id: str, renderer: type[BaseRenderer], content: str, description: str
+) -> Any:
+    """The schema of an endpoint that answers a file's bytes in `renderer`'s type (its 401 and
+    404 as the API's errors): the result file's and the results archive's."""
+    return extend_schema(
+        operation_id=operation_id,
+        responses={
+            (200, renderer.media_type): OpenApiResponse(bytes, description=content),
+            401: ErrorSerializer,
+            404: ErrorSerializer,
+        },
+        description=description,
+    )
+
+
 RESULTS_STATE_HELP = (
     "`waiting` (the job has not ended: the list is empty), `collecting` (being fetched from "
     "the cluster), `ready`, `failed` (see `detail`), `expired` (removed after "
@@ -483,17 +499,12 @@ class JobFilesApi(APIView):
 class JobFileDownloadApi(APIView):
     renderer_classes = [JSONRenderer, BinaryRenderer]
 
-    @extend_schema(
-        operation_id="jobs_files_retrieve",
-        responses={
-            (200, "application/octet-stream"): OpenApiResponse(
-                bytes, description="The file, streamed."
-            ),
-            401: ErrorSerializer,
-            404: ErrorSerializer,
-        },
-        description="One result file, streamed as an attachment. 404 `not_found` for a name "
-        "that is not among the job's results.",
+    @download_schema(
+        "jobs_files_retrieve",
+        BinaryRenderer,
+        "The file, streamed.",
+        "One result file, streamed as an attachment. 404 `not_found` for a name that is not "
+        "among the job's results.",
     )
     def get(self, request: Request, job_id: str, name: str) -> FileResponse:
         job = selectors.job_get_for_user(request_user(request), job_id)
@@ -503,18 +514,12 @@ class JobFileDownloadApi(APIView):
 class JobFilesArchiveApi(APIView):
     renderer_classes = [JSONRenderer, GzipRenderer]
 
-    @extend_schema(
-        operation_id="jobs_files_archive",
-        responses={
-            (200, "application/gzip"): OpenApiResponse(
-                bytes, description="Every result file as one tar.gz, streamed as it is built."
-            ),
-            401: ErrorSerializer,
-            404: ErrorSerializer,
-        },
-        description="Every result file of the job as one tar.gz archive, built while it is "
-        "sent (no Content-Length). Empty (a valid archive of no files) before the results "
-        "are `ready`.",
+    @download_schema(
+        "jobs_files_archive",
+        GzipRenderer,
+        "Every result file as one tar.gz, streamed as it is built.",
+        "Every result file of the job as one tar.gz archive, built while it is sent (no "
+        "Content-Length). Empty (a valid archive of no files) before the results are `ready`.",
     )
     def get(self, request: Request, job_id: str) -> StreamingHttpResponse:
         job = selectors.job_get_for_user(request_user(request), job_id)

@@ -32,16 +32,7 @@ echo "Done"
 
 
 # The fields a script's #SBATCH lines can fill (the page's script fills them as it is typed).
-SCRIPT_FILLED_FIELDS = (
-    "name",
-    "time_limit_minutes",
-    "cpus_per_task",
-    "ntasks",
-    "nodes",
-    "gpus",
-    "mem_per_cpu",
-    "array",
-)
+SCRIPT_FILLED_FIELDS = ("name", *sizes.LIMITS, "array")
 
 
 class JobSizesForm(StyledFormMixin, forms.Form):

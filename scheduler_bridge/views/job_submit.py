@@ -261,16 +261,7 @@ def requested_fields(job: Job) -> dict[str, Any]:
     starts with beside the same script. A job from before scripts were read gave them all."""
     report = job.directives or {}
     sources = {each["field"]: each["source"] for each in report.get("effective", [])}
-    values: dict[str, Any] = {
-        "name": job.name,
-        "time_limit_minutes": job.time_limit_minutes,
-        "cpus_per_task": job.cpus_per_task,
-        "ntasks": job.ntasks,
-        "nodes": job.nodes,
-        "gpus": job.gpus,
-        "mem_per_cpu": job.mem_per_cpu,
-        "array": job.array,
-    }
+    values: dict[str, Any] = {"name": job.name, **job.size.columns(), "array": job.array}
     if not sources:
         return values
     fields = {name for name in _REQUESTED_FIELDS if sources.get(name) == "request"}

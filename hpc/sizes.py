@@ -7,7 +7,8 @@ The API's serializers and the pages' forms build their fields from `LIMITS`
 the plan carry a `JobSize`, the job's row is written from one and read back as one
 (`Job.size`), a template's `#SBATCH` lines are read into one, and the spec sent to the
 scheduler takes its sizes from one (`JobSize.columns`): a bound written twice drifts
-(docs/design.md, Accepting a job). Plain: no Django, so that the library's spec can use it."""
+(docs/design.md, Accepting a job; ADR 0027). Plain: no Django, so that the library's spec
+can use it."""
 
 from __future__ import annotations
 

@@ -3,8 +3,8 @@ tasks, nodes, GPUs and memory per CPU) and what it reserves of its allocation, w
 of every size declared once, here.
 
 The API's serializers and the pages' forms build their fields from `LIMITS`
-(`scheduler_bridge/serializers/sizes.py`, `scheduler_bridge/forms/sizes.py`), the request and
-the plan carry a `JobSize`, the job's row is written from one and read back as one
+(`scheduler_bridge/serializers/sizes.py`, `scheduler_bridge/forms/sizes.py`), a request's
+plan carries a `JobSize`, the job's row is written from one and read back as one
 (`Job.size`), a template's `#SBATCH` lines are read into one, and the spec sent to the
 scheduler takes its sizes from one (`JobSize.columns`): a bound written twice drifts
 (docs/design.md, Accepting a job; ADR 0027). Plain: no Django, so that the library's spec

@@ -1,7 +1,7 @@
 """Every write of the jobs app: accepting and cancelling jobs (`submission`), carrying them to
-their cluster (`dispatch`, with the spec from `specs`), following jobs on
-their cluster (`following`, which holds the allocations' `limits`), settling their usage
-(`settlement`, and the daily `reconciliation`), parameter sweeps (`sweeps`)."""
+their cluster (`dispatch`, with the spec from `specs`), following them there (`following`,
+which holds the allocations' `limits`), settling their usage (`settlement`, and the daily
+`reconciliation`), parameter sweeps (`sweeps`)."""
 
 from hpc.sizes import JobSize
 from scheduler_bridge.job_requests import JobRequest, job_units

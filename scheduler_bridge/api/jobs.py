@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.http import FileResponse, HttpResponse, QueryDict, StreamingHttpResponse
 from django.utils import timezone
@@ -420,9 +421,12 @@ class GzipRenderer(BinaryRenderer):
     format = "tar.gz"
 
 
+_View = TypeVar("_View", bound=Callable[..., Any])
+
+
 def download_schema(
     operation_id: str, renderer: type[BaseRenderer], content: str, description: str
-) -> Any:
+) -> Callable[[_View], _View]:
     """The schema of an endpoint that answers a file's bytes in `renderer`'s type (its 401 and
     404 as the API's errors): the result file's and the results archive's."""
     return extend_schema(

@@ -13,7 +13,7 @@ can use it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 
 @dataclass(frozen=True)
@@ -93,6 +93,12 @@ class JobSize:
         else:
             asked, whole = self.cores, self.nodes * self.node_cpus
         return max(asked, whole) if self.exclusive else asked
+
+    @classmethod
+    def of(cls, row: object, **pricing: Any) -> JobSize:
+        """The size a row or a spec keeps in its columns (the names of `LIMITS`), with the
+        pricing facts it keeps elsewhere (`cpus_per_gpu`, `exclusive`, ...)."""
+        return cls(**{name: getattr(row, name) for name in LIMITS}, **pricing)
 
     def columns(self) -> SizeColumns:
         """The size as the job's row and the scheduler's spec keep it."""

@@ -184,14 +184,7 @@ class JobSpec:
     @property
     def size(self) -> JobSize:
         """Its sizes as the one size type (`hpc.sizes`), held to the same limits."""
-        return JobSize(
-            time_limit_minutes=self.time_limit_minutes,
-            cpus_per_task=self.cpus_per_task,
-            ntasks=self.ntasks,
-            nodes=self.nodes,
-            gpus=self.gpus,
-            mem_per_cpu=self.mem_per_cpu,
-        )
+        return JobSize.of(self)
 
 
 def platform_reservation_name(allocation_uuid: object) -> str:

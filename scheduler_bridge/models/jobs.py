@@ -283,13 +283,8 @@ class Job(Progress):
     def size(self) -> JobSize:
         """Its size as it was priced (`job_units`)."""
         options = self.options or {}
-        return JobSize(
-            time_limit_minutes=self.time_limit_minutes,
-            cpus_per_task=self.cpus_per_task,
-            ntasks=self.ntasks,
-            nodes=self.nodes,
-            gpus=self.gpus,
-            mem_per_cpu=self.mem_per_cpu,
+        return JobSize.of(
+            self,
             cpus_per_gpu=options.get("cpus_per_gpu"),
             exclusive=bool(options.get("exclusive")),
             node_cpus=int(options.get("node_cpus") or 0),

@@ -284,7 +284,6 @@ MODULES_OVER = {
     "billing/services/ledger.py": 1075,
     "cli/src/computeshare_cli/jobs.py": 863,
     "hpc/backends/local.py": 706,
-    "hpc/slurm/directives.py": 963,
     "hpc/ssh.py": 789,
     "marketplace/api/market.py": 803,
     "marketplace/models.py": 792,

@@ -282,7 +282,6 @@ MODULES_OVER = {
     "billing/models.py": 648,
     "billing/selectors.py": 608,
     "billing/services/ledger.py": 1075,
-    "hpc/ssh.py": 789,
     "marketplace/api/market.py": 803,
     "marketplace/models.py": 792,
     "marketplace/selectors.py": 1218,

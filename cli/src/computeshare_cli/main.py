@@ -1,5 +1,6 @@
 """The `computeshare` command: log in, the market (offers, buy, bid, allocations), money
-(budget, wallet, usage) and jobs (in jobs.py). Every command speaks the public REST API only."""
+(budget, wallet, usage) and jobs (in the `jobs` package). Every command speaks the public REST
+API only."""
 
 from __future__ import annotations
 

@@ -287,7 +287,6 @@ MODULES_OVER = {
     "hpc/slurm/directives.py": 963,
     "hpc/ssh.py": 789,
     "marketplace/api/market.py": 803,
-    "marketplace/models.py": 792,
     "marketplace/serializers/market.py": 738,
     "marketplace/views/market.py": 752,
     "scheduler_bridge/models.py": 669,

@@ -286,7 +286,6 @@ MODULES_OVER = {
     "hpc/backends/local.py": 706,
     "hpc/slurm/directives.py": 963,
     "hpc/ssh.py": 789,
-    "marketplace/views/market.py": 752,
     "scheduler_bridge/models.py": 669,
     "scheduler_bridge/serializers/jobs.py": 668,
     "scheduler_bridge/services/submission.py": 737,

@@ -294,8 +294,6 @@ MODULES_OVER = {
 FUNCTIONS_OVER = {
     "billing/services/ledger.py::_post": 71,
     "billing/services/ledger.py::holds_settle": 65,
-    "marketplace/management/commands/demo_seed.py::_history": 72,
-    "marketplace/services/clusters.py::_connection_fields": 63,
     "scheduler_bridge/selectors/dashboard.py::_add_owner_view": 62,
     "scheduler_bridge/selectors/jobs.py::organization_efficiency_report": 80,
     "scheduler_bridge/services/submission.py::jobs_mark_submitted": 68,

@@ -1,4 +1,5 @@
-"""Tenant accounts and their leases: their cluster's owners see them."""
+"""Tenant accounts and their leases: the pools their cluster's owners see, and the leases the
+periodic tasks look after."""
 
 import datetime
 from collections.abc import Iterable

@@ -9,8 +9,6 @@ from computeshare.figures import amount_text
 from computeshare.forms import form_add_service_error
 from marketplace import errors
 
-# --- Showing refusals --------------------------------------------------------------------------
-
 # Refusals that are not input errors but concern one field all the same.
 FIELD_OF_REFUSAL = {
     "insufficient_quantity": "quantity",

@@ -1,21 +1,8 @@
 from django.urls import path
 
-from marketplace.api import market, organizations
+from marketplace.api import market
 
 urlpatterns = [
-    path(
-        "organizations/",
-        organizations.OrganizationListCreateApi.as_view(),
-        name="api-organizations",
-    ),
-    path(
-        "organizations/<uuid:organization_id>/",
-        organizations.OrganizationDetailApi.as_view(),
-        name="api-organization-detail",
-    ),
-]
-
-urlpatterns += [
     path("clusters/", market.ClusterListCreateApi.as_view(), name="api-clusters"),
     path("clusters/<uuid:cluster_id>/", market.ClusterDetailApi.as_view(), name="api-cluster"),
     path(

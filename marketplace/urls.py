@@ -1,17 +1,9 @@
 from django.urls import path
 
-from marketplace.views import capacity, market, organizations
-
-urlpatterns = [
-    path(
-        "organizations/<uuid:organization_id>/",
-        organizations.OrganizationDetailView.as_view(),
-        name="organization-detail",
-    ),
-]
+from marketplace.views import capacity, market
 
 # The market's pages (marketplace/views/market.py).
-urlpatterns += [
+urlpatterns = [
     path("offers/", market.OfferListView.as_view(), name="offer-list"),
     path("offers/<uuid:offer_id>/", market.OfferDetailView.as_view(), name="offer-detail"),
     path("offers/<uuid:offer_id>/bid/", market.OfferBidView.as_view(), name="offer-bid"),

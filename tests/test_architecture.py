@@ -316,7 +316,6 @@ FUNCTIONS_OVER = {
     "marketplace/selectors.py::capacity_loads": 62,
     "marketplace/selectors.py::track_records": 61,
     "marketplace/services/clusters.py::_connection_fields": 63,
-    "scheduler_bridge/selectors/jobs.py::organization_efficiency_report": 80,
     "scheduler_bridge/services/submission.py::jobs_mark_submitted": 68,
 }
 SIZED = [*LAYERS, LIBRARY, "cli/src/computeshare_cli"]

@@ -6,11 +6,12 @@ earnings, the utilization of its clusters (listed, sold, used and idle units per
 jobs running on them. An organization that owns clusters and has never bought is a seller
 only: its page shows its own half, not an empty wallet.
 
-An organization as its member sees it (the API's `GET /organizations/{id}/`): with its wallet
-and budget.
+An organization as its member sees it (the answers of `POST /organizations/` and
+`GET /organizations/{id}/`): with its wallet and budget.
 
-They sit here, above the jobs, the market and billing, because these pages show all three.
-Every series is one query, whatever the number of days, jobs or allocations in it; the
+They sit here, above every app, because no app below may read them all: the dashboard shows
+jobs beside the market and billing, and an organization's money is billing's, above it. Every
+series is one query, whatever the number of days, jobs or allocations in it; the
 membership passed in was found by `organizations.selectors.membership_get_for_user`, so
 everything read is the organization's own (or, for an owner, about its clusters)."""
 

@@ -1,21 +1,8 @@
 from django.urls import path
 
-from marketplace.api import capacity, clusters, offers, orders, organizations
+from marketplace.api import capacity, clusters, offers, orders
 
 urlpatterns = [
-    path(
-        "organizations/",
-        organizations.OrganizationListCreateApi.as_view(),
-        name="api-organizations",
-    ),
-    path(
-        "organizations/<uuid:organization_id>/",
-        organizations.OrganizationDetailApi.as_view(),
-        name="api-organization-detail",
-    ),
-]
-
-urlpatterns += [
     path("clusters/", clusters.ClusterListCreateApi.as_view(), name="api-clusters"),
     path("clusters/<uuid:cluster_id>/", clusters.ClusterDetailApi.as_view(), name="api-cluster"),
     path(

@@ -1,17 +1,9 @@
 from django.urls import path
 
-from marketplace.views import capacity, clusters, offers, orders, organizations
-
-urlpatterns = [
-    path(
-        "organizations/<uuid:organization_id>/",
-        organizations.OrganizationDetailView.as_view(),
-        name="organization-detail",
-    ),
-]
+from marketplace.views import capacity, clusters, offers, orders
 
 # The market's pages (marketplace/views/: offers, orders, clusters, capacity).
-urlpatterns += [
+urlpatterns = [
     path("offers/", offers.OfferListView.as_view(), name="offer-list"),
     path("offers/<uuid:offer_id>/", offers.OfferDetailView.as_view(), name="offer-detail"),
     path("offers/<uuid:offer_id>/bid/", orders.OfferBidView.as_view(), name="offer-bid"),

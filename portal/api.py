@@ -1,7 +1,5 @@
-"""An organization as its member sees it: with its wallet and budget, so above billing (the
-organization's members, invitations and tokens: organizations.api)."""
-
-from typing import Any
+"""An organization as its member sees it: with its wallet and budget, so above billing (ADR 0026;
+the organization's members, invitations and tokens: organizations.api)."""
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import status
@@ -9,29 +7,14 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from billing import selectors as billing_selectors
 from computeshare.api import ErrorSerializer, idempotent, paginated, paginated_response
 from computeshare.authentication import request_user
 from computeshare.openapi import ERRORS, IDEMPOTENCY_KEY, LIST_ERRORS, PAGE_PARAMETERS
-from marketplace.serializers.organizations import OrganizationDetailSerializer
 from organizations import selectors as organization_selectors
 from organizations import services as organization_services
-from organizations.models import Membership
 from organizations.serializers import OrganizationCreateSerializer, OrganizationRoleSerializer
-
-
-def organization_detail(membership: Membership) -> dict[str, Any]:
-    """An organization as its member sees it, with its wallet and budget."""
-    organization = membership.organization
-    wallet = billing_selectors.wallet_get(organization)
-    return {
-        "id": organization.uuid,
-        "name": organization.name,
-        "role": membership.role,
-        "created_at": organization.created_at,
-        "wallet": wallet,
-        "budget": billing_selectors.budget_status(organization, wallet),
-    }
+from portal.selectors import organization_detail_get
+from portal.serializers import OrganizationDetailSerializer
 
 
 class OrganizationListCreateApi(APIView):
@@ -62,7 +45,7 @@ class OrganizationListCreateApi(APIView):
                 creator=request_user(request), name=payload.validated_data["name"]
             )
             return Response(
-                OrganizationDetailSerializer(organization_detail(membership)).data,
+                OrganizationDetailSerializer(organization_detail_get(membership)).data,
                 status=status.HTTP_201_CREATED,
             )
 
@@ -78,4 +61,4 @@ class OrganizationDetailApi(APIView):
         membership = organization_selectors.membership_get_for_user(
             request_user(request), organization_id
         )
-        return Response(OrganizationDetailSerializer(organization_detail(membership)).data)
+        return Response(OrganizationDetailSerializer(organization_detail_get(membership)).data)

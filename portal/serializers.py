@@ -1,4 +1,4 @@
-"""Input and output shapes of the identity and organization endpoints. They translate; the
+"""The shape of an organization with its wallet and budget (portal.api). It translates; the
 services decide."""
 
 from rest_framework import serializers

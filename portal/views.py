@@ -1,5 +1,8 @@
-"""The organization's page: its members with its wallet and budget alert, so it sits above
-billing (the members' pages themselves: organizations.views)."""
+"""The pages that span apps (ADR 0026): the page after log-in, an organization's dashboard, and
+the organization's page, its members beside its wallet and budget alert (the members' own pages:
+organizations.views)."""
+
+from typing import Any
 
 from django.conf import settings
 from django.contrib import messages
@@ -15,13 +18,44 @@ from computeshare.forms import form_add_service_error
 from organizations import selectors as organization_selectors
 from organizations import services as organization_services
 from organizations.forms.organizations import MemberAddForm
+from portal.selectors import dashboard_get
+
+
+class DashboardView(LoginRequiredMixin, View):
+    """The user's organizations and the dashboard of one of them (the first by name unless
+    another is asked for). Its reads are `portal.selectors.dashboard_get`; the charts' numbers
+    travel in the page (json_script) and are drawn by Chart.js, with a table of the same numbers
+    beside each."""
+
+    template_name = "portal/dashboard.html"
+
+    def get(self, request: HttpRequest, organization_id: Any = None) -> HttpResponse:
+        organizations = list(
+            organization_selectors.organization_list_for_user(request_user(request))
+        )
+        dashboard = None
+        # The page's organization switch asks with `?organization=`.
+        organization_id = organization_id or request.GET.get("organization") or None
+        if organization_id is not None:
+            # Someone else's organization is a 404, as everywhere.
+            membership = organization_selectors.membership_get_for_user(
+                request_user(request), organization_id
+            )
+            dashboard = dashboard_get(membership)
+        elif organizations:
+            membership = organization_selectors.membership_get_for_user(
+                request_user(request), organizations[0].uuid
+            )
+            dashboard = dashboard_get(membership)
+        context = {"organizations": organizations, "dashboard": dashboard}
+        return render(request, self.template_name, context)
 
 
 class OrganizationDetailView(LoginRequiredMixin, View):
     """The organization's members; its admins invite people here and see the pending
     invitations."""
 
-    template_name = "marketplace/organization_detail.html"
+    template_name = "portal/organization_detail.html"
 
     def _render(
         self, request: HttpRequest, organization_id: str, form: MemberAddForm, status: int = 200

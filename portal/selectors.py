@@ -1,11 +1,17 @@
-"""The reads of an organization's dashboard, the page after log-in: its wallet and budget, its
-open allocations, its unfinished jobs and its spending per day; and, when it owns clusters,
-its earnings, the utilization of its clusters (listed, sold, used and idle units per day) and
-the jobs running on them. An organization that owns clusters and has never bought is a seller
+"""The reads of the pages that span apps (ADR 0026).
+
+An organization's dashboard, the page after log-in: its wallet and budget, its open
+allocations, its unfinished jobs and its spending per day; and, when it owns clusters, its
+earnings, the utilization of its clusters (listed, sold, used and idle units per day) and the
+jobs running on them. An organization that owns clusters and has never bought is a seller
 only: its page shows its own half, not an empty wallet.
 
-They sit here, above the market and billing, because the dashboard shows jobs beside both.
-Every series is one query, whatever the number of days, jobs or allocations in it; the
+An organization as its member sees it (the answers of `POST /organizations/` and
+`GET /organizations/{id}/`): with its wallet and budget.
+
+They sit here, above every app, because no app below may read them all: the dashboard shows
+jobs beside the market and billing, and an organization's money is billing's, above it. Every
+series is one query, whatever the number of days, jobs or allocations in it; the
 membership passed in was found by `organizations.selectors.membership_get_for_user`, so
 everything read is the organization's own (or, for an owner, about its clusters)."""
 
@@ -206,11 +212,23 @@ def _unfinished(jobs: Any) -> Any:
 
 
 def _add_owner_view(dashboard: Dashboard, clusters: list[Cluster]) -> None:
+    """The owner's half: earnings, utilization and capacity kinds per day, and the jobs on its
+    clusters."""
     organization = dashboard.membership.organization
-    days = dashboard.days
     dashboard.is_owner = True
     dashboard.clusters = clusters
     dashboard.shows_teams = dashboard.membership.is_admin
+    _add_earnings(dashboard)
+    dashboard.utilization = _utilization_charts(organization, dashboard.since, dashboard.days)
+    dashboard.capacity_kinds = _kinds_chart(organization, dashboard.since, dashboard.days)
+    _add_cluster_jobs(dashboard)
+
+
+def _add_earnings(dashboard: Dashboard) -> None:
+    """What the clusters earned per day, one series per cluster, and what teams bought on them
+    in these days."""
+    organization = dashboard.membership.organization
+    days = dashboard.days
     earned = billing_selectors.earnings_by_day(organization, since=dashboard.since)
     dashboard.earnings = Chart(
         key="earnings",
@@ -228,16 +246,23 @@ def _add_owner_view(dashboard: Dashboard, clusters: list[Cluster]) -> None:
     dashboard.earned_value = sum(
         (series.total for series in dashboard.earnings.series), start=Decimal(0)
     )
+
+
+def _utilization_charts(
+    organization: Any, since: datetime.datetime, days: list[datetime.date]
+) -> list[Chart]:
+    """One chart per cluster and resource, by cluster name: units sold, used and listed but
+    not sold, per day."""
     capacity = market_selectors.owner_capacity_by_day(organization, days)
-    used = _used_by_day(organization, dashboard.since)
+    used = _used_by_day(organization, since)
+    charts = []
     for key, entry in sorted(
         capacity.items(), key=lambda item: (item[1]["cluster_name"], item[1]["resource"])
     ):
         offered = [entry["offered"].get(day, Decimal(0)) for day in days]
         sold = [entry["sold"].get(day, Decimal(0)) for day in days]
-        used_units = [used.get((*key, day), Decimal(0)) for day in days]
         unit = "GPU-hours" if entry["resource"] == Resource.GPU else "core-hours"
-        dashboard.utilization.append(
+        charts.append(
             Chart(
                 key=f"utilization-{entry['cluster_uuid']}-{entry['resource']}",
                 title=f"{entry['cluster_name']}: {unit} per day",
@@ -245,7 +270,7 @@ def _add_owner_view(dashboard: Dashboard, clusters: list[Cluster]) -> None:
                 days=days,
                 series=[
                     Series("Sold", [rounded(value) for value in sold]),
-                    Series("Used", used_units),
+                    Series("Used", [used.get((*key, day), Decimal(0)) for day in days]),
                     Series(
                         "Idle (listed, not sold)",
                         [
@@ -256,8 +281,12 @@ def _add_owner_view(dashboard: Dashboard, clusters: list[Cluster]) -> None:
                 ],
             )
         )
-    dashboard.capacity_kinds = _kinds_chart(organization, dashboard.since, days)
-    jobs = _unfinished(Job.objects.filter(cluster__organization=organization))
+    return charts
+
+
+def _add_cluster_jobs(dashboard: Dashboard) -> None:
+    """The unfinished jobs on the owner's clusters, with their teams to its admins only."""
+    jobs = _unfinished(Job.objects.filter(cluster__organization=dashboard.membership.organization))
     dashboard.cluster_jobs = [
         JobProgress(
             job,
@@ -318,3 +347,17 @@ def _used_by_day(
         .order_by()
     )
     return {(row["cluster_id"], row["resource"], row["day"]): row["total"] for row in rows}
+
+
+def organization_detail_get(membership: Membership) -> dict[str, Any]:
+    """An organization as its member sees it, with its wallet and budget."""
+    organization = membership.organization
+    wallet = billing_selectors.wallet_get(organization)
+    return {
+        "id": organization.uuid,
+        "name": organization.name,
+        "role": membership.role,
+        "created_at": organization.created_at,
+        "wallet": wallet,
+        "budget": billing_selectors.budget_status(organization, wallet),
+    }

@@ -21,7 +21,7 @@ from tests.factories import (
     allocation_bought,
     funded_organization,
 )
-from tests.scheduler_bridge.dashboard_data import DashboardData, dashboard_data, settle, submit
+from tests.portal.dashboard_data import DashboardData, dashboard_data, settle, submit
 from tests.web.test_money_pages import html
 
 pytestmark = pytest.mark.django_db

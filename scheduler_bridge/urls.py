@@ -3,18 +3,10 @@ sweeps.py)."""
 
 from django.urls import path
 
-from scheduler_bridge.views import dashboard, job_submit, sweeps
+from scheduler_bridge.views import job_submit, sweeps
 from scheduler_bridge.views import jobs as views
 
 urlpatterns = [
-    # The page after log-in (scheduler_bridge/views/dashboard.py): it shows jobs beside the
-    # market's allocations and billing's money.
-    path("dashboard/", dashboard.DashboardView.as_view(), name="dashboard"),
-    path(
-        "organizations/<uuid:organization_id>/dashboard/",
-        dashboard.DashboardView.as_view(),
-        name="organization-dashboard",
-    ),
     path(
         "allocations/<uuid:allocation_id>/jobs/new/",
         job_submit.JobSubmitView.as_view(),

@@ -1,6 +1,6 @@
 """The rules of docs/design.md (Apps and their direction) that a reader of one file cannot see.
 
-- Imports go one way between the apps: scheduler_bridge -> marketplace -> billing ->
+- Imports go one way between the apps: portal -> scheduler_bridge -> marketplace -> billing ->
   organizations -> notifications -> webhooks -> computeshare.
 - The SSH and Slurm library `hpc` sits below every app: it imports no app and no Django, and
   any app may use it. Inside it, each layer imports only the layers below it: the shared types
@@ -31,6 +31,8 @@ LAYERS = [
     "billing",
     "marketplace",
     "scheduler_bridge",
+    # The pages that span apps, with their reads (ADR 0026): no models, no services.
+    "portal",
 ]
 LIBRARY = "hpc"
 # The library's own layers, bottom first; a module may import its own layer and those below.
@@ -87,6 +89,17 @@ def test_imports_go_one_way(layer: str):
         and not (layer == "computeshare" and path.name == "urls.py")
     ]
     assert offenders == []
+
+
+def test_the_portal_writes_nothing_and_owns_no_table():
+    """The portal composes the other apps' reads into pages (ADR 0026): a write or a table
+    there would be a rule of no app's, where no one looks for it."""
+    kept = {
+        module_name(path)
+        for path in (REPOSITORY / "portal").rglob("*.py")
+        if is_services(module_name(path)) or path.stem == "models" or "migrations" in path.parts
+    }
+    assert kept == set()
 
 
 def test_the_library_imports_no_app_and_no_django():
@@ -282,25 +295,10 @@ MODULES_OVER = {
     "billing/models.py": 648,
     "billing/selectors.py": 608,
     "billing/services/ledger.py": 1075,
-    "cli/src/computeshare_cli/jobs.py": 863,
-    "hpc/backends/local.py": 706,
-    "hpc/slurm/directives.py": 963,
-    "hpc/ssh.py": 789,
-    "marketplace/api/market.py": 803,
-    "marketplace/models.py": 792,
-    "marketplace/selectors.py": 1218,
-    "marketplace/serializers/market.py": 738,
-    "marketplace/views/market.py": 752,
 }
 FUNCTIONS_OVER = {
     "billing/services/ledger.py::_post": 71,
     "billing/services/ledger.py::holds_settle": 65,
-    "marketplace/management/commands/demo_seed.py::_history": 72,
-    "marketplace/selectors.py::capacity_loads": 62,
-    "marketplace/selectors.py::track_records": 61,
-    "marketplace/services/clusters.py::_connection_fields": 63,
-    "scheduler_bridge/selectors/dashboard.py::_add_owner_view": 62,
-    "scheduler_bridge/selectors/jobs.py::organization_efficiency_report": 80,
 }
 SIZED = [*LAYERS, LIBRARY, "cli/src/computeshare_cli"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from billing.serializers import Money
-from marketplace.serializers.market import Units
+from marketplace.serializers.fields import Units
 
 
 class CoresAdviceSerializer(serializers.Serializer):

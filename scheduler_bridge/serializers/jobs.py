@@ -13,7 +13,7 @@ from billing.serializers import Money
 from computeshare.ids import IdPrefixField
 from computeshare.numbers import WholeNumber
 from hpc import sizes
-from marketplace.serializers.market import Units
+from marketplace.serializers.fields import Units
 from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
 from scheduler_bridge.models import Job, JobRun, JobState, JobTask, RunState
 from scheduler_bridge.selectors import jobs as selectors

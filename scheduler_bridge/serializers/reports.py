@@ -11,7 +11,7 @@ from rest_framework import serializers
 
 from billing.serializers import Money
 from computeshare.moments import month_start
-from marketplace.serializers.market import Units, units_text
+from marketplace.serializers.fields import Units, units_text
 from scheduler_bridge.models import Job, JobState
 from scheduler_bridge.serializers.jobs import ORIGIN_HELP, partition_of
 

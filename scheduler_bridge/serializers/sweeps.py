@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from billing.serializers import Money
 from hpc import sizes
-from marketplace.serializers.market import Units
+from marketplace.serializers.fields import Units
 from scheduler_bridge.models import Job, JobState, Sweep, SweepRow
 from scheduler_bridge.serializers.sizes import optional_size, size_field
 

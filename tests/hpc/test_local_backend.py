@@ -539,7 +539,9 @@ def register_synthetic(state: StateDirectory, task: TaskRecord) -> None:
     state.register_name(task.name, task.job_id, task.submit_time)
 
 
-def test_the_queue_of_500_pending_tasks_is_read_at_once_and_ends_with_their_supervisor(backend: LocalBackend):
+def test_the_queue_of_500_pending_tasks_is_read_at_once_and_ends_with_their_supervisor(
+    backend: LocalBackend,
+):
     # Given 500 pending tasks whose supervisor (a stand-in process) is alive
     stand_in = subprocess.Popen(["sleep", "60"])
     supervisor = ProcessIdentity.of(stand_in.pid)

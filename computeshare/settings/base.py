@@ -359,11 +359,11 @@ CELERY_BEAT_SCHEDULE["tenant-leases-end"] = {
 if REDIS_URL:
     CACHES = {
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "computeshare.cache.RedisCache",
             "LOCATION": REDIS_URL,
         },
         "logins": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "computeshare.cache.RedisCache",
             "LOCATION": REDIS_URL,
             "KEY_PREFIX": "logins",
         },

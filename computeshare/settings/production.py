@@ -37,9 +37,9 @@ DATABASES = {"default": env.db("DATABASE_URL")}
 # in it, so it is Redis, never a process's own memory.
 REDIS_URL = env("REDIS_URL")
 CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL},
+    "default": {"BACKEND": "computeshare.cache.RedisCache", "LOCATION": REDIS_URL},
     "logins": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "computeshare.cache.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "logins",
     },

@@ -65,9 +65,9 @@ CELERY_BROKER_URL = env("CELERY_BROKER_URL", default=REDIS_URL)
 CELERY_BROKER_TRANSPORT = None
 CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CACHES = {
-    "default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL},
+    "default": {"BACKEND": "computeshare.cache.RedisCache", "LOCATION": REDIS_URL},
     "logins": {
-        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "BACKEND": "computeshare.cache.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "logins",
     },

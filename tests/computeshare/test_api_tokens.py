@@ -636,7 +636,7 @@ def test_without_redis_tokens_still_authenticate_from_the_database(user, token_c
     settings.CACHES = {
         **settings.CACHES,
         "default": {
-            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "BACKEND": "computeshare.cache.RedisCache",
             "LOCATION": "redis://127.0.0.1:9/0",
         },
     }

@@ -218,8 +218,8 @@ def test_production_caches_in_redis(monkeypatch):
     loaded = production_settings(monkeypatch, **production_environment())
 
     assert {alias: cache["BACKEND"] for alias, cache in loaded["CACHES"].items()} == {
-        "default": "django.core.cache.backends.redis.RedisCache",
-        "logins": "django.core.cache.backends.redis.RedisCache",
+        "default": "computeshare.cache.RedisCache",
+        "logins": "computeshare.cache.RedisCache",
     }
     assert loaded["CACHES"]["logins"]["LOCATION"] == production_environment()["REDIS_URL"]
 

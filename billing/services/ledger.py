@@ -41,7 +41,7 @@ from computeshare.errors import ValidationFailed
 from computeshare.models import User
 from computeshare.numbers import MICRO_PLACES, MICRO_UNIT
 from computeshare.queue import enqueue_after_commit
-from computeshare.states import status_move_all
+from computeshare.states import status_move, status_move_all
 from hpc.batches import batched
 from organizations.models import Organization
 
@@ -610,7 +610,7 @@ def hold_release(
     hold.amount -= release
     hold.released += release
     if amount is None:
-        hold.status = Hold.Status.CLOSED
+        status_move(hold, Hold.Status.CLOSED)
     hold.save(update_fields=["amount", "released", "status", "updated_at"])
     if release == 0:  # closing a hold that was all captured: no money moves
         return hold
@@ -755,6 +755,10 @@ def _holds_keep(settled: list[tuple[int, Decimal]], now: datetime.datetime) -> N
         return
     if connection.vendor == "postgresql":
         _holds_keep_sql([pk for pk, _ in settled], [keeping for _, keeping in settled], now)
+        if closing := [pk for pk, keeping in settled if not keeping]:
+            status_move_all(
+                Hold.objects.filter(pk__in=_ids(closing)), Hold.Status.CLOSED, updated_at=now
+            )
         return
     kept: dict[Decimal, list[int]] = {}
     for pk, keeping in settled:
@@ -768,10 +772,11 @@ def _holds_keep(settled: list[tuple[int, Decimal]], now: datetime.datetime) -> N
                     amount=keeping, released=F("released") + F("amount") - keeping, updated_at=now
                 )
             else:
-                Hold.objects.filter(pk__in=batch).update(
+                status_move_all(
+                    Hold.objects.filter(pk__in=batch),
+                    Hold.Status.CLOSED,
                     released=F("released") + F("amount"),
                     amount=0,
-                    status=Hold.Status.CLOSED,
                     updated_at=now,
                 )
 
@@ -881,16 +886,15 @@ def _releases_post(
 
 def _holds_keep_sql(ids: list[int], keeps: list[Decimal], now: datetime.datetime) -> None:
     """Every settled hold in one `UPDATE ... FROM unnest(...)`: each keeps its amount and
-    releases the rest, and one that keeps nothing closes (PostgreSQL)."""
+    releases the rest (PostgreSQL). The caller closes those that keep nothing."""
     table = Hold._meta.db_table
     with connection.cursor() as cursor:
         cursor.execute(
             f"UPDATE {table} SET amount = new.keep, "  # noqa: S608 - our own table name
-            f"released = {table}.released + {table}.amount - new.keep, "
-            f"status = CASE WHEN new.keep = 0 THEN %s ELSE {table}.status END, updated_at = %s "
+            f"released = {table}.released + {table}.amount - new.keep, updated_at = %s "
             "FROM unnest(%s::bigint[], %s::numeric[]) AS new(id, keep) "
             f"WHERE {table}.id = new.id",
-            [Hold.Status.CLOSED, now, ids, keeps],
+            [now, ids, keeps],
         )
 
 

@@ -7,6 +7,7 @@ from computeshare.views import favicon
 
 api_v1: list[URLPattern | URLResolver] = [
     path("", include("organizations.api_urls")),
+    path("", include("portal.api_urls")),
     path("", include("marketplace.api_urls")),
     path("", include("billing.api_urls")),
     path("", include("scheduler_bridge.api_urls")),
@@ -23,6 +24,7 @@ urlpatterns = [
     path("api/v1/", include(api_v1)),
     path("", include("organizations.urls")),
     path("", include("billing.urls")),
+    path("", include("portal.urls")),
     path("", include("marketplace.urls")),
     path("", include("scheduler_bridge.urls")),
     path("", include("notifications.urls")),

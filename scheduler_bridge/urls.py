@@ -2,18 +2,10 @@
 
 from django.urls import path
 
-from scheduler_bridge.views import dashboard, sweeps
 from scheduler_bridge.views import jobs as views
+from scheduler_bridge.views import sweeps
 
 urlpatterns = [
-    # The page after log-in (scheduler_bridge/views/dashboard.py): it shows jobs beside the
-    # market's allocations and billing's money.
-    path("dashboard/", dashboard.DashboardView.as_view(), name="dashboard"),
-    path(
-        "organizations/<uuid:organization_id>/dashboard/",
-        dashboard.DashboardView.as_view(),
-        name="organization-dashboard",
-    ),
     path(
         "allocations/<uuid:allocation_id>/jobs/new/",
         views.JobSubmitView.as_view(),

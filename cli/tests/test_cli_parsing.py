@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from computeshare_cli.jobs import job_body, multipart_fields, time_limit_parse
+from computeshare_cli.jobs.submission import job_body, multipart_fields, time_limit_parse
 from computeshare_cli.main import cli
 from computeshare_cli.parsing import (
     ArgumentError,

@@ -43,6 +43,7 @@ INSTALLED_APPS = [
     "billing",
     "marketplace",
     "scheduler_bridge",
+    "portal",
 ]
 
 MIDDLEWARE = [

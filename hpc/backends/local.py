@@ -4,13 +4,12 @@ embedded demo and development; it is not offered to owners.
 
 `LocalBackend` writes each job's records under `root/.local-scheduler` and starts one detached
 supervisor per job (`local_runner`), which runs the tasks and writes their records; the backend
-reads those records to answer `queue`, `runs` and `find`. Nothing is held in memory between
-calls, so any number of backends in any number of processes can share one root.
+reads those records to answer `queue`, `runs` and `find` (`local_accounting`). Nothing is held in
+memory between calls, so any number of backends in any number of processes can share one root.
 
 A supervisor that died (kill -9, a reboot) would leave its tasks "running" forever; every read
-checks that the supervisor of each unended task is still the same live process, and ends the
-tasks of a dead one as NODE_FAIL (the machine failed, not the job: not charged), killing what it
-had left running.
+ends the tasks of a dead one as NODE_FAIL (`local_supervision`, which also starts the
+supervisors and signals them on cancel).
 
 There are no tenants here: every local job runs as the platform's own Unix user, and the
 `users` and `tenant` arguments of the protocol are ignored. Teams are kept apart by their job
@@ -26,33 +25,27 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path, PurePosixPath
 from typing import BinaryIO, Literal
 
 from hpc import job_folder
 from hpc.arrays import parse_array
-from hpc.backends import local_state
+from hpc.backends import local_accounting, local_supervision
+from hpc.backends.local_accounting import PARTITION
 from hpc.backends.local_reservations import LocalReservations
 from hpc.backends.local_state import (
-    CANCELLED,
-    NODE_FAIL,
     PENDING,
     STATE_DIRECTORY_NAME,
-    SUPERVISOR_STARTUP_SECONDS,
     JobRecord,
     StateDirectory,
     TaskRecord,
-    kill_task_processes,
     now_utc,
-    signal_task_processes,
 )
 from hpc.backends.sandbox import (
     AUTO,
@@ -63,9 +56,6 @@ from hpc.backends.sandbox import (
     sandbox_check,
 )
 from hpc.errors import BridgeError, JobFileUnsafe
-
-# The local backend spells its states as Slurm does, and reads them with Slurm's one table.
-from hpc.slurm.accounting import api_state
 from hpc.slurm.jobs import SCRIPT_FILE, result_listing, stream_folders, stream_names
 from hpc.types import (
     InputFile,
@@ -82,12 +72,6 @@ from hpc.types import (
     output_file_name,
 )
 
-PARTITION = "local"
-# `find` answers for jobs submitted this recently, as `sacct` does for "the last days".
-FIND_WINDOW = timedelta(days=7)
-LAUNCH_TIMEOUT_SECONDS = 30.0
-_REPOSITORY = Path(__file__).resolve().parents[2]
-_JOB_ID = re.compile(r"([0-9]+)(?:_([0-9]+))?")
 # As on Slurm: at most this many result files are listed, this many folders deep.
 MAX_RESULT_FILES = 10001
 MAX_RESULT_DEPTH = 16
@@ -229,7 +213,9 @@ class LocalBackend:
                     results.append(SubmitResult(spec.name, None, error=plan))
                     continue
                 self._record(spec, plan, next_id, sandbox)
-                launches.append((next_id, self._launch(next_id)))
+                launches.append(
+                    (next_id, local_supervision.launch_supervisor(self.python, self.root, next_id))
+                )
                 results.append(SubmitResult(spec.name, str(next_id)))
                 next_id += len(plan.indices)
         except OSError as error:
@@ -237,7 +223,7 @@ class LocalBackend:
                 f"the local scheduler could not record a job: {error}"
             ) from error
         for job_id, launcher in launches:
-            self._await_launch(job_id, launcher)
+            local_supervision.await_launch(self.state, job_id, launcher)
         return results
 
     def sandbox(self) -> SandboxCheck:
@@ -357,97 +343,18 @@ class LocalBackend:
         self.state.register_job(job, records)
         self.state.register_name(spec.name, first_id, submit_time)
 
-    def _launch(self, job_id: int) -> subprocess.Popen[bytes] | None:
-        """Starts the job's supervisor in a session of its own, with an environment that holds
-        nothing of this process's (the worker's secrets stay here)."""
-        try:
-            return subprocess.Popen(
-                [
-                    self.python,
-                    *("-m", "hpc.backends.local_runner"),
-                    *("--root", str(self.root), "--job", str(job_id)),
-                ],
-                cwd=self.root,
-                env={
-                    "PATH": local_state.SCRIPT_PATH,
-                    "PYTHONPATH": str(_REPOSITORY),
-                    "LANG": "C.UTF-8",
-                    "TZ": "UTC",
-                },
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-                start_new_session=True,
-                close_fds=True,
-            )
-        except OSError:
-            return None
-
-    def _await_launch(self, job_id: int, launcher: subprocess.Popen[bytes] | None) -> None:
-        """Waits for the launcher, which exits once its child has claimed the job's tasks. When
-        that failed, the tasks no supervisor claimed end as NODE_FAIL at once."""
-        if launcher is not None:
-            try:
-                if launcher.wait(timeout=LAUNCH_TIMEOUT_SECONDS) == 0:
-                    return
-            except subprocess.TimeoutExpired:
-                launcher.kill()
-                launcher.wait()
-        for record in self.state.read_tasks(job_id):
-            if record.supervisor is None:
-                self._end_abandoned(record, NODE_FAIL, "the local supervisor did not start")
-
     # Reading -------------------------------------------------------------------------------------
 
     def find(self, names: Sequence[str], users: Sequence[str]) -> dict[str, str]:
         """Every local job is the platform's: `users` is ignored."""
-        since = now_utc() - FIND_WINDOW
-        found = {}
-        for name in names:
-            entry = self.state.read_name(name)
-            if entry is not None and entry[1] >= since:
-                found[name] = str(entry[0])
-        return found
+        return local_accounting.find(self.state, names)
 
     def queue(self, users: Sequence[str]) -> list[QueueEntry]:
         """Every unended local task, whatever `users` says: there are no tenants here."""
-        entries = []
-        liveness: dict[int, bool] = {}
-        for job_id in self.state.active_job_ids():
-            for record in self._settled(self.state.read_tasks(job_id), liveness):
-                if not record.is_ended:
-                    entries.append(
-                        QueueEntry(
-                            job_id=_display_id(record),
-                            array_job_id=str(record.job_id),
-                            array_task_id=record.array_task_id,
-                            name=record.name,
-                            state=api_state(record.scheduler_state),
-                            scheduler_state=record.scheduler_state,
-                            reason=record.reason,
-                            partition=PARTITION,
-                            cpus=record.requested_cpus,
-                            start_time=record.start_time,
-                        )
-                    )
-        return entries
+        return local_accounting.queue(self.state)
 
     def runs(self, job_ids: Sequence[str]) -> list[RunRecord]:
-        seen: set[int] = set()
-        runs = []
-        liveness: dict[int, bool] = {}
-        for job_id in job_ids:
-            match = _JOB_ID.fullmatch(job_id)
-            if match is None:
-                continue
-            records = self.state.read_tasks(int(match[1]))
-            if match[2] is not None:
-                records = [r for r in records if r.array_task_id == int(match[2])]
-            for record in self._settled(records, liveness):
-                if record.raw_job_id not in seen:
-                    seen.add(record.raw_job_id)
-                    runs.append(_run_record(record))
-        return runs
+        return local_accounting.runs(self.state, job_ids)
 
     def runs_of_users(
         self, users: Sequence[str], start: datetime, end: datetime
@@ -457,25 +364,8 @@ class LocalBackend:
         tenants: every job on it runs as the platform's own user, so there is no Unix user to
         tell one team's runs from another's, and every local job is returned; the platform knows
         its jobs by their ids. (A sandboxed job cannot submit one of its own: the scheduler's
-        state is not visible inside.)
-
-        Reads every job the root has held that may overlap the window. A job directory last
-        changed before `start` whose job is not active ended before the window, unread."""
-        active = set(self.state.active_job_ids())
-        runs = []
-        liveness: dict[int, bool] = {}
-        for entry in os.scandir(self.state.jobs):
-            if not entry.name.isdigit():
-                continue
-            job_id = int(entry.name)
-            if job_id not in active and entry.stat().st_mtime < start.timestamp():
-                continue
-            for record in self._settled(self.state.read_tasks(job_id), liveness):
-                if record.submit_time <= end and (
-                    record.end_time is None or record.end_time >= start
-                ):
-                    runs.append(_run_record(record))
-        return sorted(runs, key=lambda run: int(run.raw_job_id))
+        state is not visible inside.)"""
+        return local_accounting.runs_between(self.state, start, end)
 
     def output_tail(
         self,
@@ -577,111 +467,14 @@ class LocalBackend:
         ended here. `tenant` is ignored (None here)."""
         unended: list[TaskRecord] = []
         for job_id in job_ids:
-            match = _JOB_ID.fullmatch(job_id)
-            if match is None:
+            records = local_accounting.tasks_of(self.state, job_id)
+            if records is None:
                 raise BridgeError(f"invalid job id {job_id!r}")
-            records = self.state.read_tasks(int(match[1]))
-            if match[2] is not None:
-                records = [r for r in records if r.array_task_id == int(match[2])]
             unended += [record for record in records if not record.is_ended]
-        # Every request before any signal: a supervisor that sees a task die reads them, to tell
-        # a cancel from a failure and not to start the next task of an array in its place.
-        for record in unended:
-            self.state.request_cancel(record.job_id, record.raw_job_id)
-        for record in unended:
-            if record.supervisor is not None and record.supervisor.is_alive():
-                if record.process is not None:
-                    signal_task_processes(record.process, signal.SIGTERM, record.sandbox)
-            else:
-                self._end_abandoned(record, CANCELLED, "")
-
-    # Supervisors that are gone -------------------------------------------------------------------
-
-    def _settled(self, records: list[TaskRecord], liveness: dict[int, bool]) -> list[TaskRecord]:
-        """The records, with the unended tasks of dead supervisors ended as NODE_FAIL.
-        `liveness` caches each supervisor's answer for the length of one call."""
-        settled = []
-        for record in records:
-            if not record.is_ended and not self._is_supervised(record, liveness):
-                record = self._end_abandoned(
-                    record, NODE_FAIL, "the local supervisor of this task is gone"
-                )
-            settled.append(record)
-        return settled
-
-    @staticmethod
-    def _is_supervised(record: TaskRecord, liveness: dict[int, bool]) -> bool:
-        if record.supervisor is None:
-            # Its supervisor may be starting; it never will after this long.
-            age = (now_utc() - record.submit_time).total_seconds()
-            return age < SUPERVISOR_STARTUP_SECONDS
-        if record.supervisor.pid not in liveness:
-            liveness[record.supervisor.pid] = record.supervisor.is_alive()
-        return liveness[record.supervisor.pid]
-
-    def _end_abandoned(self, record: TaskRecord, state: str, reason: str) -> TaskRecord:
-        """Ends a task no live supervisor follows, killing whatever it left running. Checked
-        again under the job's lock: a supervisor may have claimed or ended it meanwhile."""
-
-        def end(current: TaskRecord) -> TaskRecord:
-            if current.supervisor is not None and current.supervisor.is_alive():
-                return current
-            if current.process is not None:
-                kill_task_processes(current.process, current.sandbox)
-            end_time = now_utc()
-            elapsed = (
-                0
-                if current.start_time is None
-                else int((end_time - current.start_time).total_seconds())
-            )
-            return replace(
-                current,
-                scheduler_state=state,
-                reason=reason,
-                end_time=end_time,
-                elapsed_seconds=max(0, elapsed),
-            )
-
-        ended = self.state.update_task(record.job_id, record.raw_job_id, end)
-        if ended.is_ended:
-            self.state.release_if_ended(record.job_id)
-        return ended
+        local_supervision.cancel_tasks(self.state, unended)
 
     def close(self) -> None:
         """Nothing to release: every call opens and closes what it uses."""
-
-
-def _display_id(record: TaskRecord) -> str:
-    if record.array_task_id is None:
-        return str(record.job_id)
-    return f"{record.job_id}_{record.array_task_id}"
-
-
-def _run_record(record: TaskRecord) -> RunRecord:
-    elapsed = record.elapsed_seconds
-    if not record.is_ended and record.start_time is not None:
-        elapsed = max(0, int((now_utc() - record.start_time).total_seconds()))
-    return RunRecord(
-        job_id=_display_id(record),
-        raw_job_id=str(record.raw_job_id),
-        array_job_id=str(record.job_id),
-        array_task_id=record.array_task_id,
-        name=record.name,
-        state=api_state(record.scheduler_state),
-        scheduler_state=record.scheduler_state,
-        exit_code=record.exit_code,
-        submit_time=record.submit_time,
-        start_time=record.start_time,
-        end_time=record.end_time,
-        elapsed_seconds=elapsed,
-        allocated_cpus=record.allocated_cpus,
-        allocated_gpus=0,
-        cpu_seconds=record.cpu_seconds,
-        time_limit_minutes=record.time_limit_minutes,
-        reason=record.reason,
-        partition=PARTITION,
-        requested_cpus=record.requested_cpus,
-    )
 
 
 def _options_refused(spec: JobSpec) -> str | None:

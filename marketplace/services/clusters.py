@@ -67,6 +67,28 @@ def _connection_fields(
 ) -> dict[str, Any]:
     """Checks the connection settings without connecting; returns the cleaned fields."""
     fields = FieldErrors()
+    host, user = _ssh_fields_check(fields, ssh_host, ssh_port, ssh_user, ssh_private_key)
+    host_key_line, key_fingerprint = _host_key_check(fields, ssh_host_key)
+    group, program = _pool_fields_check(fields, tenant_group, sftp_server)
+    fields.raise_if_any()
+    _host_check(host, ssh_port)
+    return {
+        "tenant_group": group,
+        "sftp_server": program,
+        "ssh_host": host,
+        "ssh_port": ssh_port,
+        "ssh_user": user,
+        "ssh_private_key": ssh_private_key.strip() + "\n",
+        "ssh_host_key": host_key_line,
+        "host_key_fingerprint": key_fingerprint,
+    }
+
+
+def _ssh_fields_check(
+    fields: FieldErrors, ssh_host: str, ssh_port: int, ssh_user: str, ssh_private_key: str
+) -> tuple[str, str]:
+    """Adds to `fields` what is wrong with the SSH endpoint and key; the host and user as
+    cleaned."""
     host = (ssh_host or "").strip()
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]  # an IPv6 address as a URL writes it
@@ -84,6 +106,12 @@ def _connection_fields(
             "ssh_private_key",
             "An unencrypted Ed25519, ECDSA or RSA private key in OpenSSH or PEM format.",
         )
+    return host, user
+
+
+def _host_key_check(fields: FieldErrors, ssh_host_key: str) -> tuple[str, str]:
+    """The host key line as stored (`type base64`) and its fingerprint; what is wrong with it
+    added to `fields`."""
     host_key_line = " ".join((ssh_host_key or "").split())
     key_fingerprint = ""
     try:
@@ -92,6 +120,12 @@ def _connection_fields(
         host_key_line = f"{host_key.get_name()} {host_key.get_base64()}"
     except InvalidKey as error:
         fields.add("ssh_host_key", f"A public key line, `type base64`: {error}")
+    return host_key_line, key_fingerprint
+
+
+def _pool_fields_check(fields: FieldErrors, tenant_group: str, sftp_server: str) -> tuple[str, str]:
+    """The tenant group and the SFTP server program as cleaned; what is wrong with them added
+    to `fields`."""
     group = (tenant_group or "").strip()
     if not _UNIX_USER.match(group):
         fields.add(
@@ -106,18 +140,7 @@ def _connection_fields(
             "The absolute path of the SFTP server program, as on the `Subsystem sftp` line of "
             "the cluster's sshd_config.",
         )
-    fields.raise_if_any()
-    _host_check(host, ssh_port)
-    return {
-        "tenant_group": group,
-        "sftp_server": program,
-        "ssh_host": host,
-        "ssh_port": ssh_port,
-        "ssh_user": user,
-        "ssh_private_key": ssh_private_key.strip() + "\n",
-        "ssh_host_key": host_key_line,
-        "host_key_fingerprint": key_fingerprint,
-    }
+    return group, program
 
 
 def _host_check(host: str, port: int) -> None:

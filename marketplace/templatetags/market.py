@@ -10,7 +10,7 @@ from django.utils.safestring import SafeString, mark_safe
 from computeshare import figures
 from computeshare.templatetags import figures as figures_tags
 from marketplace.models import Offer
-from marketplace.serializers.market import units_text
+from marketplace.serializers.fields import units_text
 
 register = template.Library()
 

@@ -24,7 +24,9 @@ from computeshare.numbers import MICRO_PLACES
 from marketplace import capacity, selectors, services
 from marketplace.forms.market import UTC
 from marketplace.models import Cluster, Partition, Resource
-from marketplace.views.market import SHOWN_ON_FORM, next_url, owner_membership, refusal_text
+from marketplace.views.clusters import owner_membership
+from marketplace.views.navigation import next_url
+from marketplace.views.refusals import SHOWN_ON_FORM, refusal_text
 from organizations import selectors as organization_selectors
 from organizations.models import Membership
 

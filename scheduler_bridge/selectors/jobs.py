@@ -4,7 +4,7 @@ results to collect...): the platform's own reads, with no one asking."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -386,12 +386,50 @@ def organization_efficiency_report(
     organization's jobs that ended in it; the caller is a member (`membership_get_for_user`).
     GPU allocations' runs are left out of the idle cores: they are priced per GPU."""
     month_end = (month_start + timedelta(days=32)).replace(day=1)
-    jobs = list(
-        Job.objects.filter(
-            organization=organization,
-            ended_at__gte=month_start,
-            ended_at__lt=month_end,
-        )
+    jobs = _jobs_ended_between(organization, month_start, month_end)
+    runs = _cpu_runs_of(jobs)
+    rows = [_efficiency_job(job, runs.idle.get(job.pk, (Decimal(0), Decimal(0)))) for job in jobs]
+    worst = sorted(
+        (row for row in rows if row.idle_cost or row.unused_reserved_units),
+        key=lambda row: (row.idle_cost, row.unused_reserved_value),
+        reverse=True,
+    )[:EFFICIENCY_WORST_JOBS]
+    return EfficiencyReport(
+        organization=organization,
+        month_start=month_start,
+        month_end=month_end,
+        currency=str(settings.PLATFORM_CURRENCY),
+        jobs_count=len(jobs),
+        core_hours=_hours(runs.core_seconds),
+        used_core_hours=_hours(runs.used_seconds),
+        idle_core_hours=_hours(runs.core_seconds - runs.used_seconds),
+        cost=runs.cost,
+        idle_cost=sum((row.idle_cost for row in rows), Decimal(0)),
+        reserved_units=sum((job.reserved_units for job in jobs), Decimal(0)),
+        unused_reserved_units=sum((row.unused_reserved_units for row in rows), Decimal(0)),
+        unused_reserved_value=sum((row.unused_reserved_value for row in rows), Decimal(0)),
+        worst_jobs=worst,
+    )
+
+
+@dataclass
+class _CpuRuns:
+    """A month's CPU runs: core-seconds allocated and used, their cost, and each job's idle."""
+
+    core_seconds: Decimal = Decimal(0)
+    used_seconds: Decimal = Decimal(0)
+    cost: Decimal = Decimal(0)
+    idle: dict[int, tuple[Decimal, Decimal]] = field(default_factory=dict)
+
+
+def _hours(seconds: Decimal) -> Decimal:
+    return (seconds / SECONDS_PER_HOUR).quantize(MICRO_UNIT)
+
+
+def _jobs_ended_between(organization: Organization, start: datetime, end: datetime) -> list[Job]:
+    """The organization's jobs that ended in [start, end), with what the report needs."""
+    return list(
+        Job.objects.filter(organization=organization, ended_at__gte=start, ended_at__lt=end)
         .select_related("allocation")
         .only(
             "uuid",
@@ -406,9 +444,11 @@ def organization_efficiency_report(
         )
         .order_by("ended_at", "id")
     )
-    idle: dict[int, tuple[Decimal, Decimal]] = {}
-    core_seconds = used_seconds = Decimal(0)
-    cost = Decimal(0)
+
+
+def _cpu_runs_of(jobs: list[Job]) -> _CpuRuns:
+    """The jobs' CPU runs: a run's idle share of its core-seconds costs that share of its charge."""
+    totals = _CpuRuns()
     runs = JobRun.objects.filter(
         task__job__in=[job.pk for job in jobs],
         task__job__allocation__resource=Resource.CPU,
@@ -420,44 +460,24 @@ def organization_efficiency_report(
             continue
         used = min(cpu, allocated)
         share = (allocated - used) / allocated
-        seconds, money = idle.get(job_id, (Decimal(0), Decimal(0)))
-        idle[job_id] = (seconds + allocated - used, money + run_cost * share)
-        core_seconds += allocated
-        used_seconds += used
-        cost += run_cost
-    rows = []
-    for job in jobs:
-        seconds, money = idle.get(job.pk, (Decimal(0), Decimal(0)))
-        unused = max(job.reserved_units - job.units, Decimal(0))
-        rows.append(
-            EfficiencyJob(
-                job=job,
-                idle_core_hours=(seconds / SECONDS_PER_HOUR).quantize(MICRO_UNIT),
-                idle_cost=money_of(money, Decimal(1)),
-                unused_reserved_units=unused,
-                unused_reserved_value=money_of(unused, job.allocation.unit_price),
-            )
-        )
-    worst = sorted(
-        (row for row in rows if row.idle_cost or row.unused_reserved_units),
-        key=lambda row: (row.idle_cost, row.unused_reserved_value),
-        reverse=True,
-    )[:EFFICIENCY_WORST_JOBS]
-    return EfficiencyReport(
-        organization=organization,
-        month_start=month_start,
-        month_end=month_end,
-        currency=str(settings.PLATFORM_CURRENCY),
-        jobs_count=len(jobs),
-        core_hours=(core_seconds / SECONDS_PER_HOUR).quantize(MICRO_UNIT),
-        used_core_hours=(used_seconds / SECONDS_PER_HOUR).quantize(MICRO_UNIT),
-        idle_core_hours=((core_seconds - used_seconds) / SECONDS_PER_HOUR).quantize(MICRO_UNIT),
-        cost=cost,
-        idle_cost=sum((row.idle_cost for row in rows), Decimal(0)),
-        reserved_units=sum((job.reserved_units for job in jobs), Decimal(0)),
-        unused_reserved_units=sum((row.unused_reserved_units for row in rows), Decimal(0)),
-        unused_reserved_value=sum((row.unused_reserved_value for row in rows), Decimal(0)),
-        worst_jobs=worst,
+        seconds, money = totals.idle.get(job_id, (Decimal(0), Decimal(0)))
+        totals.idle[job_id] = (seconds + allocated - used, money + run_cost * share)
+        totals.core_seconds += allocated
+        totals.used_seconds += used
+        totals.cost += run_cost
+    return totals
+
+
+def _efficiency_job(job: Job, idle: tuple[Decimal, Decimal]) -> EfficiencyJob:
+    """One job's idle cores (seconds, money) and what it reserved without using."""
+    seconds, money = idle
+    unused = max(job.reserved_units - job.units, Decimal(0))
+    return EfficiencyJob(
+        job=job,
+        idle_core_hours=_hours(seconds),
+        idle_cost=money_of(money, Decimal(1)),
+        unused_reserved_units=unused,
+        unused_reserved_value=money_of(unused, job.allocation.unit_price),
     )
 
 

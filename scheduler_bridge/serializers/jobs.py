@@ -14,7 +14,7 @@ from billing.serializers import Money
 from computeshare.ids import IdPrefixField
 from computeshare.moments import month_start
 from computeshare.numbers import WholeNumber
-from marketplace.serializers.market import Units, units_text
+from marketplace.serializers.fields import Units, units_text
 from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
 from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
 from scheduler_bridge.models import Job, JobRun, JobState, JobTask, RunState

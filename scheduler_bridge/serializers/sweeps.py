@@ -10,7 +10,7 @@ from rest_framework import serializers
 
 from billing.serializers import Money
 from computeshare.numbers import WholeNumber
-from marketplace.serializers.market import Units
+from marketplace.serializers.fields import Units
 from scheduler_bridge.models import Job, JobState, Sweep, SweepRow
 from scheduler_bridge.serializers.jobs import optional_size
 

@@ -16,7 +16,7 @@ from django.urls import reverse
 from playwright.sync_api import Browser, Page, expect
 
 from tests.factories import PASSWORD
-from tests.scheduler_bridge.dashboard_data import DashboardData, dashboard_data
+from tests.portal.dashboard_data import DashboardData, dashboard_data
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db(transaction=True)]
 

@@ -27,7 +27,7 @@ from tests.factories import (
     allocation_bought,
     funded_organization,
 )
-from tests.scheduler_bridge.dashboard_data import DashboardData, dashboard_data
+from tests.portal.dashboard_data import DashboardData, dashboard_data
 from tests.web.test_browser_dashboards import (
     assert_fits_and_no_errors,
     charts_drawn,

@@ -13,7 +13,7 @@ import click
 from computeshare_cli.client import ApiClient
 from computeshare_cli.config import TOKEN_ENV, Config
 from computeshare_cli.errors import CliError, ExitCode
-from computeshare_cli.ids import id_resolve, is_id_start, is_whole_id
+from computeshare_cli.ids import KINDS, id_resolve, is_id_start, is_whole_id
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,6 +48,15 @@ class State:
         if is_whole_id(given.strip()):
             return str(uuid.UUID(given.strip()))
         return id_resolve(self.client(login_required=login_required), kind, given)
+
+    def detail(self, kind: str, given: str, *, login_required: bool = True) -> dict[str, Any]:
+        """The `kind` object meant by `given` (a whole id or its start), as its own endpoint
+        shows it."""
+        whole = self.resolve(kind, given, login_required=login_required)
+        answer: dict[str, Any] = self.client(login_required=login_required).get(
+            f"{KINDS[kind].path}{whole}/"
+        )
+        return answer
 
     def organization_id(self, given: str | None) -> str:
         """The organization a command acts for: `--org` (an id, its start, or a name), else the

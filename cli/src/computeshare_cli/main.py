@@ -1,5 +1,6 @@
 """The `computeshare` command: log in, the market (offers, buy, bid, allocations), money
-(budget, wallet, usage) and jobs (in jobs.py). Every command speaks the public REST API only."""
+(budget, wallet, usage) and jobs (in the `jobs` package). Every command speaks the public REST
+API only."""
 
 from __future__ import annotations
 
@@ -26,12 +27,13 @@ from computeshare_cli.jobs import jobs
 from computeshare_cli.output import (
     Column,
     error_print,
-    fields_print,
     json_print,
     money,
+    object_print,
     offer_price,
     price,
     quantity,
+    rows_print,
     stderr,
     table_print,
 )
@@ -212,10 +214,7 @@ def offers_list(state: State, /, limit: int, **filters: str | None) -> None:
     if filters.get("cluster"):
         filters["cluster"] = state.resolve("cluster", str(filters["cluster"]))
     rows = list(state.client(login_required=False).paginate("/offers/", filters, limit=limit))
-    if state.as_json:
-        json_print(rows)
-        return
-    table_print(rows, OFFER_COLUMNS, empty="No offer matches.")
+    rows_print(rows, OFFER_COLUMNS, as_json=state.as_json, empty="No offer matches.")
 
 
 @offers.command("show")
@@ -224,12 +223,8 @@ def offers_list(state: State, /, limit: int, **filters: str | None) -> None:
 def offers_show(state: State, offer_id: str) -> None:
     """One offer, with its demand. OFFER_ID: the whole id or its start (the 8 characters the
     pages show). No log-in needed."""
-    offer_id = state.resolve("offer", offer_id, login_required=False)
-    offer = state.client(login_required=False).get(f"/offers/{offer_id}/")
-    if state.as_json:
-        json_print(offer)
-        return
-    fields_print(
+    offer = state.detail("offer", offer_id, login_required=False)
+    object_print(
         offer,
         [
             *OFFER_COLUMNS,
@@ -241,6 +236,7 @@ def offers_show(state: State, offer_id: str) -> None:
             ("clearing price", "clearing_price", price),
             ("currency", "currency"),
         ],
+        as_json=state.as_json,
         title=f"Offer {offer['id']}",
     )
 
@@ -277,10 +273,9 @@ def offers_price_history(state: State, /, limit: int, **filters: str | None) -> 
         filters["cluster"] = state.resolve("cluster", str(filters["cluster"]))
     client = state.client(login_required=False)
     rows = list(client.paginate("/offers/price-history/", filters, limit=limit))
-    if state.as_json:
-        json_print(rows)
-        return
-    table_print(rows, PRICE_HISTORY_COLUMNS, empty="No auction has cleared here yet.")
+    rows_print(
+        rows, PRICE_HISTORY_COLUMNS, as_json=state.as_json, empty="No auction has cleared here yet."
+    )
 
 
 ALLOCATION_COLUMNS: list[Column] = [
@@ -321,10 +316,7 @@ def buy(state: State, offer_id: str, quantity: str, organization: str | None) ->
         {"organization": state.organization_id(organization), "quantity": quantity},
         idempotency_key=new_idempotency_key(),
     )
-    if state.as_json:
-        json_print(allocation)
-        return
-    fields_print(allocation, ALLOCATION_COLUMNS, title="Allocation bought")
+    object_print(allocation, ALLOCATION_COLUMNS, as_json=state.as_json, title="Allocation bought")
 
 
 BID_COLUMNS: list[Column] = [
@@ -368,10 +360,7 @@ def bid(
     answer = state.client().post(
         f"/offers/{offer_id}/bids/", body, idempotency_key=new_idempotency_key()
     )
-    if state.as_json:
-        json_print(answer)
-        return
-    fields_print(answer, BID_COLUMNS, title="Bid placed")
+    object_print(answer, BID_COLUMNS, as_json=state.as_json, title="Bid placed")
 
 
 @cli.group()
@@ -388,10 +377,7 @@ def bids_list(state: State, offer: str | None, status: str | None, limit: int) -
     if offer:
         offer = state.resolve("offer", offer)
     rows = list(state.client().paginate("/bids/", {"offer": offer, "status": status}, limit=limit))
-    if state.as_json:
-        json_print(rows)
-        return
-    table_print(rows, BID_COLUMNS, empty="No bid.")
+    rows_print(rows, BID_COLUMNS, as_json=state.as_json, empty="No bid.")
 
 
 @bids.command("withdraw")
@@ -426,29 +412,32 @@ def allocations_list(
             "/allocations/", {"status": status, "organization": org}, limit=limit
         )
     )
-    if state.as_json:
-        json_print(rows)
-        return
-    table_print(rows, ALLOCATION_COLUMNS, empty="No allocation.")
+    rows_print(rows, ALLOCATION_COLUMNS, as_json=state.as_json, empty="No allocation.")
 
 
 @allocations.command("show")
 @click.argument("allocation_id")
 @pass_state
 def allocations_show(state: State, allocation_id: str) -> None:
-    allocation_id = state.resolve("allocation", allocation_id)
-    allocation = state.client().get(f"/allocations/{allocation_id}/")
-    if state.as_json:
-        json_print(allocation)
-        return
-    fields_print(
+    allocation = state.detail("allocation", allocation_id)
+    object_print(
         allocation,
         [*ALLOCATION_COLUMNS, ("held", "held", money)],
+        as_json=state.as_json,
         title=f"Allocation {allocation['id']}",
     )
 
 
 # --- money -----------------------------------------------------------------------------------
+
+BUDGET_FIELDS: list[Column] = [
+    ("monthly limit", "monthly_limit", money),
+    ("spent this month", "spent_this_month", money),
+    ("committed", "committed", money),
+    ("remaining", "remaining", money),
+    ("alert thresholds (%)", "alert_thresholds"),
+]
+WALLET_FIELDS: list[Column] = [("available", "available", money), ("held", "held", money)]
 
 
 @cli.command()
@@ -456,21 +445,7 @@ def allocations_show(state: State, allocation_id: str) -> None:
 @pass_state
 def budget(state: State, organization: str | None) -> None:
     """The organization's monthly budget and what is spent of it."""
-    detail = state.client().get(f"/organizations/{state.organization_id(organization)}/")
-    if state.as_json:
-        json_print(detail["budget"])
-        return
-    fields_print(
-        detail["budget"],
-        [
-            ("monthly limit", "monthly_limit", money),
-            ("spent this month", "spent_this_month", money),
-            ("committed", "committed", money),
-            ("remaining", "remaining", money),
-            ("alert thresholds (%)", "alert_thresholds"),
-        ],
-        title=f"Budget of {detail['name']}",
-    )
+    _organization_part_print(state, organization, "budget", BUDGET_FIELDS)
 
 
 @cli.command()
@@ -478,15 +453,16 @@ def budget(state: State, organization: str | None) -> None:
 @pass_state
 def wallet(state: State, organization: str | None) -> None:
     """The organization's wallet: available and held."""
+    _organization_part_print(state, organization, "wallet", WALLET_FIELDS)
+
+
+def _organization_part_print(
+    state: State, organization: str | None, part: str, fields: list[Column]
+) -> None:
+    """One part of the organization's detail (its budget, its wallet), titled with its name."""
     detail = state.client().get(f"/organizations/{state.organization_id(organization)}/")
-    if state.as_json:
-        json_print(detail["wallet"])
-        return
-    fields_print(
-        detail["wallet"],
-        [("available", "available", money), ("held", "held", money)],
-        title=f"Wallet of {detail['name']}",
-    )
+    title = f"{part.capitalize()} of {detail['name']}"
+    object_print(detail[part], fields, as_json=state.as_json, title=title)
 
 
 @cli.command()
@@ -515,10 +491,7 @@ def usage(
         sys.stdout.flush()
         return
     rows = list(client.paginate(f"/organizations/{org}/usage/", query, limit=limit))
-    if state.as_json:
-        json_print(rows)
-        return
-    table_print(
+    rows_print(
         rows,
         [
             ("job", "job"),
@@ -531,6 +504,7 @@ def usage(
             ("started", "started_at"),
             ("ended", "ended_at"),
         ],
+        as_json=state.as_json,
         empty="No usage in that range.",
     )
 

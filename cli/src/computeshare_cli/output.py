@@ -97,6 +97,26 @@ def fields_print(data: dict[str, Any], keys: Sequence[Column], title: str) -> No
     stdout.print(table)
 
 
+def rows_print(
+    rows: list[dict[str, Any]], columns: Sequence[Column], *, as_json: bool, empty: str
+) -> None:
+    """A listing: the API's JSON for scripts (`--json`), else a table."""
+    if as_json:
+        json_print(rows)
+        return
+    table_print(rows, columns, empty=empty)
+
+
+def object_print(
+    data: dict[str, Any], keys: Sequence[Column], *, as_json: bool, title: str
+) -> None:
+    """One object: the API's JSON for scripts (`--json`), else the table of its fields."""
+    if as_json:
+        json_print(data)
+        return
+    fields_print(data, keys, title)
+
+
 def value_at(data: Any, key: str) -> Any:
     for part in key.split("."):
         if not isinstance(data, dict):

@@ -211,41 +211,67 @@ class Command(BaseCommand):
     def _history(
         self, owner: Membership, cluster: Cluster, partition: str, now: datetime.datetime
     ) -> Iterator[tuple[datetime.datetime, Callable[[], object]]]:
-        """(when, what) for each event of the market's past, in no particular order."""
-        for days_ago, window_days, quantity, reserve, bids in HISTORY:
-            closes = now - timedelta(days=days_ago, minutes=5)
-            window_start = closes + timedelta(minutes=1)
-            window_end = closes + timedelta(days=window_days)
-            listing: dict[str, Offer] = {}
-            yield (
-                closes - LISTED_BEFORE_CLOSE,
-                partial(
-                    self._list,
-                    listing,
-                    owner=owner,
-                    cluster=cluster,
-                    partition=partition,
-                    quantity=quantity,
-                    reserve=reserve,
-                    window=(window_start, window_end),
-                    closes=closes,
-                ),
-            )
-            for before, (team, units, price) in zip(BIDS_BEFORE_CLOSE, bids, strict=True):
-                yield closes - before, partial(self._bid, listing, team, units, price)
-            cleared_at = closes + timedelta(seconds=30)
-            yield cleared_at, partial(self._clear, listing, cleared_at)
-            # Told that it started once its window opened, that it ends soon before it ends,
-            # and closed once it ended, as the periodic tasks would.
-            yield window_start + timedelta(minutes=1), notices.allocation_notices_due
-            if window_end < now:
-                yield window_end - ENDING_NOTICE_BEFORE_END, notices.allocation_notices_due
-                yield window_end + timedelta(minutes=1), self._close_ended
+        """(when, what) for each event of the market's past, in no particular order: the
+        auctions, the idle samples, and what the cluster's owners' side did."""
+        for row in HISTORY:
+            yield from self._auction_events(owner, cluster, partition, now, row)
+        yield from self._idle_history(cluster, now)
+        yield from self._owner_side_events(cluster, now)
+
+    def _auction_events(
+        self,
+        owner: Membership,
+        cluster: Cluster,
+        partition: str,
+        now: datetime.datetime,
+        row: tuple[int, int, int, str, list[tuple[str, int, str]]],
+    ) -> Iterator[tuple[datetime.datetime, Callable[[], object]]]:
+        """One offer of `HISTORY`: its listing, its bids, its clearing and its allocations'
+        notices and close."""
+        days_ago, window_days, quantity, reserve, bids = row
+        closes = now - timedelta(days=days_ago, minutes=5)
+        window_start = closes + timedelta(minutes=1)
+        window_end = closes + timedelta(days=window_days)
+        listing: dict[str, Offer] = {}
+        yield (
+            closes - LISTED_BEFORE_CLOSE,
+            partial(
+                self._list,
+                listing,
+                owner=owner,
+                cluster=cluster,
+                partition=partition,
+                quantity=quantity,
+                reserve=reserve,
+                window=(window_start, window_end),
+                closes=closes,
+            ),
+        )
+        for before, (team, units, price) in zip(BIDS_BEFORE_CLOSE, bids, strict=True):
+            yield closes - before, partial(self._bid, listing, team, units, price)
+        cleared_at = closes + timedelta(seconds=30)
+        yield cleared_at, partial(self._clear, listing, cleared_at)
+        # Told that it started once its window opened, that it ends soon before it ends,
+        # and closed once it ended, as the periodic tasks would.
+        yield window_start + timedelta(minutes=1), notices.allocation_notices_due
+        if window_end < now:
+            yield window_end - ENDING_NOTICE_BEFORE_END, notices.allocation_notices_due
+            yield window_end + timedelta(minutes=1), self._close_ended
+
+    def _idle_history(
+        self, cluster: Cluster, now: datetime.datetime
+    ) -> Iterator[tuple[datetime.datetime, Callable[[], object]]]:
         first_hour = now.replace(minute=0, second=0, microsecond=0) - timedelta(hours=IDLE_HOURS)
         for index in range(IDLE_HOURS * IDLE_SAMPLES_PER_HOUR):
             sample = index % IDLE_SAMPLES_PER_HOUR
             moment = first_hour + timedelta(hours=index // IDLE_SAMPLES_PER_HOUR, minutes=sample)
             yield moment, partial(self._idle_sample, cluster, moment, sample)
+
+    @staticmethod
+    def _owner_side_events(
+        cluster: Cluster, now: datetime.datetime
+    ) -> Iterator[tuple[datetime.datetime, Callable[[], object]]]:
+        """What the track record counts: the `OUTAGE`, and the runs the owner's side ended."""
         days_ago, minutes = OUTAGE
         went = now - timedelta(days=days_ago, hours=3)
         yield (

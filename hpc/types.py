@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import BinaryIO, Literal, Protocol
 
+from hpc.sizes import JobSize
+
 Stream = Literal["stdout", "stderr"]
 
 # The API's job states. `queued` and `submitted` are the platform's own (before the scheduler
@@ -178,6 +180,11 @@ class JobSpec:
     # a preempted run goes back to the queue. None leaves the cluster's default (JobRequeue).
     requeue: bool | None = None
     options: JobOptions = field(default_factory=JobOptions)
+
+    @property
+    def size(self) -> JobSize:
+        """Its sizes as the one size type (`hpc.sizes`), held to the same limits."""
+        return JobSize.of(self)
 
 
 def platform_reservation_name(allocation_uuid: object) -> str:

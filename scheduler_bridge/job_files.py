@@ -24,6 +24,7 @@ from django.core.exceptions import TooManyFilesSent
 from django.core.files.storage import FileSystemStorage
 from django.core.files.uploadedfile import UploadedFile
 from django.core.files.uploadhandler import FileUploadHandler
+from django.http import FileResponse, StreamingHttpResponse
 from django.http.multipartparser import MultiPartParser as DjangoMultiPartParser
 from django.http.multipartparser import MultiPartParserError
 from rest_framework.exceptions import ParseError
@@ -294,3 +295,24 @@ def tar_gz_stream(storage: FileSystemStorage, rows: Iterable[Any]) -> Iterator[b
     archive.write(b"\0" * (2 * _BLOCK))
     archive.close()
     yield sink.take()
+
+
+def result_file_response(row: Any) -> FileResponse:
+    """One result file (a `JobFile`) streamed as an attachment under its own base name: the
+    page's download and the API's are this one answer."""
+    return FileResponse(
+        job_files_storage().open(row.stored, "rb"),
+        as_attachment=True,
+        filename=row.name.rsplit("/", 1)[-1],
+        content_type="application/octet-stream",
+    )
+
+
+def results_archive_response(job_uuid: Any, rows: Iterable[Any]) -> StreamingHttpResponse:
+    """A job's result files (`JobFile`s) as one tar.gz, streamed while it is built (no
+    Content-Length): the page's "download all" and the API's archive are this one answer."""
+    response = StreamingHttpResponse(
+        tar_gz_stream(job_files_storage(), rows), content_type="application/gzip"
+    )
+    response["Content-Disposition"] = f'attachment; filename="job-{job_uuid}-results.tar.gz"'
+    return response

@@ -17,6 +17,7 @@ from typing import Any
 
 from computeshare.errors import FieldErrors
 from computeshare.numbers import MICRO_UNIT
+from hpc.sizes import JobSize as JobSize
 from hpc.slurm import directives
 from hpc.slurm.directives import DirectiveRefused, ScriptReading
 from hpc.types import JobOptions
@@ -31,8 +32,6 @@ from scheduler_bridge.job_directives import (
     script_asks,
 )
 
-# sbatch takes --mem-per-cpu in MiB; a TiB per CPU is beyond any node the market lists.
-MAX_MEM_PER_CPU_MIB = 1024 * 1024
 # A job's name when neither the request nor the script gives one and the script has no file
 # name: what sbatch names a script it reads from its standard input.
 DEFAULT_NAME = "sbatch"
@@ -67,44 +66,12 @@ class JobRequest:
     script_name: str = ""
 
 
-@dataclass(frozen=True)
-class JobSize:
-    """A job's size as it is priced: what each task asks of the partition. An exclusive job
-    takes its nodes whole, and reserves each node's CPUs (or GPUs) whatever it asked."""
-
-    time_limit_minutes: int
-    cpus_per_task: int = 1
-    ntasks: int = 1
-    nodes: int = 1
-    gpus: int = 0
-    cpus_per_gpu: int | None = None
-    exclusive: bool = False
-    # A node's CPUs and GPUs, as the partition's smallest node has them: what an exclusive
-    # job reserves per node.
-    node_cpus: int = 0
-    node_gpus: int = 0
-
-    @property
-    def cores(self) -> int:
-        """The CPUs one task of the job is given: ntasks x cpus-per-task, or its GPUs x
-        cpus-per-gpu when that is more."""
-        return max(self.ntasks * self.cpus_per_task, self.gpus * (self.cpus_per_gpu or 0))
-
-    def per_hour(self, resource: str) -> int:
-        """The units one task uses an hour: its cores, or GPUs on a GPU allocation; whole
-        nodes' worth when it takes its nodes whole."""
-        if resource == Resource.GPU:
-            asked, whole = self.gpus, self.nodes * self.node_gpus
-        else:
-            asked, whole = self.cores, self.nodes * self.node_cpus
-        return max(asked, whole) if self.exclusive else asked
-
-
 def job_units(*, resource: str, size: JobSize, task_count: int) -> Decimal:
     """What a job reserves: allocated cores (or GPUs) x time limit in hours for each task,
     rounded up to the micro-unit so that the reservation always covers the use, times the
     tasks (each task reserves, and settles, its own share)."""
-    per_task = (Decimal(size.per_hour(resource) * size.time_limit_minutes) / Decimal(60)).quantize(
+    per_hour = size.per_hour(counts_gpus=resource == Resource.GPU)
+    per_task = (Decimal(per_hour * size.time_limit_minutes) / Decimal(60)).quantize(
         MICRO_UNIT, rounding=ROUND_CEILING
     )
     return per_task * task_count
@@ -183,7 +150,6 @@ class JobPlan:
     script: str
     size: JobSize
     array: str | None
-    mem_per_cpu: int | None
     options: JobOptions
     requeue: bool | None
     dependency: directives.Dependency | None
@@ -216,8 +182,8 @@ def job_request_resolve(
     for key, why in (not_for_this_job or {}).items():
         _set_aside(asks, key, why)
     merge = _Merge(asks)
-    size, mem_per_cpu, gpu = _sizes(request, asks, merge)
-    options = _options(asks, merge, gpu, mem_per_cpu)
+    size, gpu = _sizes(request, asks, merge)
+    options = _options(asks, merge, gpu)
     name = merge.pick("name", request.name.strip() if request.name else None, asks.name)
     if name is None:
         name = request.script_name or DEFAULT_NAME
@@ -233,7 +199,6 @@ def job_request_resolve(
         script=request.script,
         size=size,
         array=array,
-        mem_per_cpu=mem_per_cpu,
         options=options,
         requeue=merge.script_only("requeue", asks.requeue),
         dependency=dependency,
@@ -332,9 +297,7 @@ def _shown(value: object) -> str:
     return str(value)
 
 
-def _sizes(
-    request: JobRequest, asks: ScriptAsks, merge: _Merge
-) -> tuple[JobSize, int | None, GpuAsk | None]:
+def _sizes(request: JobRequest, asks: ScriptAsks, merge: _Merge) -> tuple[JobSize, GpuAsk | None]:
     """The sizes that price the job, each from the request, the script or the default, with
     sbatch's own derivations: tasks from nodes and tasks per node, GPUs per node or per task
     counted for the whole job."""
@@ -368,10 +331,11 @@ def _sizes(
         ntasks=ntasks,
         nodes=nodes,
         gpus=gpus,
+        mem_per_cpu=mem_per_cpu,
         cpus_per_gpu=cpus_per_gpu,
         exclusive=exclusive,
     )
-    return size, mem_per_cpu, gpu
+    return size, gpu
 
 
 def _cpus_per_gpu(request: JobRequest, asks: ScriptAsks, merge: _Merge) -> int | None:
@@ -448,9 +412,7 @@ def _memory(request: JobRequest, asks: ScriptAsks, merge: _Merge) -> int | None:
     return asks.memory.value.mib if asks.memory.value.per == "cpu" else None
 
 
-def _options(
-    asks: ScriptAsks, merge: _Merge, gpu: GpuAsk | None, mem_per_cpu: int | None
-) -> JobOptions:
+def _options(asks: ScriptAsks, merge: _Merge, gpu: GpuAsk | None) -> JobOptions:
     """The script's other honoured options, for sbatch (the dependency is written once the
     jobs it names have their Slurm ids)."""
     memory = asks.memory.value if asks.memory is not None else None

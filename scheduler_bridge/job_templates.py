@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from hpc.sizes import JobSize
 from hpc.slurm import directives
 
 # The templates' own names are their ids in the API and in `Job.template`.
@@ -21,15 +22,11 @@ SLUG_MAX_LENGTH = 32
 
 
 @dataclass(frozen=True)
-class TemplateSizes:
+class TemplateReading:
     """What a template's script asks for, as its `#SBATCH` lines say."""
 
     name: str
-    time_limit_minutes: int
-    cpus_per_task: int = 1
-    ntasks: int = 1
-    nodes: int = 1
-    gpus: int = 0
+    size: JobSize
     array: str = ""
 
 
@@ -42,45 +39,29 @@ class JobTemplate:
     environment: dict[str, str] = field(default_factory=dict)
 
     @cached_property
-    def sizes(self) -> TemplateSizes:
-        return template_sizes(self.script)
+    def reading(self) -> TemplateReading:
+        return template_reading(self.script)
 
     @property
     def name(self) -> str:
-        return self.sizes.name
+        return self.reading.name
 
     @property
-    def time_limit_minutes(self) -> int:
-        return self.sizes.time_limit_minutes
-
-    @property
-    def cpus_per_task(self) -> int:
-        return self.sizes.cpus_per_task
-
-    @property
-    def ntasks(self) -> int:
-        return self.sizes.ntasks
-
-    @property
-    def nodes(self) -> int:
-        return self.sizes.nodes
-
-    @property
-    def gpus(self) -> int:
-        return self.sizes.gpus
+    def size(self) -> JobSize:
+        return self.reading.size
 
     @property
     def array(self) -> str:
-        return self.sizes.array
+        return self.reading.array
 
     @property
     def needs_gpus(self) -> bool:
-        return self.gpus > 0
+        return self.size.gpus > 0
 
 
-def template_sizes(script: str) -> TemplateSizes:
-    """The sizes a template's `#SBATCH` lines give, read as sbatch reads them (the templates
-    use the plain forms: --job-name, --time, -c, -n, -N, --gpus, --array)."""
+def template_reading(script: str) -> TemplateReading:
+    """The name, size and array a template's `#SBATCH` lines give, read as sbatch reads them
+    (the templates use the plain forms: --job-name, --time, -c, -n, -N, --gpus, --array)."""
     reading = directives.read_directives(script)
 
     def value(key: str) -> str | None:
@@ -93,15 +74,14 @@ def template_sizes(script: str) -> TemplateSizes:
 
     time = directives.time_minutes(value("time") or "")
     assert time is not None, "a template has a time limit"
-    return TemplateSizes(
-        name=value("job-name") or "job",
+    size = JobSize(
         time_limit_minutes=time,
         cpus_per_task=count("cpus-per-task", 1),
         ntasks=count("ntasks", 1),
         nodes=count("nodes", 1),
         gpus=count("gpus", 0),
-        array=value("array") or "",
     )
+    return TemplateReading(name=value("job-name") or "job", size=size, array=value("array") or "")
 
 
 _PYTHON_SWEEP = """#!/bin/bash

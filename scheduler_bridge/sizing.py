@@ -23,8 +23,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 
+from hpc.sizes import MEM_PER_CPU
 from marketplace.models import Resource
-from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB, job_units
+from scheduler_bridge.job_requests import job_units
 from scheduler_bridge.models import Job, JobRun, JobState, RunState, metered_units, money_of
 
 CORE_SLACK = Decimal("0.05")
@@ -208,7 +209,7 @@ def _memory(job: Job, runs: Sequence[JobRun]) -> MemoryAdvice | None:
     asked = job.mem_per_cpu * job.cpus_per_task if job.mem_per_cpu else None
     used = f"used at most {shown.normalize():f} MiB (MaxRSS)"
     if job.state == JobState.OUT_OF_MEMORY and job.mem_per_cpu:
-        suggested = min(job.mem_per_cpu * 2, MAX_MEM_PER_CPU_MIB)
+        suggested = min(job.mem_per_cpu * 2, MEM_PER_CPU.maximum)
         return MemoryAdvice(
             asked,
             shown,

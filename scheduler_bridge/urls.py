@@ -1,29 +1,30 @@
-"""The job pages (the HTML views live in scheduler_bridge/views/jobs.py)."""
+"""The job pages (the HTML views live in scheduler_bridge/views/: job_submit.py, jobs.py,
+sweeps.py)."""
 
 from django.urls import path
 
+from scheduler_bridge.views import job_submit, sweeps
 from scheduler_bridge.views import jobs as views
-from scheduler_bridge.views import sweeps
 
 urlpatterns = [
     path(
         "allocations/<uuid:allocation_id>/jobs/new/",
-        views.JobSubmitView.as_view(),
+        job_submit.JobSubmitView.as_view(),
         name="job-submit",
     ),
     path(
         "allocations/<uuid:allocation_id>/jobs/estimate/",
-        views.JobEstimateView.as_view(),
+        job_submit.JobEstimateView.as_view(),
         name="job-estimate",
     ),
     path(
         "allocations/<uuid:allocation_id>/jobs/directives/",
-        views.JobDirectivesView.as_view(),
+        job_submit.JobDirectivesView.as_view(),
         name="job-directives",
     ),
     path(
         "allocations/<uuid:allocation_id>/jobs/quote/",
-        views.JobQuoteView.as_view(),
+        job_submit.JobQuoteView.as_view(),
         name="job-quote",
     ),
     path(
@@ -32,7 +33,7 @@ urlpatterns = [
         name="organization-efficiency",
     ),
     path("jobs/", views.JobListView.as_view(), name="job-list"),
-    path("jobs/new/", views.JobNewView.as_view(), name="job-new"),
+    path("jobs/new/", job_submit.JobNewView.as_view(), name="job-new"),
     path("jobs/rows/", views.JobRowsView.as_view(), name="job-list-rows"),
     path("jobs/<uuid:job_id>/", views.JobDetailView.as_view(), name="job-detail"),
     path("jobs/<uuid:job_id>/status/", views.JobStatusView.as_view(), name="job-status"),

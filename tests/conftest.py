@@ -133,6 +133,7 @@ SECOND_CLUSTER_FILES = frozenset(
         "tests/hpc/test_job_folder_links_slurm.py",
         "tests/hpc/test_pool.py",
         "tests/hpc/test_slurm_backend_integration.py",
+        "tests/scheduler_bridge/test_capacity_journeys.py",
         "tests/scheduler_bridge/test_directives_integration.py",
         "tests/scheduler_bridge/test_directives_sbatch.py",
         "tests/scheduler_bridge/test_idle_integration.py",

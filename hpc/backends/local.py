@@ -246,8 +246,8 @@ class LocalBackend:
             raise _Refused(f"{spec.gpus} GPUs requested: the local cluster has none")
         if problem := _options_refused(spec):
             raise _Refused(problem)
-        if spec.ntasks < 1 or spec.cpus_per_task < 1 or spec.time_limit_minutes < 1:
-            raise _Refused("tasks, CPUs per task and the time limit must be at least 1")
+        if size_problem := spec.size.problem():
+            raise _Refused(size_problem)
         requested = spec.ntasks * spec.cpus_per_task
         if requested > self.cpus:
             raise _Refused(f"{requested} CPUs requested: the local machine has {self.cpus}")

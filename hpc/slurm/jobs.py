@@ -60,11 +60,8 @@ def spec_problem(spec: JobSpec) -> str | None:
             parse_array(spec.array)
         except InvalidArray as error:
             return f"the array expression {spec.array!r} is not valid: {error}"
-    sizes = (spec.time_limit_minutes, spec.nodes, spec.ntasks, spec.cpus_per_task)
-    if min(sizes) < 1 or spec.gpus < 0:
-        return "time limit, nodes, tasks and CPUs per task must be positive, GPUs not negative"
-    if spec.mem_per_cpu is not None and spec.mem_per_cpu < 1:
-        return "memory per CPU must be positive"
+    if size_problem := spec.size.problem():
+        return size_problem
     for option, value in (("qos", spec.qos), ("reservation", spec.reservation)):
         if value is not None and not _SLURM_NAME.fullmatch(value):
             return f"the {option} {value!r} is not a Slurm name"

@@ -16,6 +16,12 @@ from marketplace.models import (
     backend_runs_jobs_as_tenants,
 )
 
+MARKET_QOS_HELP = (
+    "The QOS the teams' preemptible jobs run under, as `scripts/cluster-setup --preemption ... "
+    "--market-qos NAME` made it; `computeshare-market` when not given or blank. Verification "
+    "checks that the owner's QOS preempt it."
+)
+
 
 class PartitionSerializer(serializers.Serializer):
     name = serializers.CharField()
@@ -192,6 +198,12 @@ class ClusterCreateSerializer(serializers.Serializer):
         help_text="The SFTP server program, as on the `Subsystem sftp` line of the cluster's "
         "sshd_config; `/usr/lib/openssh/sftp-server` when not given.",
     )
+    market_qos = serializers.CharField(
+        max_length=64,
+        required=False,
+        allow_blank=True,
+        help_text=MARKET_QOS_HELP,
+    )
 
 
 class VerificationStepSerializer(serializers.Serializer):
@@ -265,6 +277,9 @@ class ClusterConnectionSerializer(serializers.Serializer):
     ssh_host_key = serializers.CharField(max_length=2_000, required=False)
     tenant_group = serializers.CharField(max_length=32, required=False)
     sftp_server = serializers.CharField(max_length=255, required=False)
+    market_qos = serializers.CharField(
+        max_length=64, required=False, allow_blank=True, help_text=MARKET_QOS_HELP
+    )
 
 
 class TenantAccountSerializer(serializers.Serializer):

@@ -38,6 +38,8 @@ _UNIX_USER = re.compile(r"^[a-z_][a-z0-9_.-]{0,31}$")
 _PROGRAM_PATH = re.compile(r"^/[A-Za-z0-9_./+-]{1,254}$")
 DEFAULT_TENANT_GROUP = "computeshare-tenants"
 _SLURM_ACCOUNT = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$")
+# sacctmgr keeps a QOS's name in lower case: a name given otherwise would never match it.
+_SLURM_QOS = re.compile(r"^[a-z0-9_][a-z0-9_.-]{0,63}$")
 VERIFY_TIMEOUT_SECONDS = 30.0
 
 
@@ -47,6 +49,21 @@ def _name(value: str, field: str = "name", limit: int = 120) -> str:
         raise ValidationFailed(fields={field: ["Required."]})
     if len(cleaned) > limit:
         raise ValidationFailed(fields={field: [f"At most {limit} characters."]})
+    return cleaned
+
+
+def _market_qos(value: str) -> str:
+    """The market QOS the owner made (`scripts/cluster-setup --market-qos`); empty for the
+    default, `computeshare-market`."""
+    cleaned = (value or "").strip()
+    if cleaned and not _SLURM_QOS.match(cleaned):
+        raise ValidationFailed(
+            fields={
+                "market_qos": [
+                    "A Slurm QOS name as sacctmgr keeps it (lower-case letters, digits, - _ .)."
+                ]
+            }
+        )
     return cleaned
 
 
@@ -198,10 +215,12 @@ def cluster_create(
     slurm_account: str | None = None,
     tenant_group: str = DEFAULT_TENANT_GROUP,
     sftp_server: str = DEFAULT_SFTP_SERVER,
+    market_qos: str = "",
 ) -> Cluster:
     """Registers an owner's Slurm cluster, `unverified`. The host key is pinned now and every
     later connection must present it; the private key is stored encrypted. `tenant_group` is
-    the Unix group of the pool of tenant accounts the owner made (scripts/cluster-setup)."""
+    the Unix group of the pool of tenant accounts the owner made (scripts/cluster-setup);
+    `market_qos` the QOS its preemptible jobs run under, when not `computeshare-market`."""
     require_admin(actor)
     fields = {
         "name": _name(name),
@@ -215,6 +234,7 @@ def cluster_create(
             sftp_server=sftp_server,
         ),
         **_account_fields(account_mode, slurm_account),
+        "market_qos": _market_qos(market_qos),
     }
     if Cluster.objects.filter(
         organization=actor.organization, name__iexact=fields["name"]
@@ -232,10 +252,10 @@ def cluster_create(
 @transaction.atomic
 def cluster_connection_update(*, actor: Membership, cluster: Cluster, **changes: Any) -> Cluster:
     """Changes how the platform reaches a cluster (host, port, user, private key, pinned host
-    key, tenant group, SFTP server program): after a host key was rotated on purpose, for
-    example. The cluster goes back to `unverified` (its partitions stay, for the offers that
-    point at them) until it is verified with the new settings. A suspended cluster stays
-    suspended."""
+    key, tenant group, SFTP server program, market QOS): after a host key was rotated on
+    purpose, for example. The cluster goes back to `unverified` (its partitions stay, for the
+    offers that point at them) until it is verified with the new settings. A suspended cluster
+    stays suspended."""
     if actor.organization_id != cluster.organization_id:
         raise PermissionDenied("Only the cluster's owners can change it.")
     require_admin(actor)
@@ -248,11 +268,14 @@ def cluster_connection_update(*, actor: Membership, cluster: Cluster, **changes:
         "tenant_group",
         "sftp_server",
     }
-    if unknown := set(changes) - allowed:
+    if unknown := set(changes) - allowed - {"market_qos"}:
         raise ValidationFailed(fields={name: ["Cannot be changed."] for name in sorted(unknown)})
+    market_qos = _market_qos(changes.pop("market_qos")) if "market_qos" in changes else None
     cluster = Cluster.objects.select_for_update().get(pk=cluster.pk)
     current = {name: getattr(cluster, name) for name in allowed}
     fields = _connection_fields(**{**current, **changes})
+    if market_qos is not None:
+        fields["market_qos"] = market_qos
     for name, value in fields.items():
         setattr(cluster, name, value)
     if cluster.status != Cluster.Status.SUSPENDED:

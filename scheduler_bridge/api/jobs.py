@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import io
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.http import FileResponse, HttpResponse, QueryDict, StreamingHttpResponse
 from django.utils import timezone
@@ -45,15 +46,13 @@ from scheduler_bridge.job_files import (
     JobMultiPartParser,
     input_uploads_check,
     input_uploads_of,
-    job_files_storage,
-    tar_gz_stream,
+    result_file_response,
+    results_archive_response,
 )
 from scheduler_bridge.job_templates import JOB_TEMPLATES
 from scheduler_bridge.models import Job, JobState
 from scheduler_bridge.selectors import jobs as selectors
 from scheduler_bridge.serializers.jobs import (
-    USAGE_CSV_COLUMNS,
-    EfficiencyReportSerializer,
     JobCreateSerializer,
     JobDetailSerializer,
     JobFilterSerializer,
@@ -62,6 +61,10 @@ from scheduler_bridge.serializers.jobs import (
     JobResultFileSerializer,
     JobSerializer,
     JobTemplateSerializer,
+)
+from scheduler_bridge.serializers.reports import (
+    USAGE_CSV_COLUMNS,
+    EfficiencyReportSerializer,
     MonthQuerySerializer,
     UsageRowSerializer,
     month_start_of,
@@ -418,6 +421,25 @@ class GzipRenderer(BinaryRenderer):
     format = "tar.gz"
 
 
+_View = TypeVar("_View", bound=Callable[..., Any])
+
+
+def download_schema(
+    operation_id: str, renderer: type[BaseRenderer], content: str, description: str
+) -> Callable[[_View], _View]:
+    """The schema of an endpoint that answers a file's bytes in `renderer`'s type (its 401 and
+    404 as the API's errors): the result file's and the results archive's."""
+    return extend_schema(
+        operation_id=operation_id,
+        responses={
+            (200, renderer.media_type): OpenApiResponse(bytes, description=content),
+            401: ErrorSerializer,
+            404: ErrorSerializer,
+        },
+        description=description,
+    )
+
+
 RESULTS_STATE_HELP = (
     "`waiting` (the job has not ended: the list is empty), `collecting` (being fetched from "
     "the cluster), `ready`, `failed` (see `detail`), `expired` (removed after "
@@ -481,51 +503,28 @@ class JobFilesApi(APIView):
 class JobFileDownloadApi(APIView):
     renderer_classes = [JSONRenderer, BinaryRenderer]
 
-    @extend_schema(
-        operation_id="jobs_files_retrieve",
-        responses={
-            (200, "application/octet-stream"): OpenApiResponse(
-                bytes, description="The file, streamed."
-            ),
-            401: ErrorSerializer,
-            404: ErrorSerializer,
-        },
-        description="One result file, streamed as an attachment. 404 `not_found` for a name "
-        "that is not among the job's results.",
+    @download_schema(
+        "jobs_files_retrieve",
+        BinaryRenderer,
+        "The file, streamed.",
+        "One result file, streamed as an attachment. 404 `not_found` for a name that is not "
+        "among the job's results.",
     )
     def get(self, request: Request, job_id: str, name: str) -> FileResponse:
         job = selectors.job_get_for_user(request_user(request), job_id)
-        row = selectors.job_result_file(job, name)
-        response = FileResponse(
-            job_files_storage().open(row.stored, "rb"),
-            as_attachment=True,
-            filename=row.name.rsplit("/", 1)[-1],
-            content_type="application/octet-stream",
-        )
-        return response
+        return result_file_response(selectors.job_result_file(job, name))
 
 
 class JobFilesArchiveApi(APIView):
     renderer_classes = [JSONRenderer, GzipRenderer]
 
-    @extend_schema(
-        operation_id="jobs_files_archive",
-        responses={
-            (200, "application/gzip"): OpenApiResponse(
-                bytes, description="Every result file as one tar.gz, streamed as it is built."
-            ),
-            401: ErrorSerializer,
-            404: ErrorSerializer,
-        },
-        description="Every result file of the job as one tar.gz archive, built while it is "
-        "sent (no Content-Length). Empty (a valid archive of no files) before the results "
-        "are `ready`.",
+    @download_schema(
+        "jobs_files_archive",
+        GzipRenderer,
+        "Every result file as one tar.gz, streamed as it is built.",
+        "Every result file of the job as one tar.gz archive, built while it is sent (no "
+        "Content-Length). Empty (a valid archive of no files) before the results are `ready`.",
     )
     def get(self, request: Request, job_id: str) -> StreamingHttpResponse:
         job = selectors.job_get_for_user(request_user(request), job_id)
-        rows = list(selectors.job_result_files(job))
-        response = StreamingHttpResponse(
-            tar_gz_stream(job_files_storage(), rows), content_type="application/gzip"
-        )
-        response["Content-Disposition"] = f'attachment; filename="job-{job.uuid}-results.tar.gz"'
-        return response
+        return results_archive_response(job.uuid, list(selectors.job_result_files(job)))

@@ -12,9 +12,9 @@ from django import forms
 
 from computeshare.forms import StyledFormMixin
 from computeshare.moments import month_start
-from computeshare.numbers import WholeNumberFormField
+from hpc import sizes
 from hpc.arrays import InvalidArray, parse_array
-from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
+from scheduler_bridge.forms.sizes import size_field
 from scheduler_bridge.models import JobState
 from scheduler_bridge.services import JobRequest
 
@@ -29,33 +29,10 @@ echo "Running with ${SLURM_CPUS_PER_TASK:-1} CPUs per task"
 sleep 5
 echo "Done"
 """
-# The API's bounds (JobCreateSerializer), so that the page refuses what the API refuses.
-MAX_TIME_LIMIT_MINUTES = 525_600
-MAX_CPUS = 100_000
-MAX_NODES = 10_000
 
 
 # The fields a script's #SBATCH lines can fill (the page's script fills them as it is typed).
-SCRIPT_FILLED_FIELDS = (
-    "name",
-    "time_limit_minutes",
-    "cpus_per_task",
-    "ntasks",
-    "nodes",
-    "gpus",
-    "mem_per_cpu",
-    "array",
-)
-
-
-def _whole_number(label: str, *, minimum: int, maximum: int, default: str) -> forms.IntegerField:
-    return WholeNumberFormField(
-        label=label,
-        min_value=minimum,
-        max_value=maximum,
-        required=False,
-        widget=forms.NumberInput(attrs={"min": str(minimum), "step": "1", "placeholder": default}),
-    )
+SCRIPT_FILLED_FIELDS = ("name", *sizes.LIMITS, "array")
 
 
 class JobSizesForm(StyledFormMixin, forms.Form):
@@ -64,22 +41,20 @@ class JobSizesForm(StyledFormMixin, forms.Form):
     placeholder). `script_fields` names the fields the page filled from the script as it was
     typed: those are the script's, not the request's."""
 
-    time_limit_minutes = _whole_number(
-        "Time limit (minutes)", minimum=1, maximum=MAX_TIME_LIMIT_MINUTES, default="--time"
+    time_limit_minutes = size_field(
+        sizes.TIME_LIMIT_MINUTES, "Time limit (minutes)", placeholder="--time"
     )
-    cpus_per_task = _whole_number("CPUs per task", minimum=1, maximum=MAX_CPUS, default="1")
-    ntasks = _whole_number("Tasks (ntasks)", minimum=1, maximum=MAX_CPUS, default="1")
-    nodes = _whole_number("Nodes", minimum=1, maximum=MAX_NODES, default="1")
-    gpus = _whole_number("GPUs", minimum=0, maximum=MAX_NODES, default="0")
+    cpus_per_task = size_field(sizes.CPUS_PER_TASK, "CPUs per task", placeholder="1")
+    ntasks = size_field(sizes.NTASKS, "Tasks (ntasks)", placeholder="1")
+    nodes = size_field(sizes.NODES, "Nodes", placeholder="1")
+    gpus = size_field(sizes.GPUS, "GPUs", placeholder="0")
     script_fields = forms.CharField(required=False, widget=forms.HiddenInput)
-    mem_per_cpu = WholeNumberFormField(
-        label="Memory per CPU (MiB)",
-        min_value=1,
-        max_value=MAX_MEM_PER_CPU_MIB,
-        required=False,
+    mem_per_cpu = size_field(
+        sizes.MEM_PER_CPU,
+        "Memory per CPU (MiB)",
+        placeholder="default",
         help_text="Optional: sbatch's <code>--mem-per-cpu</code>. Empty: the partition's "
         "default. The job's page compares it with what the job used (MaxRSS).",
-        widget=forms.NumberInput(attrs={"min": "1", "step": "1", "placeholder": "default"}),
     )
     array = forms.CharField(
         label="Array",

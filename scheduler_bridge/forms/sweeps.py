@@ -9,8 +9,8 @@ from typing import Any
 from django import forms
 
 from computeshare.forms import StyledFormMixin
-from computeshare.numbers import WholeNumberFormField
-from scheduler_bridge.forms.jobs import MAX_CPUS, MAX_TIME_LIMIT_MINUTES, _whole_number
+from hpc import sizes
+from scheduler_bridge.forms.sizes import size_field
 from scheduler_bridge.models import Sweep
 from scheduler_bridge.services import SweepRequest
 
@@ -70,20 +70,13 @@ class SweepSubmitForm(StyledFormMixin, forms.Form):
             attrs={"accept": ".csv,.tsv,.txt,text/csv,text/tab-separated-values,text/plain"}
         ),
     )
-    time_limit_minutes = _whole_number(
+    time_limit_minutes = size_field(
+        sizes.TIME_LIMIT_MINUTES,
         "Time limit per task (minutes)",
-        minimum=1,
-        maximum=MAX_TIME_LIMIT_MINUTES,
-        default="the script's --time",
+        placeholder="the script's --time",
     )
-    cpus_per_task = _whole_number("CPUs per task", minimum=1, maximum=MAX_CPUS, default="1")
-    concurrency = WholeNumberFormField(
-        label="At most at once",
-        min_value=1,
-        max_value=MAX_CPUS,
-        initial=10,
-        widget=forms.NumberInput(attrs={"min": "1", "step": "1"}),
-    )
+    cpus_per_task = size_field(sizes.CPUS_PER_TASK, "CPUs per task", placeholder="1")
+    concurrency = size_field(sizes.ARRAY_THROTTLE, "At most at once", initial=10)
     result_source = forms.ChoiceField(
         label="A task's result",
         choices=[

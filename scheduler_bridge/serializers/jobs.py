@@ -3,7 +3,6 @@ decide."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 from django.conf import settings
@@ -12,35 +11,15 @@ from rest_framework import serializers
 
 from billing.serializers import Money
 from computeshare.ids import IdPrefixField
-from computeshare.moments import month_start
 from computeshare.numbers import WholeNumber
-from marketplace.serializers.fields import Units, units_text
-from scheduler_bridge.job_requests import MAX_MEM_PER_CPU_MIB
+from hpc import sizes
+from marketplace.serializers.fields import Units
 from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
 from scheduler_bridge.models import Job, JobRun, JobState, JobTask, RunState
 from scheduler_bridge.selectors import jobs as selectors
-
-
-def optional_size(minimum: int, maximum: int, help_text: str) -> WholeNumber:
-    """A size a request may leave out (or give as null): the script's #SBATCH line, else the
-    default, gives it then."""
-    return WholeNumber(
-        min_value=minimum,
-        max_value=maximum,
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text=help_text,
-    )
-
-
-def _size(name: str, minimum: int, maximum: int, default: str) -> WholeNumber:
-    return optional_size(
-        minimum,
-        maximum,
-        f"Optional: left out (or null), the script's #SBATCH line gives it, else {default}. "
-        f"sbatch {name}.",
-    )
+from scheduler_bridge.serializers.advice import SizingAdviceSerializer
+from scheduler_bridge.serializers.directives import DirectivesSerializer, directives_data
+from scheduler_bridge.serializers.sizes import optional_size, script_or_default_size
 
 
 class JobCreateSerializer(serializers.Serializer):
@@ -70,20 +49,16 @@ class JobCreateSerializer(serializers.Serializer):
         help_text="Optional: the script's file name, the job's name when neither `name` nor "
         "the script's --job-name gives one (as sbatch names a job after its script).",
     )
-    time_limit_minutes = _size(
-        "--time", 1, 525600, "refused (400 on this field): a job has a time limit"
+    time_limit_minutes = script_or_default_size(
+        sizes.TIME_LIMIT_MINUTES, "refused (400 on this field): a job has a time limit"
     )
-    cpus_per_task = _size("--cpus-per-task", 1, 100000, "1")
-    ntasks = _size("--ntasks", 1, 100000, "1 (one per node when the script gives --nodes)")
-    nodes = _size("--nodes", 1, 10000, "1")
-    gpus = _size("--gpus (for the whole job)", 0, 10000, "0")
-    mem_per_cpu = WholeNumber(
-        min_value=1,
-        max_value=MAX_MEM_PER_CPU_MIB,
-        required=False,
-        allow_null=True,
-        default=None,
-        help_text="Optional: memory per allocated CPU in MiB, passed to sbatch as "
+    cpus_per_task = script_or_default_size(sizes.CPUS_PER_TASK, "1")
+    ntasks = script_or_default_size(sizes.NTASKS, "1 (one per node when the script gives --nodes)")
+    nodes = script_or_default_size(sizes.NODES, "1")
+    gpus = script_or_default_size(sizes.GPUS, "0", "--gpus (for the whole job)")
+    mem_per_cpu = optional_size(
+        sizes.MEM_PER_CPU,
+        "Optional: memory per allocated CPU in MiB, passed to sbatch as "
         "--mem-per-cpu; it replaces the script's --mem, --mem-per-cpu or --mem-per-gpu. Left "
         "out (or null), the script's, else the partition's default.",
     )
@@ -288,69 +263,17 @@ class JobSerializer(serializers.Serializer):
         return EfficiencySerializer({"cpu": job.efficiency}).data
 
 
-class CoresAdviceSerializer(serializers.Serializer):
-    asked = serializers.IntegerField(help_text="Cores of one task: ntasks x cpus_per_task.")
-    used = serializers.DecimalField(
-        max_digits=12, decimal_places=2, help_text="Cores busy on average: CPU time / elapsed."
-    )
-    suggested_cpus_per_task = serializers.IntegerField(allow_null=True)
-    suggested = serializers.IntegerField(allow_null=True, help_text="Cores of one task.")
-    cost = Money(help_text="What the runs were charged.")
-    cost_if_suggested = Money(
-        allow_null=True, help_text="What they would have been charged with the suggested cores."
-    )
-    text = serializers.CharField()
-
-
-class TimeAdviceSerializer(serializers.Serializer):
-    limit_minutes = serializers.IntegerField()
-    longest_run_seconds = serializers.IntegerField(help_text="sacct's Elapsed of its longest run.")
-    suggested_limit_minutes = serializers.IntegerField(allow_null=True)
-    reserved_units = Units(help_text="What the job reserved of its allocation.")
-    reserved_units_if_suggested = Units(allow_null=True)
-    reservation_ratio = serializers.DecimalField(
-        max_digits=12,
-        decimal_places=1,
-        allow_null=True,
-        help_text="How many times less the suggested limit reserves (below 1: more).",
-    )
-    text = serializers.CharField()
-
-
-class MemoryAdviceSerializer(serializers.Serializer):
-    asked_mib = serializers.IntegerField(
-        allow_null=True, help_text="Per task: mem_per_cpu x cpus_per_task; null when not asked."
-    )
-    max_rss_mib = serializers.DecimalField(max_digits=14, decimal_places=2)
-    suggested_mem_per_cpu = serializers.IntegerField(allow_null=True)
-    text = serializers.CharField()
-
-
-class SizingAdviceSerializer(serializers.Serializer):
-    cores = CoresAdviceSerializer()
-    time = TimeAdviceSerializer()
-    memory = MemoryAdviceSerializer(
-        allow_null=True, help_text="Null when accounting recorded no MaxRSS."
-    )
-    currency = serializers.CharField()
-    suggested_sizes = serializers.DictField(
-        child=serializers.IntegerField(),
-        help_text="The sizes to ask for next time (`cpus_per_task`, `time_limit_minutes`, "
-        "`mem_per_cpu`), only those the advice changes.",
-    )
-
-
 class JobTemplateSerializer(serializers.Serializer):
     id = serializers.CharField(source="slug")
     title = serializers.CharField()
     technique = serializers.CharField()
     name = serializers.CharField()
     script = serializers.CharField()
-    time_limit_minutes = serializers.IntegerField()
-    cpus_per_task = serializers.IntegerField()
-    ntasks = serializers.IntegerField()
-    nodes = serializers.IntegerField()
-    gpus = serializers.IntegerField()
+    time_limit_minutes = serializers.IntegerField(source="size.time_limit_minutes")
+    cpus_per_task = serializers.IntegerField(source="size.cpus_per_task")
+    ntasks = serializers.IntegerField(source="size.ntasks")
+    nodes = serializers.IntegerField(source="size.nodes")
+    gpus = serializers.IntegerField(source="size.gpus")
     array = serializers.CharField(allow_null=True)
     environment = serializers.DictField(child=serializers.CharField())
     needs_gpus = serializers.BooleanField(
@@ -364,40 +287,6 @@ class JobTemplateSerializer(serializers.Serializer):
         return data
 
 
-class EfficiencyJobSerializer(serializers.Serializer):
-    job = serializers.UUIDField(source="job.uuid")
-    name = serializers.CharField(source="job.name")
-    idle_core_hours = Units()
-    idle_cost = Money()
-    unused_reserved_units = Units()
-    unused_reserved_value = Money()
-
-
-class EfficiencyReportSerializer(serializers.Serializer):
-    organization = serializers.UUIDField(source="organization.uuid")
-    month = serializers.SerializerMethodField(help_text="YYYY-MM (UTC).")
-    currency = serializers.CharField()
-    jobs_count = serializers.IntegerField(help_text="Jobs that ended in the month.")
-    core_hours = Units(help_text="Allocated core-hours of their runs (CPU allocations).")
-    used_core_hours = Units(help_text="Their CPU time (TotalCPU), in hours.")
-    idle_core_hours = Units(help_text="Allocated but idle: core_hours - used_core_hours.")
-    efficiency = serializers.DecimalField(max_digits=5, decimal_places=4, allow_null=True)
-    cost = Money(help_text="What those runs were charged.")
-    idle_cost = Money(help_text="The part of `cost` paid for idle cores.")
-    reserved_units = Units(help_text="What the jobs reserved of their allocations.")
-    unused_reserved_units = Units(
-        help_text="Reserved but never used (time limits above the runs, cores never started)."
-    )
-    unused_reserved_value = Money(
-        help_text="Those units at their allocations' prices: not charged, but held from other "
-        "jobs while the jobs were queued and running."
-    )
-    worst_jobs = EfficiencyJobSerializer(many=True)
-
-    def get_month(self, report: Any) -> str:
-        return f"{report.month_start:%Y-%m}"
-
-
 class JobInputFileSerializer(serializers.Serializer):
     name = serializers.CharField(help_text="Its path in the job's folder.")
     size = serializers.IntegerField(help_text="Bytes.")
@@ -405,57 +294,6 @@ class JobInputFileSerializer(serializers.Serializer):
 
 class JobResultFileSerializer(JobInputFileSerializer):
     modified_at = serializers.DateTimeField(allow_null=True)
-
-
-class DirectiveHonouredSerializer(serializers.Serializer):
-    option = serializers.CharField(help_text="As written in the script: `-c`, `--time`.")
-    value = serializers.CharField()
-    line = serializers.IntegerField()
-    note = serializers.CharField(
-        help_text="How it was read, when that needs saying (a path kept in the job's folder)."
-    )
-
-
-class DirectiveOverriddenSerializer(serializers.Serializer):
-    option = serializers.CharField(help_text="As written in the script.")
-    value = serializers.CharField()
-    line = serializers.IntegerField()
-    why = serializers.CharField()
-
-
-class EffectiveValueSerializer(serializers.Serializer):
-    field = serializers.CharField(
-        help_text="`name`, `time_limit_minutes`, `nodes`, `ntasks`, `cpus_per_task`, `gpus`, "
-        "`memory`, `array`, and the options the job runs with (`output`, `error`, `input`, "
-        "`open_mode`, `signal`, `requeue`, `constraint`, `hint`, `comment`, `exclusive`, "
-        "`dependency`, `nice`, `time_min_minutes`, `ntasks_per_node`, `cpus_per_gpu`)."
-    )
-    value = serializers.CharField()
-    # DRF takes the declared field off the class, so the name is free at run time; the stubs
-    # see Field.source.
-    source = serializers.ChoiceField(  # type: ignore[assignment]
-        choices=["request", "script", "default"]
-    )
-    option = serializers.CharField(help_text="The script's directive that gave it, if it did.")
-    line = serializers.IntegerField(allow_null=True)
-
-
-class DirectivesSerializer(serializers.Serializer):
-    honoured = DirectiveHonouredSerializer(many=True)
-    overridden = DirectiveOverriddenSerializer(
-        many=True,
-        help_text="Directives the job runs without, each with why: those that would reach "
-        "outside what the team bought, those the request's fields replace, and earlier values "
-        "of an option given again.",
-    )
-    effective = EffectiveValueSerializer(
-        many=True, help_text="Every value the job runs with, and where it came from."
-    )
-
-
-def directives_data(report: dict[str, Any] | None) -> dict[str, Any]:
-    empty: dict[str, Any] = {"honoured": [], "overridden": [], "effective": []}
-    return DirectivesSerializer({**empty, **(report or {})}).data
 
 
 class JobDetailSerializer(JobSerializer):
@@ -567,55 +405,6 @@ class JobOutputQuerySerializer(serializers.Serializer):
         return value
 
 
-class UsageRowSerializer(serializers.Serializer):
-    job = serializers.UUIDField(source="uuid")
-    name = serializers.CharField()
-    cluster = serializers.CharField(source="cluster.name")
-    partition = serializers.SerializerMethodField()
-    state = serializers.ChoiceField(choices=JobState.choices)
-    units = Units()
-    cost = Money()
-    started_at = serializers.DateTimeField(allow_null=True)
-    ended_at = serializers.DateTimeField(allow_null=True)
-    origin = serializers.ChoiceField(choices=Job.Origin.choices, help_text=ORIGIN_HELP)
-    scheduler_job_id = serializers.CharField(help_text="The job's id on the cluster (Slurm's).")
-
-    def get_partition(self, job: Job) -> str:
-        return partition_of(job)
-
-
-# The columns of the first version first, so that a script reading them by position still can.
-USAGE_CSV_COLUMNS = [
-    "job",
-    "name",
-    "cluster",
-    "partition",
-    "state",
-    "units",
-    "cost",
-    "started_at",
-    "ended_at",
-    "origin",
-    "scheduler_job_id",
-]
-
-
-def usage_csv_row(job: Job) -> list[str]:
-    return [
-        str(job.uuid),
-        job.name,
-        job.cluster.name,
-        partition_of(job),
-        job.state,
-        units_text(job.units) or "0",
-        f"{job.cost:.6f}",
-        job.started_at.isoformat() if job.started_at else "",
-        job.ended_at.isoformat() if job.ended_at else "",
-        job.origin,
-        job.scheduler_job_id,
-    ]
-
-
 class JobQuoteSerializer(serializers.Serializer):
     reserved_units = Units(help_text="What the job would reserve of the allocation.")
     estimated_max_cost = Money(help_text="The most it can cost: its units at the unit price.")
@@ -644,25 +433,3 @@ class JobQuoteSerializer(serializers.Serializer):
     @extend_schema_field(DirectivesSerializer)
     def get_directives(self, quote: Any) -> dict[str, Any]:
         return directives_data(quote.directives.as_json())
-
-
-class MonthQuerySerializer(serializers.Serializer):
-    month = serializers.RegexField(
-        r"^[0-9]{4}-(0[1-9]|1[0-2])$",
-        required=False,
-        help_text="YYYY-MM (UTC); the current month when left out.",
-        error_messages={"invalid": "A month as YYYY-MM, such as 2026-11."},
-    )
-
-    def validate_month(self, value: str) -> datetime:
-        year, month = (int(part) for part in value.split("-"))
-        try:
-            return month_start(year, month)
-        except ValueError as error:
-            raise serializers.ValidationError(str(error)) from None
-
-
-def month_start_of(moment: datetime) -> datetime:
-    """The first instant of the UTC month of `moment`."""
-    moment = moment.astimezone(UTC)
-    return datetime(moment.year, moment.month, 1, tzinfo=UTC)

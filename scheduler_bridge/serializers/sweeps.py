@@ -9,10 +9,10 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing.serializers import Money
-from computeshare.numbers import WholeNumber
+from hpc import sizes
 from marketplace.serializers.fields import Units
 from scheduler_bridge.models import Job, JobState, Sweep, SweepRow
-from scheduler_bridge.serializers.jobs import optional_size
+from scheduler_bridge.serializers.sizes import optional_size, size_field
 
 TABLE_HELP = (
     "CSV: a header of column names, then one row per task, the values separated by commas, "
@@ -41,16 +41,16 @@ class SweepCreateSerializer(serializers.Serializer):
         trim_whitespace=False, required=False, allow_blank=True, help_text=TABLE_HELP
     )
     time_limit_minutes = optional_size(
-        1, 525600, "Per task; left out, the script's --time (400 when neither gives one)."
+        sizes.TIME_LIMIT_MINUTES,
+        "Per task; left out, the script's --time (400 when neither gives one).",
     )
     cpus_per_task = optional_size(
-        1, 100000, "Per task; left out, the script's --cpus-per-task, else 1."
+        sizes.CPUS_PER_TASK, "Per task; left out, the script's --cpus-per-task, else 1."
     )
-    concurrency = WholeNumber(
-        min_value=1,
-        max_value=100000,
+    concurrency = size_field(
+        sizes.ARRAY_THROTTLE,
+        "At most this many tasks run at once (the array's `%N`).",
         default=10,
-        help_text="At most this many tasks run at once (the array's `%N`).",
     )
     result_source = serializers.ChoiceField(
         choices=Sweep.ResultSource.choices,

@@ -1,8 +1,15 @@
-"""Every write of the jobs app: submission and cancellation (`submission`), following jobs on
-their cluster (`following`, which holds the allocations' `limits`), settling their usage
-(`settlement`, and the daily `reconciliation`), parameter sweeps (`sweeps`)."""
+"""Every write of the jobs app: accepting and cancelling jobs (`submission`), carrying them to
+their cluster (`dispatch`, with the spec from `specs`), following them there (`following`,
+which holds the allocations' `limits`), settling their usage (`settlement`, and the daily
+`reconciliation`), parameter sweeps (`sweeps`)."""
 
-from scheduler_bridge.job_requests import JobRequest, JobSize, job_units
+from hpc.sizes import JobSize
+from scheduler_bridge.job_requests import JobRequest, job_units
+from scheduler_bridge.services.dispatch import (
+    cluster_jobs_submit,
+    job_mark_submitted,
+    jobs_mark_submitted,
+)
 from scheduler_bridge.services.files import (
     job_results_collect,
     job_results_retry_or_fail,
@@ -23,14 +30,11 @@ from scheduler_bridge.services.settlement import (
 from scheduler_bridge.services.submission import (
     AcceptedJob,
     allocation_check_open,
-    cluster_jobs_submit,
     job_accept,
     job_cancel,
     job_cancel_remote,
-    job_mark_submitted,
     job_state_record,
     job_submit,
-    jobs_mark_submitted,
 )
 from scheduler_bridge.services.sweeps import (
     SweepRequest,

@@ -43,6 +43,7 @@ from scheduler_bridge.models import (
     JobTask,
 )
 from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
+from scheduler_bridge.services.dispatch import cluster_jobs_submit
 from scheduler_bridge.services.idle import (
     cluster_idle_sample,
     cluster_reachability_seen,
@@ -54,7 +55,7 @@ from scheduler_bridge.services.settlement import (
     job_state_refresh,
     job_task_settle,
 )
-from scheduler_bridge.services.submission import cluster_jobs_submit, job_state_record
+from scheduler_bridge.services.submission import job_state_record
 from scheduler_bridge.services.tenant_jobs import lease_windows, tenant_jobs_find
 
 logger = logging.getLogger(__name__)

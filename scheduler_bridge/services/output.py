@@ -11,7 +11,7 @@ from hpc.types import Tenant
 from scheduler_bridge import errors
 from scheduler_bridge.models import Job, JobState, JobTask
 from scheduler_bridge.services.backends import backend_failed, backend_for, job_tenant
-from scheduler_bridge.services.submission import stream_names_filled
+from scheduler_bridge.services.specs import stream_names_filled
 
 
 def job_output_check_kept(job: Job) -> None:

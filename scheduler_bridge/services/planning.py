@@ -21,7 +21,6 @@ from marketplace.models import Allocation, Capacity, Cluster, Resource
 from scheduler_bridge import errors
 from scheduler_bridge.job_directives import Overridden, PartitionFacts
 from scheduler_bridge.job_requests import (
-    MAX_MEM_PER_CPU_MIB,
     DirectiveReport,
     JobPlan,
     JobRequest,
@@ -147,19 +146,9 @@ def _name_check(plan: JobPlan, problems: FieldErrors) -> None:
 
 def _sizes_check(plan: JobPlan, request: JobRequest, problems: FieldErrors) -> None:
     size = plan.size
-    sizes = {
-        "time_limit_minutes": size.time_limit_minutes,
-        "cpus_per_task": size.cpus_per_task,
-        "ntasks": size.ntasks,
-        "nodes": size.nodes,
-    }
-    for size_name, value in sizes.items():
-        if value < 1:
-            problems.add(size_name, "Must be at least 1.")
-    if size.gpus < 0:
-        problems.add("gpus", "Must not be negative.")
-    if plan.mem_per_cpu is not None and not 1 <= plan.mem_per_cpu <= MAX_MEM_PER_CPU_MIB:
-        problems.add("mem_per_cpu", f"From 1 to {MAX_MEM_PER_CPU_MIB} MiB per CPU.")
+    for size_name, messages in size.problems().items():
+        for message in messages:
+            problems.add(size_name, message)
     time_min = plan.options.time_min_minutes
     if time_min is not None and time_min > size.time_limit_minutes:
         problems.add(
@@ -222,8 +211,8 @@ def _memory_and_gpus_check(allocation: Allocation, plan: JobPlan, problems: Fiel
     partition = allocation.partition
     memory = partition.memory_per_node_mb
     size = plan.size
-    per_task = (plan.mem_per_cpu or 0) * size.cpus_per_task
-    if plan.mem_per_cpu is not None and memory and per_task > memory:
+    per_task = (size.mem_per_cpu or 0) * size.cpus_per_task
+    if size.mem_per_cpu is not None and memory and per_task > memory:
         problems.add(
             "mem_per_cpu",
             f"mem_per_cpu x cpus_per_task is {per_task} MiB; "

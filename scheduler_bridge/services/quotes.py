@@ -27,12 +27,8 @@ from scheduler_bridge.job_requests import DirectiveReport, JobRequest
 from scheduler_bridge.models import money_of
 from scheduler_bridge.services.backends import backend_failed, backend_for
 from scheduler_bridge.services.planning import SizedJob, job_request_sized
-from scheduler_bridge.services.submission import (
-    _account_for,
-    _qos_for,
-    allocation_check_open,
-    stream_names_filled,
-)
+from scheduler_bridge.services.specs import account_for, qos_for, stream_names_filled
+from scheduler_bridge.services.submission import allocation_check_open
 
 
 @dataclass(frozen=True)
@@ -99,15 +95,10 @@ def _expected_start(allocation: Allocation, sized: SizedJob) -> tuple[datetime |
         script=directives.neutralised(plan.script, plan.report.line_notes()),
         directory="computeshare-jobs/quote",
         partition=allocation.partition.name,
-        time_limit_minutes=plan.size.time_limit_minutes,
-        account=_account_for(allocation) or None,
-        qos=_qos_for(allocation) or None,
+        **plan.size.columns(),
+        account=account_for(allocation) or None,
+        qos=qos_for(allocation) or None,
         reservation=allocation.reservation or None,
-        nodes=plan.size.nodes,
-        ntasks=plan.size.ntasks,
-        cpus_per_task=plan.size.cpus_per_task,
-        gpus=plan.size.gpus,
-        mem_per_cpu=plan.mem_per_cpu,
         array=plan.array or None,
         tenant=tenant,
         requeue=plan.requeue,

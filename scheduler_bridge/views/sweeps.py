@@ -20,8 +20,7 @@ from django.views import View
 from django.views.decorators.cache import never_cache
 
 from computeshare.authentication import request_user
-from computeshare.errors import ApplicationError, ValidationFailed
-from computeshare.forms import form_add_service_error
+from computeshare.errors import ApplicationError
 from marketplace.models import Allocation
 from organizations import selectors as organization_selectors
 from scheduler_bridge import errors, services
@@ -29,7 +28,11 @@ from scheduler_bridge.api.sweeps import sweep_results_csv, table_from_upload
 from scheduler_bridge.forms.sweeps import SweepSubmitForm
 from scheduler_bridge.models import Sweep, SweepRow
 from scheduler_bridge.selectors import jobs as selectors
-from scheduler_bridge.views.jobs import SHOWN_ON_FORM, active_allocation, refusal_text
+from scheduler_bridge.views.job_submit import (
+    active_allocation,
+    refusal_text,
+    submission_refused,
+)
 
 # Refusals of the table: shown beside it.
 TABLE_ERRORS = (
@@ -79,19 +82,13 @@ class SweepSubmitView(LoginRequiredMixin, View):
             sweep = services.sweep_submit(
                 actor=actor, allocation=allocation, request=form.sweep_request(table)
             )
-        except TABLE_ERRORS as error:
-            form.add_error("table_file" if upload else "table", error.detail)
-            return self._render(request, allocation, form, status=error.status_code)
-        except errors.ScriptRefused as error:
-            form.add_error("script", error.detail)
-            return self._render(request, allocation, form, status=error.status_code)
-        except ValidationFailed as error:
-            form_add_service_error(form, error)
-            return self._render(request, allocation, form, status=error.status_code)
-        except SHOWN_ON_FORM as error:
-            allocation, _ = active_allocation(request, allocation_id)
+        except ApplicationError as error:
+            table_field = "table_file" if upload else "table"
+            refusal = submission_refused(form, error, beside={table_field: TABLE_ERRORS})
+            if refusal is not None:
+                allocation, _ = active_allocation(request, allocation_id)
             return self._render(
-                request, allocation, form, refusal=refusal_text(error), status=error.status_code
+                request, allocation, form, refusal=refusal or "", status=error.status_code
             )
         job = sweep.sweep_jobs.get().job
         queued = ngettext(

@@ -41,6 +41,27 @@ def test_an_owner_admin_pins_a_new_host_key_and_the_cluster_needs_verifying_agai
     assert [partition.name for partition in cluster.partitions.all()] == ["debug"]
 
 
+def test_an_owner_names_the_market_qos_it_made_and_verification_will_read_that_one(cluster):
+    # Given an owner whose scripts/cluster-setup made the market QOS under another name
+    admin = MembershipFactory(organization=cluster.organization, role=Membership.Role.ADMIN)
+
+    # When the admin names it
+    answer = client_for(admin.user).patch(
+        f"/api/v1/clusters/{cluster.uuid}/", {"market_qos": "lab-market"}, format="json"
+    )
+
+    # Then it is kept, and the cluster needs verifying with it; blank goes back to the default
+    assert answer.status_code == 200, answer.json()
+    assert (answer.json()["market_qos"], answer.json()["status"]) == ("lab-market", "unverified")
+    cluster.refresh_from_db()
+    assert cluster.market_qos == "lab-market"
+    client_for(admin.user).patch(
+        f"/api/v1/clusters/{cluster.uuid}/", {"market_qos": ""}, format="json"
+    )
+    cluster.refresh_from_db()
+    assert cluster.market_qos == ""
+
+
 @pytest.mark.parametrize(
     ("body", "field"),
     [
@@ -48,6 +69,8 @@ def test_an_owner_admin_pins_a_new_host_key_and_the_cluster_needs_verifying_agai
         ({"ssh_port": 0}, "ssh_port"),
         ({"ssh_user": "Root; rm"}, "ssh_user"),
         ({"name": "renamed"}, "name"),
+        ({"market_qos": "Lab-Market"}, "market_qos"),  # sacctmgr keeps names in lower case
+        ({"market_qos": "market,normal"}, "market_qos"),
     ],
 )
 def test_bad_changes_are_refused_and_change_nothing(cluster, body, field):

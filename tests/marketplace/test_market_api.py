@@ -318,6 +318,16 @@ def test_cluster_create_in_fixed_mode_keeps_the_slurm_account(market, keys, host
     )
 
 
+def test_cluster_create_keeps_the_market_qos_the_owner_made(market, keys, host):
+    body = cluster_body(market, keys, host, market_qos="lab-market")
+
+    answer = client_for(market.owner_admin).post(f"{API}/clusters/", body, format="json")
+
+    assert answer.status_code == 201, answer.content
+    assert answer.json()["market_qos"] == "lab-market"
+    assert Cluster.objects.get(name="Frontier").market_qos == "lab-market"
+
+
 def test_the_private_key_is_in_no_answer_and_only_ciphertext_is_stored(market, keys, host):
     owner = client_for(market.owner_admin)
     created = owner.post(
@@ -453,6 +463,9 @@ def test_cluster_list_shows_every_cluster_by_name_with_its_partitions(market):
         ({"account_mode": "shared"}, "account_mode"),
         ({"account_mode": "fixed"}, "slurm_account"),  # fixed mode names the account
         ({"account_mode": "managed", "slurm_account": "share_acct"}, "slurm_account"),
+        ({"market_qos": "Computeshare-Market"}, "market_qos"),
+        ({"market_qos": "market qos"}, "market_qos"),
+        ({"market_qos": "q" * 65}, "market_qos"),
     ],
 )
 def test_bad_cluster_bodies_are_invalid_and_change_nothing(market, keys, host, changes, field):

@@ -101,6 +101,7 @@ def owner_verified_cluster(testcluster):
             "account_mode": "fixed",
             "slurm_account": pool.account,
             "tenant_group": pool.group,
+            "market_qos": testcluster.market_qos,
         },
         format="json",
     )

@@ -18,7 +18,8 @@ from django.urls import reverse
 from computeshare.models import IdempotencyRecord
 from marketplace.models import Allocation
 from scheduler_bridge.models import Job, JobTask
-from scheduler_bridge.services.submission import job_mark_submitted, job_spec
+from scheduler_bridge.services.dispatch import job_mark_submitted
+from scheduler_bridge.services.specs import job_spec
 from tests.conftest import client_for, tenants_jobs_cancel, wait_for
 from tests.factories import (
     MembershipFactory,

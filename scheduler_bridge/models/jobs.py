@@ -1,6 +1,6 @@
-"""Jobs as the platform keeps them: a job (one submission), its tasks (one for a plain job, one
-per index for an array), the runs accounting recorded for each task (a requeued task runs more
-than once, and each run is charged once), and the job's state history."""
+"""A job (one submission), its tasks (one for a plain job, one per index for an array), the
+runs accounting recorded for each task (a requeued task runs more than once, and each run is
+charged once), its files, and its state history."""
 
 from __future__ import annotations
 
@@ -16,12 +16,18 @@ from billing.models import ZERO, money_field
 from computeshare.fields import EncryptedJSONField
 from computeshare.models import BaseModel
 from computeshare.numbers import MICRO_UNIT
-from hpc.types import ENDED_STATES as HPC_ENDED_STATES
+from hpc.sizes import JobSize
 from hpc.types import JobOptions, platform_job_name
 from marketplace.models import Allocation, Cluster, TenantLease, units_field
 from organizations.models import Organization
 from scheduler_bridge.job_reasons import reason_text
-from scheduler_bridge.job_requests import JobSize
+from scheduler_bridge.models.states import (
+    ENDED_STATES,
+    JOB_TRANSITIONS,
+    TASK_TRANSITIONS,
+    JobState,
+    RunState,
+)
 
 SECONDS_PER_HOUR = Decimal(3600)
 
@@ -37,78 +43,6 @@ def metered_units(count: int, elapsed_seconds: int) -> Decimal:
     return (Decimal(count) * Decimal(elapsed_seconds) / SECONDS_PER_HOUR).quantize(
         MICRO_UNIT, rounding=ROUND_HALF_UP
     )
-
-
-class JobState(models.TextChoices):
-    QUEUED = "queued", "Queued"
-    SUBMITTED = "submitted", "Submitted"
-    PENDING = "pending", "Pending"
-    RUNNING = "running", "Running"
-    COMPLETING = "completing", "Completing"
-    COMPLETED = "completed", "Completed"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-    TIMEOUT = "timeout", "Timed out"
-    OUT_OF_MEMORY = "out_of_memory", "Out of memory"
-    NODE_FAIL = "node_fail", "Node failure"
-    PREEMPTED = "preempted", "Preempted"
-    UNDETERMINED = "undetermined", "Undetermined"
-
-
-class RunState(models.TextChoices):
-    """How one run of a task ended: a job's ends, and the two ends of a run that the job asked
-    for itself and that another run follows under the same id (both charged)."""
-
-    COMPLETED = "completed", "Completed"
-    FAILED = "failed", "Failed"
-    CANCELLED = "cancelled", "Cancelled"
-    TIMEOUT = "timeout", "Timed out"
-    OUT_OF_MEMORY = "out_of_memory", "Out of memory"
-    NODE_FAIL = "node_fail", "Node failure"
-    PREEMPTED = "preempted", "Preempted"
-    REQUEUED = "requeued", "Requeued by the job"
-    RESIZED = "resized", "Resized by the job"
-
-
-# A job's ends are the library's (`hpc.types.ENDED_STATES`, the same strings as these states).
-ENDED_STATES = frozenset(JobState(state) for state in HPC_ENDED_STATES)
-# On the cluster: the poll follows these.
-ACTIVE_STATES = frozenset(
-    {
-        JobState.SUBMITTED,
-        JobState.PENDING,
-        JobState.RUNNING,
-        JobState.COMPLETING,
-        JobState.UNDETERMINED,
-    }
-)
-# The tables of allowed changes (`computeshare.states` checks every write against them).
-# Before the cluster has it a job is `queued`: sbatch's answer makes it `submitted`, or it ends
-# without ever running (cancelled, or refused: failed). On the cluster the states are what the
-# poll reads, and Slurm does not report them in a fixed order: a requeued job pends again
-# after it ran, a poll may first see a job running, completing or already in accounting, and
-# one the poll lost sight of (`undetermined`) is found again in any state. So every move among
-# the cluster's states, and from any of them to an end, is real; what never is: back to
-# `queued`, into the cluster's states without `submitted` first, and out of an end.
-_ON_THE_CLUSTER = ACTIVE_STATES | ENDED_STATES
-_BEFORE_THE_CLUSTER = {JobState.SUBMITTED, JobState.CANCELLED, JobState.FAILED}
-# A job's state is its tasks' (for an array, its most advanced task's: `job_state_from_tasks`),
-# so it may show `submitted` again when the tasks it showed end before the poll has seen the
-# others. Its end is final: it is recorded once every task has settled.
-JOB_TRANSITIONS: dict[str, set[str]] = {
-    JobState.QUEUED: set(_BEFORE_THE_CLUSTER),
-    **{state: set(_ON_THE_CLUSTER - {state}) for state in ACTIVE_STATES},
-    **{state: set() for state in ENDED_STATES},
-}
-# A task's state is what the queue says of it, then what accounting says of its last run: the
-# queue never says `submitted`, so a task does not go back to it. An end the queue showed is
-# a report until accounting settles the task (`is_released`), and accounting's end replaces it
-# (an end is never followed by a state of the queue again).
-TASK_TRANSITIONS: dict[str, set[str]] = {
-    JobState.QUEUED: set(_BEFORE_THE_CLUSTER),
-    **{state: set(_ON_THE_CLUSTER - {state, JobState.SUBMITTED}) for state in ACTIVE_STATES},
-    **{state: set(ENDED_STATES - {state}) for state in ENDED_STATES},
-}
 
 
 # A collection of a job's results that a worker took and never finished (it crashed) is taken
@@ -383,12 +317,8 @@ class Job(Progress):
     def size(self) -> JobSize:
         """Its size as it was priced (`job_units`)."""
         options = self.options or {}
-        return JobSize(
-            time_limit_minutes=self.time_limit_minutes,
-            cpus_per_task=self.cpus_per_task,
-            ntasks=self.ntasks,
-            nodes=self.nodes,
-            gpus=self.gpus,
+        return JobSize.of(
+            self,
             cpus_per_gpu=options.get("cpus_per_gpu"),
             exclusive=bool(options.get("exclusive")),
             node_cpus=int(options.get("node_cpus") or 0),
@@ -568,136 +498,3 @@ class JobEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job_id} {self.state} at {self.at:%Y-%m-%dT%H:%M:%S}"
-
-
-class ClusterPoll(models.Model):
-    """The poll's own record per cluster: who holds it now (a lease, so that two workers never
-    poll one cluster at once and a dead worker's lease runs out), and how the last one went."""
-
-    cluster = models.OneToOneField(Cluster, on_delete=models.CASCADE, related_name="poll")
-    lease_until = models.DateTimeField(null=True, blank=True)
-    last_polled_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.CharField(max_length=500, blank=True)
-    consecutive_failures = models.PositiveIntegerField(default=0)
-    commands_last_poll = models.PositiveIntegerField(default=0)
-    # Until when the tenants' accounting was read for jobs the platform did not submit.
-    tenant_runs_read_until = models.DateTimeField(null=True, blank=True)
-    # What the last poll noticed without failing: states it does not know, runs of no lease.
-    last_notice = models.CharField(max_length=500, blank=True)
-    # When the poll last sampled the cluster's idle CPUs and GPUs (one sinfo).
-    idle_sampled_at = models.DateTimeField(null=True, blank=True)
-
-    def __str__(self) -> str:
-        return f"poll of {self.cluster_id}"
-
-
-class Sweep(BaseModel):
-    """A parameter sweep: a team's script run once per row of a table, as one Slurm array job
-    (the rows after a "retry failed" as one more). The table is kept here, row by row, with
-    each row's current task and its gathered result; the jobs do the reserving, running and
-    charging as any array does."""
-
-    class State(models.TextChoices):
-        RUNNING = "running", "Running"
-        ENDED = "ended", "Ended, results gathered"
-
-    class ResultSource(models.TextChoices):
-        FILE = "file", "A file the task writes in its folder"
-        STDOUT = "stdout", "The last line of the task's stdout"
-
-    organization = models.ForeignKey(Organization, on_delete=models.PROTECT, related_name="sweeps")
-    allocation = models.ForeignKey(Allocation, on_delete=models.PROTECT, related_name="sweeps")
-    submitted_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="sweeps"
-    )
-    name = models.CharField(max_length=200)
-    # The team's own script; each task's job runs it through the array's wrapper.
-    script = models.TextField()
-    columns = models.JSONField()
-    concurrency = models.PositiveIntegerField()
-    time_limit_minutes = models.PositiveIntegerField()
-    cpus_per_task = models.PositiveIntegerField(default=1)
-    result_source = models.CharField(max_length=8, choices=ResultSource.choices)
-    # The result file's path in the row's folder (for `file`).
-    result_file = models.CharField(max_length=1024, blank=True)
-    state = models.CharField(max_length=8, choices=State.choices, default=State.RUNNING)
-    ended_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at", "-id"]
-        indexes = [models.Index(fields=["organization", "-created_at"], name="sweep_org_created")]
-        constraints = [
-            models.CheckConstraint(
-                condition=Q(state__in=["running", "ended"]), name="sweep_state_valid"
-            ),
-            models.CheckConstraint(
-                condition=Q(result_source="stdout") | ~Q(result_file=""),
-                name="sweep_file_result_named",
-            ),
-            models.CheckConstraint(
-                condition=Q(concurrency__gt=0), name="sweep_concurrency_positive"
-            ),
-        ]
-
-    # A sweep runs until every row's task has ended and its result is gathered; a retry of its
-    # failed rows makes it run again.
-    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
-        State.RUNNING: {State.ENDED},
-        State.ENDED: {State.RUNNING},
-    }
-
-    def __str__(self) -> str:
-        return f"sweep {self.name} ({self.uuid})"
-
-
-class SweepJob(BaseModel):
-    """One array job of a sweep: its first (attempt 1), then one per "retry failed"."""
-
-    sweep = models.ForeignKey(Sweep, on_delete=models.PROTECT, related_name="sweep_jobs")
-    job = models.OneToOneField(Job, on_delete=models.PROTECT, related_name="sweep_job")
-    attempt = models.PositiveSmallIntegerField()
-
-    class Meta:
-        ordering = ["sweep", "attempt"]
-        constraints = [
-            models.UniqueConstraint(fields=["sweep", "attempt"], name="sweep_job_attempt_unique")
-        ]
-
-    def __str__(self) -> str:
-        return f"attempt {self.attempt} of {self.sweep_id}"
-
-
-class SweepRow(BaseModel):
-    """One row of a sweep's table: its values (in the sweep's column order), the task that ran
-    it last, and the result gathered from that task once its job's files were fetched.
-    A row is never dropped: a missing or failed result is marked as such."""
-
-    class ResultState(models.TextChoices):
-        PENDING = "pending", "Not gathered yet"
-        OK = "ok", "Gathered"
-        MISSING = "missing", "The task completed without the result"
-        FAILED = "failed", "The task did not complete"
-
-    sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="rows")
-    index = models.PositiveIntegerField()
-    values = models.JSONField()
-    task = models.ForeignKey(JobTask, on_delete=models.PROTECT, related_name="sweep_rows")
-    attempts = models.PositiveSmallIntegerField(default=1)
-    result_state = models.CharField(
-        max_length=8, choices=ResultState.choices, default=ResultState.PENDING
-    )
-    result = models.TextField(blank=True)
-    result_detail = models.CharField(max_length=500, blank=True)
-
-    class Meta:
-        ordering = ["sweep", "index"]
-        constraints = [
-            models.UniqueConstraint(fields=["sweep", "index"], name="sweep_row_index_unique"),
-            models.CheckConstraint(
-                condition=Q(result_state__in=["pending", "ok", "missing", "failed"]),
-                name="sweep_row_result_state_valid",
-            ),
-        ]
-
-    def __str__(self) -> str:
-        return f"row {self.index} of {self.sweep_id}"

@@ -1,5 +1,7 @@
 """Endpoints, the event outbox and the deliveries of each event to each endpoint."""
 
+from typing import ClassVar
+
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db import models
 from django.db.models import Q
@@ -87,6 +89,14 @@ class WebhookDelivery(BaseModel):
         PENDING = "pending", "Pending"
         DELIVERED = "delivered", "Delivered"
         FAILED = "failed", "Failed"
+
+    # A delivery ends delivered or failed; an admin's redelivery makes any delivery pending
+    # again (`services.delivery_redeliver`).
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        Status.PENDING: {Status.DELIVERED, Status.FAILED},
+        Status.DELIVERED: {Status.PENDING},
+        Status.FAILED: {Status.PENDING},
+    }
 
     endpoint = models.ForeignKey(
         WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries"

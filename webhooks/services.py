@@ -28,6 +28,7 @@ from django.utils import timezone
 from computeshare.errors import AddressNotAllowed, ValidationFailed
 from computeshare.outbound import AddressDenied, OutboundPolicy, host_name_problem
 from computeshare.queue import enqueue_after_commit
+from computeshare.states import status_move
 from hpc.batches import batched
 from webhooks import sending
 from webhooks.models import EventType, WebhookDelivery, WebhookEndpoint, WebhookEvent
@@ -279,7 +280,7 @@ def delivery_redeliver(*, delivery: WebhookDelivery) -> WebhookDelivery:
     request, whatever became of the earlier attempts (a delivered event is sent once more)."""
     locked = WebhookDelivery.objects.select_for_update().get(pk=delivery.pk)
     now = timezone.now()
-    locked.status = WebhookDelivery.Status.PENDING
+    status_move(locked, WebhookDelivery.Status.PENDING)
     locked.next_attempt_at = now
     locked.retry_until = now + timedelta(seconds=settings.WEBHOOK_RETRY_WINDOW_SECONDS)
     locked.delivered_at = None
@@ -370,8 +371,13 @@ def _record(delivery_id: int, answer: sending.Answer) -> WebhookDelivery | None:
     delivery.last_error = answer.error[:500]
     delivery.last_response_excerpt = answer.excerpt[:500]
     delivery.leased_until = None
+    if delivery.status != WebhookDelivery.Status.PENDING:
+        # Ended by another worker after this attempt's lease ran out: the attempt is recorded,
+        # that end stands (an end moves only back to pending, by a redelivery).
+        delivery.save()
+        return delivery
     if answer.is_success:
-        delivery.status = WebhookDelivery.Status.DELIVERED
+        status_move(delivery, WebhookDelivery.Status.DELIVERED)
         delivery.delivered_at = now
         delivery.next_attempt_at = None
     else:
@@ -379,7 +385,7 @@ def _record(delivery_id: int, answer: sending.Answer) -> WebhookDelivery | None:
             delivery.last_error = f"answered {answer.status_code}"
         retry_at = now + retry_delay(delivery.attempt_count)
         if retry_at > delivery.retry_until:
-            delivery.status = WebhookDelivery.Status.FAILED
+            status_move(delivery, WebhookDelivery.Status.FAILED)
             delivery.next_attempt_at = None
         else:
             delivery.next_attempt_at = retry_at

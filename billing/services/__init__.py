@@ -5,18 +5,19 @@ from billing.services.budgets import (
     budget_alert_notify,
     budget_set,
 )
+from billing.services.bulk_settlement import hold_release_batch_apply, holds_settle
 from billing.services.chargebacks import top_up_refund
-from billing.services.ledger import (
-    LARGEST as LARGEST_AMOUNT,
-)
-from billing.services.ledger import (
+from billing.services.holds import (
     hold_capture,
     hold_place,
     hold_place_within,
     hold_release,
-    hold_release_batch_apply,
     hold_resize,
-    holds_settle,
+)
+from billing.services.ledger import (
+    LARGEST as LARGEST_AMOUNT,
+)
+from billing.services.ledger import (
     money,
     platform_fee,
     wallet_adjust,

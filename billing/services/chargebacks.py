@@ -30,6 +30,7 @@ from billing.models import Account, Dispute, TopUp, TopUpRefund, Transaction
 from billing.services.ledger import money, wallet_credit, wallet_debit
 from computeshare.errors import ValidationFailed
 from computeshare.models import User
+from computeshare.states import status_move, status_move_all
 
 logger = logging.getLogger(__name__)
 
@@ -107,14 +108,16 @@ def top_up_refund(*, top_up: TopUp, actor: User, reason: str, amount: Any = None
     except stripe_gateway.StripeUnavailable as error:
         raise PaymentProviderUnavailable(extra={"refund": str(refund.uuid)}) from error
     except stripe_gateway.StripeRefused as error:
-        TopUpRefund.objects.filter(pk=refund.pk, status=TopUpRefund.Status.PENDING).update(
-            status=TopUpRefund.Status.FAILED,
+        status_move_all(
+            TopUpRefund.objects.filter(pk=refund.pk),
+            TopUpRefund.Status.FAILED,
             failure_reason=str(error)[:500],
-            updated_at=timezone.now(),
         )
         raise PaymentProviderRefused(extra={"reason": str(error), "code": error.code}) from error
-    TopUpRefund.objects.filter(pk=refund.pk, status=TopUpRefund.Status.PENDING).update(
-        status=TopUpRefund.Status.SUCCEEDED, stripe_refund=record.id, updated_at=timezone.now()
+    status_move_all(
+        TopUpRefund.objects.filter(pk=refund.pk),
+        TopUpRefund.Status.SUCCEEDED,
+        stripe_refund=record.id,
     )
     refund.refresh_from_db()
     return refund
@@ -223,10 +226,10 @@ def dispute_closed(event: dict[str, Any]) -> str:
         return f"ignored: dispute already {row.status}"
     stripe_status = dispute.get("status")
     if stripe_status == "lost":
-        row.status = Dispute.Status.LOST
+        status_move(row, Dispute.Status.LOST)
         outcome = "lost" if row.is_withdrawn else "lost; " + _withdraw(row, top_up)
     elif stripe_status in ("won", "warning_closed"):
-        row.status = Dispute.Status.WON
+        status_move(row, Dispute.Status.WON)
         outcome = "won"
         if row.is_withdrawn:
             wallet_credit(

@@ -32,6 +32,7 @@ from billing.services.ledger import (
 )
 from computeshare.errors import IdempotencyKeyReused, ValidationFailed
 from computeshare.models import User
+from computeshare.states import can_move, status_move, status_move_all
 from organizations.models import Organization
 
 logger = logging.getLogger(__name__)
@@ -106,12 +107,9 @@ def account_updated(event: dict[str, Any]) -> str:
         return "ignored: older than the state we have"
     record = stripe_gateway.connected_account_record(account)
     status = _status_of(record)
-    if (
-        status != row.status
-        and status not in ConnectedAccount.TRANSITIONS[ConnectedAccount.Status(row.status)]
-    ):
+    if status != row.status and not can_move(row, status):
         return f"ignored: {row.status} does not become {status}"
-    row.status = status
+    status_move(row, status)
     row.details_submitted = record.details_submitted
     row.payouts_enabled = record.payouts_enabled
     row.transfers_active = record.transfers_active
@@ -256,11 +254,11 @@ def payout_transfer(*, payout_id: int) -> Payout:
         return payout
     except stripe_gateway.StripeRefused as error:
         return _payout_fail(payout, f"Stripe refused the transfer: {error}")
-    Payout.objects.filter(pk=payout.pk, status=Payout.Status.PENDING).update(
-        status=Payout.Status.PAID,
+    status_move_all(
+        Payout.objects.filter(pk=payout.pk),
+        Payout.Status.PAID,
         stripe_transfer=transfer.id,
         paid_at=timezone.now(),
-        updated_at=timezone.now(),
     )
     payout.refresh_from_db()
     return payout
@@ -271,7 +269,7 @@ def _payout_fail(payout: Payout, reason: str) -> Payout:
     locked = Payout.objects.select_for_update().get(pk=payout.pk)
     if locked.status != Payout.Status.PENDING:
         return locked
-    locked.status = Payout.Status.FAILED
+    status_move(locked, Payout.Status.FAILED)
     locked.failure_reason = reason[:500]
     locked.save(update_fields=["status", "failure_reason", "updated_at"])
     earnings_pay_out_reverse(

@@ -24,6 +24,7 @@ from billing.services import chargebacks, payouts
 from billing.services.ledger import money, wallet_credit
 from computeshare.errors import IdempotencyKeyReused, ValidationFailed
 from computeshare.models import User
+from computeshare.states import can_move, status_move, status_move_all
 from organizations.models import Organization
 
 logger = logging.getLogger(__name__)
@@ -93,10 +94,11 @@ def top_up_create(
             metadata={"top_up": str(top_up.uuid), "organization": str(organization.uuid)},
         )
     except stripe_gateway.StripeUnavailable as error:
-        TopUp.objects.filter(pk=top_up.pk, status=TopUp.Status.PENDING).update(
-            status=TopUp.Status.FAILED,
+        status_move_all(
+            TopUp.objects.filter(pk=top_up.pk),
+            TopUp.Status.FAILED,
+            from_statuses=[TopUp.Status.PENDING],
             failure_reason=f"Stripe could not be reached: {error}"[:500],
-            updated_at=timezone.now(),
         )
         raise PaymentProviderUnavailable(extra={"top_up": str(top_up.uuid)}) from error
     TopUp.objects.filter(pk=top_up.pk, payment_intent__isnull=True).update(
@@ -167,17 +169,13 @@ def _top_up_for(intent: dict[str, Any]) -> TopUp | None:
     )
 
 
-def _transition(top_up: TopUp, status: str) -> bool:
-    return status in TopUp.TRANSITIONS[TopUp.Status(top_up.status)]
-
-
 def _payment_succeeded(event: dict[str, Any]) -> str:
     intent = _intent_of(event)
     top_up = _top_up_for(intent)
     if top_up is None:
         logger.warning("payment_intent.succeeded for an unknown PaymentIntent %s", intent.get("id"))
         return "ignored: unknown PaymentIntent"
-    if not _transition(top_up, TopUp.Status.SUCCEEDED):
+    if not can_move(top_up, TopUp.Status.SUCCEEDED):
         return "ignored: top-up already succeeded"
     paid = intent.get("amount_received", intent.get("amount"))
     currency = str(intent.get("currency", "")).upper()
@@ -189,7 +187,7 @@ def _payment_succeeded(event: dict[str, Any]) -> str:
         )  # fmt: skip
         return "refused: amount or currency differs from the top-up"
     top_up.payment_intent = intent["id"]
-    top_up.status = TopUp.Status.SUCCEEDED
+    status_move(top_up, TopUp.Status.SUCCEEDED)
     top_up.succeeded_at = timezone.now()
     top_up.failure_reason = ""
     top_up.save(
@@ -212,12 +210,12 @@ def _payment_failed(event: dict[str, Any]) -> str:
     top_up = _top_up_for(intent)
     if top_up is None:
         return "ignored: unknown PaymentIntent"
-    if not _transition(top_up, TopUp.Status.FAILED):
+    if not can_move(top_up, TopUp.Status.FAILED):
         # A late failure of an earlier attempt must not undo a success.
         return f"ignored: top-up is {top_up.status}"
     error = intent.get("last_payment_error") or {}
     reason = error.get("message") if isinstance(error, dict) else None
-    top_up.status = TopUp.Status.FAILED
+    status_move(top_up, TopUp.Status.FAILED)
     top_up.failure_reason = str(reason or "The payment failed.")[:500]
     top_up.payment_intent = intent["id"]
     top_up.save(update_fields=["status", "failure_reason", "payment_intent", "updated_at"])
@@ -243,10 +241,10 @@ def top_ups_expire_abandoned(*, older_than: datetime.timedelta) -> int:
     that does arrive later is still credited (expired -> succeeded). Returns how many."""
     cutoff = timezone.now() - older_than
     minutes = int(older_than.total_seconds() // 60)
-    return TopUp.objects.filter(status=TopUp.Status.PENDING, created_at__lt=cutoff).update(
-        status=TopUp.Status.EXPIRED,
+    return status_move_all(
+        TopUp.objects.filter(created_at__lt=cutoff),
+        TopUp.Status.EXPIRED,
         failure_reason=f"Not paid within {minutes} minutes: abandoned.",
-        updated_at=timezone.now(),
     )
 
 

@@ -42,6 +42,25 @@ class Cluster(BaseModel):
     UNAVAILABLE_STATUSES: ClassVar[frozenset[str]] = frozenset(
         {Status.SUSPENDED, Status.HOST_KEY_MISMATCH}
     )
+    # What a verification (or a connection refused for its host key) can find.
+    VERIFIED: ClassVar[tuple[str, ...]] = (
+        Status.ONLINE,
+        Status.UNREACHABLE,
+        Status.MISCONFIGURED,
+        Status.HOST_KEY_MISMATCH,
+    )
+    # Verification decides among online, unreachable, misconfigured and host_key_mismatch, and
+    # may find the same again with a new detail; new connection settings make the cluster
+    # unverified. Only the operators suspend, and a suspension ends only by their reinstating
+    # it (unverified): nothing the cluster answers lifts it (`services/clusters.py`).
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        Status.UNVERIFIED: {*VERIFIED, Status.SUSPENDED},
+        Status.ONLINE: {*VERIFIED, Status.UNVERIFIED, Status.SUSPENDED},
+        Status.UNREACHABLE: {*VERIFIED, Status.UNVERIFIED, Status.SUSPENDED},
+        Status.MISCONFIGURED: {*VERIFIED, Status.UNVERIFIED, Status.SUSPENDED},
+        Status.HOST_KEY_MISMATCH: {*VERIFIED, Status.UNVERIFIED, Status.SUSPENDED},
+        Status.SUSPENDED: {Status.SUSPENDED, Status.UNVERIFIED},
+    }
 
     organization = models.ForeignKey(
         Organization, on_delete=models.PROTECT, related_name="clusters"
@@ -173,6 +192,12 @@ class ClusterVerification(BaseModel):
         RUNNING = "running", "Running"
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
+
+    TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        Status.RUNNING: {Status.SUCCEEDED, Status.FAILED},
+        Status.SUCCEEDED: set(),
+        Status.FAILED: set(),
+    }
 
     cluster = models.ForeignKey(Cluster, on_delete=models.CASCADE, related_name="verifications")
     requested_by = models.ForeignKey(

@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from computeshare.errors import AddressNotAllowed, FieldErrors, PermissionDenied, ValidationFailed
 from computeshare.outbound import AddressDenied, OutboundPolicy
+from computeshare.states import status_move, status_move_all
 from hpc.errors import HostKeyMismatch as BridgeHostKeyMismatch
 from hpc.errors import (
     InvalidKey,
@@ -278,7 +279,7 @@ def cluster_connection_update(*, actor: Membership, cluster: Cluster, **changes:
     for name, value in fields.items():
         setattr(cluster, name, value)
     if cluster.status != Cluster.Status.SUSPENDED:
-        cluster.status = Cluster.Status.UNVERIFIED
+        status_move(cluster, Cluster.Status.UNVERIFIED)
         cluster.status_detail = "Connection settings changed: verify the cluster again."
     cluster.save()
     return cluster
@@ -357,10 +358,10 @@ def cluster_host_key_refused(*, cluster: Cluster, error: BridgeHostKeyMismatch) 
 
 
 def cluster_status_mark(cluster: Cluster, status: str, detail: str) -> None:
-    Cluster.objects.filter(pk=cluster.pk).update(
-        status=status, status_detail=detail[:500], updated_at=timezone.now()
-    )
-    cluster.status, cluster.status_detail = status, detail[:500]
+    """Moves the cluster to `status` with its detail, unless its table forbids it (a suspended
+    cluster stays suspended whatever it answers), and reads back what it is now."""
+    status_move_all(Cluster.objects.filter(pk=cluster.pk), status, status_detail=detail[:500])
+    cluster.refresh_from_db(fields=["status", "status_detail", "updated_at"])
 
 
 @transaction.atomic
@@ -392,8 +393,9 @@ def cluster_inventory_store(cluster: Cluster, inventory: ClusterInventory) -> Cl
             partition.save()
     # A partition the cluster no longer has stays (offers point at it) but is marked down.
     cluster.partitions.exclude(name__in=seen).update(is_up=False, updated_at=timezone.now())
-    cluster.status = Cluster.Status.ONLINE
-    cluster.status_detail = ""
+    if cluster.status != Cluster.Status.SUSPENDED:  # suspended while it was verified
+        status_move(cluster, Cluster.Status.ONLINE)
+        cluster.status_detail = ""
     cluster.slurm_cluster_name = inventory.cluster_name
     cluster.slurm_version = inventory.slurm_version
     cluster.verified_at = timezone.now()

@@ -43,6 +43,7 @@ from django.utils import timezone
 from computeshare.errors import Throttled
 from computeshare.queue import enqueue_after_commit
 from computeshare.ratelimit import rate_limit_hit
+from computeshare.states import status_move_all
 from hpc.errors import BridgeError
 from hpc.errors import HostKeyMismatch as BridgeHostKeyMismatch
 from marketplace import errors, selectors
@@ -280,8 +281,9 @@ def cluster_verification_run(*, verification_id: int) -> ClusterVerification | N
 def _verification_finish(
     verification: ClusterVerification, status: str, code: str, detail: str
 ) -> None:
-    ClusterVerification.objects.filter(pk=verification.pk).update(
-        status=status,
+    status_move_all(
+        ClusterVerification.objects.filter(pk=verification.pk),
+        status,
         error_code=code,
         detail=detail[:1000],
         step="Done",

@@ -256,12 +256,12 @@ def _gpus(run: _Session) -> None:
     with run.steps.check("gpus", "Accounting records GPUs") as step:
         has_gpus = any(partition.gpus for partition in run.findings.inventory.partitions)
         if not run.findings.tracks_gpus:
-            step.status = WARNING if has_gpus else PASSED
-            step.detail = (
+            step.end(
+                WARNING if has_gpus else PASSED,
                 "gres/gpu is not in AccountingStorageTRES: GPU jobs would meter zero, so "
                 "GPU offers are refused until it is."
                 if has_gpus
-                else "No GPUs here; add gres/gpu to AccountingStorageTRES before adding any."
+                else "No GPUs here; add gres/gpu to AccountingStorageTRES before adding any.",
             )
 
 
@@ -269,11 +269,11 @@ def _proctrack(run: _Session) -> None:
     with run.steps.check("proctrack", "Slurm ends every process of a job") as step:
         proctrack = run.config.get("ProctrackType", "")
         if proctrack != "proctrack/cgroup":
-            step.status = WARNING
-            step.detail = (
+            step.end(
+                WARNING,
                 f"ProctrackType is {proctrack or 'unset'}: a process a job double-forks can "
                 "outlive the job on its node, unmetered, until the scrub at the end of the "
-                "team's lease. proctrack/cgroup ends them all with the job."
+                "team's lease. proctrack/cgroup ends them all with the job.",
             )
 
 
@@ -302,7 +302,7 @@ def _check_nodes(
     except NodesCheckFailed as error:
         raise CheckFailed(str(error)) from error
     if not reached:
-        step.status = WARNING
+        step.end(WARNING)
 
 
 def kinds_check(

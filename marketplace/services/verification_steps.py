@@ -19,10 +19,20 @@ RUNNING = "running"
 
 @dataclass
 class Step:
+    """One check as the owner reads it. Its status is a report of what the check found, kept in
+    the verification's `steps` (JSON), not a model's state: it changes through `end`, not
+    through `computeshare/states.py`."""
+
     key: str
     title: str
     status: str = RUNNING
     detail: str = ""
+
+    def end(self, status: str, detail: str | None = None) -> None:
+        """Ends the step as `status` (passed, failed or warning), with `detail` when given."""
+        self.status = status
+        if detail is not None:
+            self.detail = detail
 
 
 class CheckFailed(Exception):
@@ -51,15 +61,15 @@ class Steps:
         try:
             yield step
         except CheckFailed as failure:
-            step.status, step.detail = FAILED, str(failure)
+            step.end(FAILED, str(failure))
             self._changed()
             raise
         except (BridgeError, ValueError) as error:
-            step.status, step.detail = FAILED, step_reason(error)
+            step.end(FAILED, step_reason(error))
             self._changed()
             raise
         if step.status == RUNNING:
-            step.status = PASSED
+            step.end(PASSED)
         self._changed()
 
     def _changed(self) -> None:

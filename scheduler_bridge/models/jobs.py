@@ -227,6 +227,19 @@ class Job(Progress):
         constraints = [
             _state_check("job_state_valid"),
             models.CheckConstraint(
+                condition=Q(
+                    results_state__in=[
+                        "waiting",
+                        "collecting",
+                        "ready",
+                        "failed",
+                        "expired",
+                        "not_kept",
+                    ]
+                ),
+                name="job_results_state_valid",
+            ),
+            models.CheckConstraint(
                 condition=Q(time_limit_minutes__gt=0, nodes__gt=0, ntasks__gt=0)
                 & Q(cpus_per_task__gt=0, task_count__gt=0),
                 name="job_sizes_positive",
@@ -248,6 +261,27 @@ class Job(Progress):
         ]
 
     TRANSITIONS: ClassVar[dict[str, set[str]]] = JOB_TRANSITIONS
+    # The collection of the job's files (`services/files.py`): taken by a worker, taken again
+    # when its worker died (collecting -> collecting), put back to wait after a transient
+    # failure; a job that never ran is `ready` with nothing, a tenant's job keeps nothing.
+    RESULTS_STATE_TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        ResultsState.WAITING: {
+            ResultsState.COLLECTING,
+            ResultsState.READY,
+            ResultsState.FAILED,
+            ResultsState.NOT_KEPT,
+        },
+        ResultsState.COLLECTING: {
+            ResultsState.COLLECTING,
+            ResultsState.WAITING,
+            ResultsState.READY,
+            ResultsState.FAILED,
+        },
+        ResultsState.READY: {ResultsState.EXPIRED},
+        ResultsState.FAILED: set(),
+        ResultsState.EXPIRED: set(),
+        ResultsState.NOT_KEPT: set(),
+    }
 
     def __str__(self) -> str:
         return f"{self.name} ({self.uuid})"

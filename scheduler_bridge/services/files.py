@@ -24,6 +24,7 @@ from django.core.files import File
 from django.db import transaction
 from django.utils import timezone
 
+from computeshare.states import status_move, status_move_all
 from hpc.errors import BridgeError, JobFileUnsafe
 from hpc.types import InputFile, ResultFile
 from scheduler_bridge.job_files import InputUpload, job_files_storage, stored_name
@@ -179,15 +180,15 @@ def _claim(job_id: int) -> Job | None:
             return None
         if job.results_attempts >= RESULT_ATTEMPTS_MAX:
             # Its collectors keep dying (a worker killed, a crash): no more tries.
-            job.results_state = Job.ResultsState.FAILED
+            status_move(job, Job.ResultsState.FAILED, field="results_state")
             job.results_detail = f"the collection did not finish in {job.results_attempts} tries"
             job.save(update_fields=["results_state", "results_detail", "updated_at"])
             return None
         if job.is_from_tenant:
-            job.results_state = Job.ResultsState.NOT_KEPT
+            status_move(job, Job.ResultsState.NOT_KEPT, field="results_state")
             job.save(update_fields=["results_state", "updated_at"])
             return None
-        job.results_state = Job.ResultsState.COLLECTING
+        status_move(job, Job.ResultsState.COLLECTING, field="results_state")
         job.results_claimed_at = now
         job.results_attempts += 1
         job.save(
@@ -302,8 +303,10 @@ def _results_record(
 ) -> None:
     JobFile.objects.filter(job=job, kind=JobFile.Kind.RESULT).delete()
     JobFile.objects.bulk_create(rows)
-    Job.objects.filter(pk=job.pk).update(
-        results_state=Job.ResultsState.READY,
+    status_move_all(
+        Job.objects.filter(pk=job.pk),
+        Job.ResultsState.READY,
+        field="results_state",
         results_truncated=truncated,
         results_detail=(
             f"{len(skipped)} files were not fetched (the first {RESULTS_SKIPPED_SHOWN} are listed)"
@@ -326,10 +329,12 @@ def job_results_retry_or_fail(*, job_id: int, reason: str, transient: bool) -> N
     if job is None:
         return
     again = transient and job.results_attempts < RESULT_ATTEMPTS_MAX
-    Job.objects.filter(pk=job_id, results_state=Job.ResultsState.COLLECTING).update(
-        results_state=Job.ResultsState.WAITING if again else Job.ResultsState.FAILED,
+    status_move_all(
+        Job.objects.filter(pk=job_id),
+        Job.ResultsState.WAITING if again else Job.ResultsState.FAILED,
+        field="results_state",
+        from_statuses=[Job.ResultsState.COLLECTING],
         results_detail=reason[:500],
-        updated_at=timezone.now(),
     )
 
 
@@ -352,7 +357,7 @@ def jobs_results_expire() -> int:
             storage.delete(stored)
         _folder_remove(job_uuid, JobFile.Kind.RESULT)
         JobFile.objects.filter(job_id=job_id, kind=JobFile.Kind.RESULT).update(stored="")
-        Job.objects.filter(pk=job_id).update(
-            results_state=Job.ResultsState.EXPIRED, updated_at=timezone.now()
+        status_move_all(
+            Job.objects.filter(pk=job_id), Job.ResultsState.EXPIRED, field="results_state"
         )
     return len(jobs)

@@ -233,7 +233,7 @@ def _end_unsubmitted(job_id: int, state: str, reason: str) -> bool:
     job.ended_at = now
     job.submit_lease_until = None
     job.secret_values_forget()
-    job.results_state = Job.ResultsState.READY  # it never ran: it wrote nothing
+    status_move(job, Job.ResultsState.READY, field="results_state")  # it never ran: no files
     job.save()
     status_move_all(
         JobTask.objects.filter(job=job),

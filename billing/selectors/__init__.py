@@ -1,0 +1,93 @@
+"""Reads of billing. Each takes the organization the caller was already allowed to see (the
+marketplace checks memberships; billing does not know them) and never writes. One module per
+subject; callers import them from here: `from billing.selectors import wallet_get`."""
+
+from billing.selectors.dashboards import (
+    SourceEarnings,
+    earnings_by_day,
+    spending_by_day,
+)
+from billing.selectors.earnings import (
+    Earnings,
+    EarningsRow,
+    PayoutBalance,
+    connected_account_get,
+    debt_list,
+    debt_owed,
+    earnings_list,
+    earnings_split,
+    earnings_summary,
+    payout_balance,
+    payout_get,
+    payout_list,
+)
+from billing.selectors.operations import (
+    budget_alerts_unmailed,
+    hold_release_batches_due,
+    ledger_verify,
+)
+from billing.selectors.statements import (
+    AccountStatement,
+    Statement,
+    StatementLine,
+    month_bounds,
+    statement_build,
+    statement_lines,
+    statement_months,
+)
+from billing.selectors.wallets import (
+    BudgetStatus,
+    Wallet,
+    budget_alert_list_open,
+    budget_get,
+    budget_status,
+    ledger_entry_list,
+    month_start,
+    platform_balance,
+    spent_since,
+    top_up_get,
+    top_up_list,
+    wallet_get,
+    wallet_list,
+)
+
+__all__ = [
+    "AccountStatement",
+    "BudgetStatus",
+    "Earnings",
+    "EarningsRow",
+    "PayoutBalance",
+    "SourceEarnings",
+    "Statement",
+    "StatementLine",
+    "Wallet",
+    "budget_alert_list_open",
+    "budget_alerts_unmailed",
+    "budget_get",
+    "budget_status",
+    "connected_account_get",
+    "debt_list",
+    "debt_owed",
+    "earnings_by_day",
+    "earnings_list",
+    "earnings_split",
+    "earnings_summary",
+    "hold_release_batches_due",
+    "ledger_entry_list",
+    "ledger_verify",
+    "month_bounds",
+    "month_start",
+    "payout_balance",
+    "payout_get",
+    "payout_list",
+    "platform_balance",
+    "spending_by_day",
+    "spent_since",
+    "statement_build",
+    "statement_lines",
+    "statement_months",
+    "top_up_get",
+    "top_up_list",
+    "wallet_get",
+    "wallet_list",
+]

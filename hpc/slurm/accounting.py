@@ -181,9 +181,13 @@ def squeue_arguments(users: Sequence[str]) -> list[str]:
 
 
 def squeue_by_name_arguments(users: Sequence[str], names: Sequence[str]) -> list[str]:
+    """Every state (`--states=all`): a job that ended within MinJobAge is still slurmctld's
+    and may not be in slurmdbd yet (it writes behind), so that a job that ran at once is
+    found by its name in one or the other, never in neither."""
     return [
         "squeue",
         "--noheader",
+        "--states=all",
         f"--user={','.join(valid_users(users))}",
         f"--name={','.join(names)}",
         "--format=%i|%j",

@@ -177,6 +177,7 @@ def test_squeue_asks_for_every_tenant_in_one_command():
     assert squeue_by_name_arguments(["cs_pool-01"], ["cs-a", "cs-b"]) == [
         "squeue",
         "--noheader",
+        "--states=all",
         "--user=cs_pool-01",
         "--name=cs-a,cs-b",
         "--format=%i|%j",

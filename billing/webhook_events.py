@@ -1,11 +1,11 @@
-"""The webhook events of billing (top-ups, budget thresholds), recorded in the caller's
+"""The webhook events of billing (top-ups, budget thresholds, payouts), recorded in the caller's
 transaction through the webhooks app's one entry point."""
 
 from collections.abc import Sequence
 
 from django.conf import settings
 
-from billing.models import BudgetAlert, TopUp
+from billing.models import BudgetAlert, Payout, TopUp
 from webhooks.services import Event, event_record, events_record
 
 
@@ -44,4 +44,20 @@ def budget_thresholds_crossed(alerts: Sequence[BudgetAlert]) -> None:
             )
             for alert in alerts
         ]
+    )
+
+
+def payout_paid(payout: Payout) -> None:
+    """`payout.paid`, once per payout: Stripe made the transfer to the owner's account."""
+    event_record(
+        organization_id=payout.organization_id,
+        type="payout.paid",
+        object_key=f"payout:{payout.uuid}",
+        data={
+            "id": str(payout.uuid),
+            "amount": str(payout.amount),
+            "currency": payout.currency,
+            "stripe_transfer": payout.stripe_transfer,
+            "paid_at": payout.paid_at,
+        },
     )

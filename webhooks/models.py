@@ -20,7 +20,7 @@ class EventType(models.TextChoices):
     BUDGET_THRESHOLD = "budget.threshold", "A budget threshold was crossed"
     TOP_UP_SUCCEEDED = "top_up.succeeded", "A top-up succeeded"
     TOP_UP_FAILED = "top_up.failed", "A top-up failed"
-    PAYOUT_PAID = "payout.paid", "A payout was paid (once payouts exist)"
+    PAYOUT_PAID = "payout.paid", "A payout reached the owner's Stripe account"
 
 
 class WebhookEndpoint(BaseModel):

@@ -17,7 +17,7 @@ from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from billing import stripe_gateway
+from billing import stripe_gateway, webhook_events
 from billing.errors import (
     PaymentProviderRefused,
     PaymentProviderUnavailable,
@@ -254,12 +254,17 @@ def payout_transfer(*, payout_id: int) -> Payout:
         return payout
     except stripe_gateway.StripeRefused as error:
         return _payout_fail(payout, f"Stripe refused the transfer: {error}")
-    status_move_all(
-        Payout.objects.filter(pk=payout.pk),
-        Payout.Status.PAID,
-        stripe_transfer=transfer.id,
-        paid_at=timezone.now(),
-    )
+    with transaction.atomic():
+        # A compare-and-set: of two sends of the same pending payout (the request and the
+        # sweep), one moves it and tells the owner's endpoints.
+        if status_move_all(
+            Payout.objects.filter(pk=payout.pk),
+            Payout.Status.PAID,
+            stripe_transfer=transfer.id,
+            paid_at=timezone.now(),
+        ):
+            payout.refresh_from_db()
+            webhook_events.payout_paid(payout)
     payout.refresh_from_db()
     return payout
 

@@ -28,6 +28,7 @@ from tests.billing.test_localstripe_server import WebhookReceiver
 from tests.billing.test_webhook import signature
 from tests.factories import MembershipFactory, OrganizationFactory
 from tests.localstripe import LocalStripe
+from webhooks.models import WebhookEvent
 
 __all__ = ["stripe_events"]
 
@@ -186,6 +187,23 @@ def test_a_payout_transfers_what_is_payable_once_and_the_ledger_balances(
     assert payout_rows() == (1, 1)
 
 
+def test_a_paid_payout_tells_the_owners_endpoints_once(
+    client: Client, stripe_events: WebhookReceiver, no_holding_period, owner, owner_admin
+):
+    connected_and_active(client, stripe_events, owner, owner_admin)
+    earn(owner, "10.00")
+
+    payout = services.payout_create(organization=owner, actor=owner_admin)
+    services.payout_transfer(payout_id=payout.pk)  # the sweep, after a lost answer: paid already
+
+    events = WebhookEvent.objects.filter(organization=owner, type="payout.paid")
+    assert [event.object_key for event in events] == [f"payout:{payout.uuid}"]
+    data = events.get().data
+    assert (data["id"], data["amount"], data["currency"]) == (str(payout.uuid), "9.00", "usd")
+    assert data["stripe_transfer"] == payout.stripe_transfer
+    assert data["paid_at"] is not None
+
+
 def test_a_part_of_the_payable_can_be_paid_out(
     client: Client, stripe_events: WebhookReceiver, no_holding_period, owner, owner_admin
 ):
@@ -247,6 +265,7 @@ def test_a_transfer_stripe_refuses_puts_the_money_back_in_earnings(
 
     assert payout.status == "failed"
     assert payout.failure_reason.startswith("Stripe refused the transfer")
+    assert not WebhookEvent.objects.filter(type="payout.paid").exists()
     assert selectors.payout_balance(owner).payable == Decimal("9.00")
     kinds = sorted(
         (e.account.kind, e.amount)

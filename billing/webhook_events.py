@@ -53,6 +53,7 @@ def payout_paid(payout: Payout) -> None:
         organization_id=payout.organization_id,
         type="payout.paid",
         object_key=f"payout:{payout.uuid}",
+        once=True,
         data={
             "id": str(payout.uuid),
             "amount": str(payout.amount),

@@ -29,6 +29,7 @@ from tests.billing.test_webhook import signature
 from tests.factories import MembershipFactory, OrganizationFactory
 from tests.localstripe import LocalStripe
 from webhooks.models import WebhookEvent
+from webhooks.services import endpoint_create
 
 __all__ = ["stripe_events"]
 
@@ -191,6 +192,8 @@ def test_a_paid_payout_tells_the_owners_endpoints_once(
     client: Client, stripe_events: WebhookReceiver, no_holding_period, owner, owner_admin
 ):
     connected_and_active(client, stripe_events, owner, owner_admin)
+    # An endpoint that wants the event (port 9, discard: its deliveries are only retried).
+    endpoint_create(organization=owner, url="http://127.0.0.1:9/hooks", events=["payout.paid"])
     earn(owner, "10.00")
 
     payout = services.payout_create(organization=owner, actor=owner_admin)
@@ -199,7 +202,7 @@ def test_a_paid_payout_tells_the_owners_endpoints_once(
     events = WebhookEvent.objects.filter(organization=owner, type="payout.paid")
     assert [event.object_key for event in events] == [f"payout:{payout.uuid}"]
     data = events.get().data
-    assert (data["id"], data["amount"], data["currency"]) == (str(payout.uuid), "9.00", "usd")
+    assert (data["id"], data["amount"], data["currency"]) == (str(payout.uuid), "9.00", "USD")
     assert data["stripe_transfer"] == payout.stripe_transfer
     assert data["paid_at"] is not None
 

@@ -14,7 +14,7 @@ asked for first (and raises its own 409 with a stable code); this is the net und
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import models
@@ -79,6 +79,13 @@ def status_move(row: Any, target: str, *, field: str = "status") -> bool:
         )
     setattr(row, field, target)
     return current != target
+
+
+def status_save_all(rows: Sequence[Any], fields: Sequence[str]) -> None:
+    """Writes rows whose state `status_move` changed in memory (each move checked as it was
+    made), with the other `fields` named, in one `bulk_update`."""
+    if rows:
+        type(rows[0]).objects.bulk_update(rows, list(fields))
 
 
 def status_move_all(

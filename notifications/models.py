@@ -53,6 +53,10 @@ class Notification(BaseModel):
     link = models.CharField(max_length=500, blank=True)
     is_shown = models.BooleanField(default=True)
     read_at = models.DateTimeField(null=True, blank=True)
+    # Made `none` or `pending`; a pending mail is sent once.
+    EMAIL_STATE_TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        EmailState.PENDING: {EmailState.SENT},
+    }
     email_state = models.CharField(
         max_length=16, choices=EmailState.choices, default=EmailState.NONE
     )

@@ -28,6 +28,7 @@ from computeshare import figures
 from computeshare.errors import ValidationFailed
 from computeshare.models import User
 from computeshare.queue import enqueue_after_commit
+from computeshare.states import status_move
 from notifications import selectors
 from notifications.models import Kind, NoticeBatch, Notification, NotificationPreference
 
@@ -229,7 +230,7 @@ def notification_emails_send(notification_ids: Iterable[int]) -> int:
             )
             if notification is None:
                 continue
-            notification.email_state = Notification.EmailState.SENT
+            status_move(notification, Notification.EmailState.SENT, field="email_state")
             notification.emailed_at = timezone.now()
             notification.save(update_fields=["email_state", "emailed_at", "updated_at"])
             if not notification.user.email:

@@ -101,6 +101,12 @@ class SweepRow(BaseModel):
         MISSING = "missing", "The task completed without the result"
         FAILED = "failed", "The task did not complete"
 
+    # Gathered once from the row's task; a failed row becomes pending again when retried.
+    RESULT_STATE_TRANSITIONS: ClassVar[dict[str, set[str]]] = {
+        ResultState.PENDING: {ResultState.OK, ResultState.MISSING, ResultState.FAILED},
+        ResultState.FAILED: {ResultState.PENDING},
+    }
+
     sweep = models.ForeignKey(Sweep, on_delete=models.CASCADE, related_name="rows")
     index = models.PositiveIntegerField()
     values = models.JSONField()

@@ -17,7 +17,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from computeshare.errors import FieldErrors, ValidationFailed
-from computeshare.states import status_move
+from computeshare.states import status_move, status_save_all
 from marketplace.models import Allocation
 from organizations.models import Membership
 from scheduler_bridge import errors
@@ -193,11 +193,11 @@ def sweep_retry_failed(*, actor: Membership, sweep: Sweep) -> SweepJob:
     for position, row in enumerate(failed):
         row.task = tasks[position]
         row.attempts += 1
-        row.result_state = SweepRow.ResultState.PENDING
+        status_move(row, SweepRow.ResultState.PENDING, field="result_state")
         row.result = ""
         row.result_detail = ""
         row.updated_at = now
-    SweepRow.objects.bulk_update(
+    status_save_all(
         failed, ["task", "attempts", "result_state", "result", "result_detail", "updated_at"]
     )
     status_move(sweep, Sweep.State.RUNNING, field="state")
@@ -233,11 +233,11 @@ def _row_result(sweep: Sweep, row: SweepRow, job: Job, files: dict[str, JobFile]
     if value is not None and len(value) > limit:
         value, detail = value[:limit], f"Cut at {limit} characters."
     if task.state != JobState.COMPLETED:
-        row.result_state = SweepRow.ResultState.FAILED
+        status_move(row, SweepRow.ResultState.FAILED, field="result_state")
         exit_code = f", exit code {task.exit_code}" if task.exit_code is not None else ""
         detail = f"The task ended {task.get_state_display().lower()}{exit_code}."
     elif value is None or value == "":
-        row.result_state = SweepRow.ResultState.MISSING
+        status_move(row, SweepRow.ResultState.MISSING, field="result_state")
         if job.results_state != Job.ResultsState.READY:
             detail = f"The job's files could not be fetched ({job.get_results_state_display()})."
         elif text is None:
@@ -249,7 +249,7 @@ def _row_result(sweep: Sweep, row: SweepRow, job: Job, files: dict[str, JobFile]
         else:
             detail = f"{where} is empty."
     else:
-        row.result_state = SweepRow.ResultState.OK
+        status_move(row, SweepRow.ResultState.OK, field="result_state")
     row.result = value or ""
     row.result_detail = detail[:500]
 
@@ -279,9 +279,7 @@ def sweep_results_gather(*, job_id: int) -> int:
         for row in rows:
             _row_result(sweep, row, job, files)
             row.updated_at = now
-        SweepRow.objects.bulk_update(
-            rows, ["result_state", "result", "result_detail", "updated_at"]
-        )
+        status_save_all(rows, ["result_state", "result", "result_detail", "updated_at"])
         waiting = SweepRow.objects.filter(
             sweep=sweep, result_state=SweepRow.ResultState.PENDING
         ).exists()

@@ -1,6 +1,6 @@
 """The test run: real PostgreSQL and Redis on this machine unless the environment says otherwise.
 
-`make test` runs the suite as four pytest processes side by side (scripts/pytest-processes),
+`make test` runs the suite as five pytest processes side by side (scripts/pytest-processes),
 named by COMPUTESHARE_TEST_PROCESS: each takes a test database, a Redis database and a job-files
 folder of its own. The Celery workers and servers a test starts are given the ones chosen
 (tests/workers.py), not the name."""
@@ -17,14 +17,14 @@ from computeshare.settings.insecure import (
     TEST_STRIPE_WEBHOOK_SECRET,
 )
 
-# The process's name in a run of four ("cluster" and "cluster-b", one per Slurm test cluster,
-# "others", "pages"); empty when pytest runs alone.
+# The process's name in a run of five ("cluster" and "cluster-b", one per Slurm test cluster,
+# "others", "pages", "platform"); empty when pytest runs alone.
 TEST_PROCESS = os.environ.get("COMPUTESHARE_TEST_PROCESS", "")
 # Each process's offset below the Redis database of the environment (see below).
-_PROCESSES = {"": 0, "cluster": 0, "others": 1, "pages": 2, "cluster-b": 3}
+_PROCESSES = {"": 0, "cluster": 0, "others": 1, "pages": 2, "cluster-b": 3, "platform": 4}
 if TEST_PROCESS not in _PROCESSES:
     raise ValueError(
-        "COMPUTESHARE_TEST_PROCESS is cluster, cluster-b, others, pages or unset, "
+        "COMPUTESHARE_TEST_PROCESS is cluster, cluster-b, others, pages, platform or unset, "
         f"not {TEST_PROCESS!r}"
     )
 _PROCESS_INDEX = _PROCESSES[TEST_PROCESS]
@@ -49,7 +49,7 @@ JOBS_SUBMIT_WAKE_SECONDS = 0.0
 
 
 def _redis_of_this_process(url: str) -> str:
-    """The Redis database below `url`'s for the other processes (15, then 14, 13 and 12), so
+    """The Redis database below `url`'s for the other processes (15, then 14, 13, 12 and 11), so
     that no two processes count each other's log-ins or take each other's tasks."""
     parts = urlsplit(url)
     database = int(parts.path.strip("/") or 0) - _PROCESS_INDEX

@@ -88,12 +88,7 @@ _HARDWARE_FIELDS = (
 # out again, and a JSON parse per list, were a fifth of the busiest read's CPU. The partitions'
 # lists repeat (most are `[]`): each text is parsed once per process, as a tuple no caller
 # can change.
-_AS_TEXT = {
-    "uuid": "uuid",
-    "cluster__uuid": "cluster__uuid",
-    "partition__gpu_types": "partition__gpu_types",
-    "partition__features": "partition__features",
-}
+_AS_TEXT = ("uuid", "cluster__uuid", "partition__gpu_types", "partition__features")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -140,7 +135,7 @@ def offer_rows(offers: QuerySet[Offer]) -> QuerySet[Offer, dict[str, Any]]:
         "tenant_accounts_total",
         "tenant_accounts_free",
         remaining=Offer.REMAINING,
-        **{f"{name}_text": Cast(column, TextField()) for name, column in _AS_TEXT.items()},
+        **{f"{name}_text": Cast(name, TextField()) for name in _AS_TEXT},
     )
     rows._iterable_class = _OfferRowIterable
     return rows

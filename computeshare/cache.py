@@ -14,27 +14,19 @@ from django.core.cache.backends.redis import RedisCacheClient as DjangoRedisCach
 
 
 class RedisCacheClient(DjangoRedisCacheClient):
-    # Django's own attributes, which its type stubs leave out.
-    _servers: list[str]
-    _pools: dict[int, Any]
-    _pool_class: Any
-    _pool_options: dict[str, Any]
+    # Django's own, which its type stubs leave out.
     _client: Any
-    _get_connection_pool_index: Callable[[bool], int]
+    _get_connection_pool: Callable[[bool], Any]
 
     def __init__(self, servers: list[str], **options: Any) -> None:
         super().__init__(servers, **options)
         self._clients: dict[int, Any] = {}
 
     def get_client(self, key: Any = None, *, write: bool = False) -> Any:
-        index = self._get_connection_pool_index(write)
-        client = self._clients.get(index)
+        pool = self._get_connection_pool(write)
+        client = self._clients.get(id(pool))
         if client is None:
-            if index not in self._pools:
-                self._pools[index] = self._pool_class.from_url(
-                    self._servers[index], **self._pool_options
-                )
-            client = self._clients[index] = self._client(connection_pool=self._pools[index])
+            client = self._clients[id(pool)] = self._client(connection_pool=pool)
         return client
 
 

@@ -257,15 +257,15 @@ def payout_transfer(*, payout_id: int) -> Payout:
     with transaction.atomic():
         # A compare-and-set: of two sends of the same pending payout (the request and the
         # sweep), one moves it and tells the owner's endpoints.
-        if status_move_all(
+        moved = status_move_all(
             Payout.objects.filter(pk=payout.pk),
             Payout.Status.PAID,
             stripe_transfer=transfer.id,
             paid_at=timezone.now(),
-        ):
-            payout.refresh_from_db()
+        )
+        payout.refresh_from_db()
+        if moved:
             webhook_events.payout_paid(payout)
-    payout.refresh_from_db()
     return payout
 
 

@@ -4,6 +4,7 @@ the tests that need it; nothing is skipped."""
 
 import fcntl
 import os
+import resource
 import threading
 import time
 from collections.abc import Iterator
@@ -161,6 +162,19 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.on_test_cluster)
             if where in SECOND_CLUSTER_FILES:
                 item.add_marker(pytest.mark.second_test_cluster)
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """The CPU the run took, its own and its finished children's (servers, workers, CLIs):
+    on a 2-core machine the processes of `make test` share, this is what a test costs the
+    others, where the durations above count its waits too."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    terminalreporter.write_line(
+        f"CPU: {own.ru_utime + own.ru_stime:.0f} s in pytest, "
+        f"{children.ru_utime + children.ru_stime:.0f} s in its children "
+        f"({os.environ.get('COMPUTESHARE_TEST_PROCESS') or 'alone'})"
+    )
 
 
 @pytest.fixture(autouse=True)

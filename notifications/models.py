@@ -119,9 +119,14 @@ class NoticeBatch(BaseModel):
     recorded as notifications by a task after the commit and deleted in the transaction that
     records them, so a batch is told once. A batch whose task was lost (a crash between the
     commit and the task, a broker that did not take it) is recorded by the periodic sweep.
-    `events`: the `NotificationEvent`s as JSON objects."""
+    `events`: the `NotificationEvent`s as JSON objects; or, when `source` is set, none, and the
+    task asks that function (one of `settings.NOTICE_SOURCES`) for them with `arguments`."""
 
     events = models.JSONField()
+    source = models.CharField(max_length=200, blank=True)
+    arguments = models.JSONField(default=dict, blank=True)
 
     def __str__(self) -> str:
+        if self.source:
+            return f"notice batch {self.pk} ({self.source} {self.arguments})"
         return f"notice batch {self.pk} ({len(self.events)} events)"

@@ -4,7 +4,9 @@ users' preferences, and their mails.
 Other apps call `notifications_record` (one call per event site) inside the transaction of the
 change they report: a rolled-back change notifies nobody. A change that holds a busy lock (an
 auction's clearing) calls `notifications_record_after_commit` instead: one row of the events in
-its transaction, recorded by a task after the commit (`notice_batch_record`). Each
+its transaction, recorded by a task after the commit (`notice_batch_record`), or, with
+`notifications_record_after_commit_from`, one row naming the function that reads them from the
+committed change. Each
 notification is unique per user and event key, so a second call for the same event (a retried
 task, a sweep that runs again) adds nothing. Mails go after the commit, from a Celery task; a
 mail is marked sent under the row's lock in the transaction that sends it, so a retried or
@@ -107,12 +109,26 @@ def notifications_record_after_commit(events: Sequence[NotificationEvent]) -> No
     _kinds_check(events)
     # Field by field rather than dataclasses.asdict, which deep-copies every value.
     names = [item.name for item in fields(NotificationEvent)]
-    batch = NoticeBatch.objects.create(
+    _batch_write(
         events=[
             {**{name: getattr(event, name) for name in names}, "user_ids": list(event.user_ids)}
             for event in events
         ]
     )
+
+
+def notifications_record_after_commit_from(source: str, **arguments: Any) -> None:
+    """As `notifications_record_after_commit`, for events that the caller's transaction would
+    spend too long writing out (an auction's, one per bidding team, under the offer's lock):
+    the batch names `source`, a function of `settings.NOTICE_SOURCES` that reads the events
+    from the committed change, and the task calls it with `arguments` (JSON values)."""
+    if source not in settings.NOTICE_SOURCES:
+        raise ValueError(f"{source!r} is not in settings.NOTICE_SOURCES")
+    _batch_write(events=[], source=source, arguments=arguments)
+
+
+def _batch_write(**values: Any) -> None:
+    batch = NoticeBatch.objects.create(**values)
     enqueue_after_commit(
         "notifications.tasks.notice_batch_record_task",
         batch.pk,
@@ -128,13 +144,22 @@ def notice_batch_record(*, batch_id: int) -> int:
     batch = NoticeBatch.objects.select_for_update().filter(pk=batch_id).first()
     if batch is None:
         return 0
-    events = [
-        NotificationEvent(**{**fields, "user_ids": tuple(fields["user_ids"])})
-        for fields in batch.events
-    ]
-    written = notifications_record(events)
+    written = notifications_record(_batch_events(batch))
     batch.delete()
     return written
+
+
+def _batch_events(batch: NoticeBatch) -> list[NotificationEvent]:
+    """The batch's events: those it holds, or those its source reads now."""
+    if batch.source:
+        if batch.source not in settings.NOTICE_SOURCES:
+            raise ValueError(f"{batch.source!r} is not in settings.NOTICE_SOURCES")
+        read = cast(Callable[..., Sequence[NotificationEvent]], import_string(batch.source))
+        return list(read(**batch.arguments))
+    return [
+        NotificationEvent(**{**values, "user_ids": tuple(values["user_ids"])})
+        for values in batch.events
+    ]
 
 
 def notifications_record(events: Sequence[NotificationEvent]) -> int:

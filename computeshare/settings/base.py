@@ -478,6 +478,10 @@ SITE_URL = env("SITE_URL", default="http://127.0.0.1:8000").rstrip("/")
 # Notifications do not know memberships (imports go one way); this names who tells them the
 # users of an organization (all active members, or only its admins).
 NOTIFICATIONS_RECIPIENTS = "organizations.selectors.organization_notified_user_ids"
+# The functions that may write out a notice batch's events after its change has committed
+# (`notifications_record_after_commit_from`): an auction's, one per bidding team, would hold
+# the offer's lock while they are written.
+NOTICE_SOURCES = ("marketplace.notices.auction_cleared_events",)
 # Mails whose task the broker lost are sent by this sweep.
 CELERY_BEAT_SCHEDULE["notification-emails-due"] = {
     "task": "notifications.tasks.notification_emails_due_task",

@@ -92,7 +92,7 @@ def _clearing_record(
     allocations = _allocations_create(offer, clearing, winners, now, blocks)
     _offer_record(offer, bids, clearing, now)
     webhook_events.auction_cleared(offer, bids, clearing.fills, clearing.price)
-    notices.auction_cleared(offer, bids, clearing.fills, clearing.price)
+    notices.auction_cleared(offer)
     if allocations and offer.cluster.account_mode == offer.cluster.AccountMode.MANAGED:
         slurm_accounts_follow(offer.cluster, {bid.organization_id for bid in winners})
     return AuctionOutcome(

@@ -14,6 +14,7 @@ from marketplace import notices as market_notices
 from marketplace import services as market
 from marketplace.models import Offer
 from notifications.models import NoticeBatch, Notification, NotificationPreference
+from notifications.services import notifications_record_after_commit_from
 from notifications.tasks import notice_batch_record_task, notice_batches_due_task
 from organizations import services as organization_services
 from organizations.models import Membership
@@ -53,6 +54,23 @@ def member(organization, username: str) -> Membership:
     )
 
 
+def auction_of(partition, owner: Membership, *, quantity: int) -> Offer:
+    """An auction of `quantity` units at a reserve of 1.00, closing in an hour."""
+    now = timezone.now()
+    return market.offer_create(
+        actor=owner,
+        cluster=partition.cluster,
+        partition=partition.name,
+        resource="cpu",
+        quantity=quantity,
+        window_start=now + timedelta(hours=2),
+        window_end=now + timedelta(days=30),
+        reserve_price="1.00",
+        buy_now_price=None,
+        auction_closes_at=now + timedelta(hours=1),
+    )
+
+
 def clear_and_tell(offer_id: int, capture) -> None:
     """Clears the auction, then does what a worker does with the task its commit hands over:
     records the auction's notices (their mails stay pending, for their own task)."""
@@ -71,18 +89,7 @@ def test_an_auction_tells_the_winner_the_loser_and_the_owner_once_each(
     owner = admin(partition.cluster.organization, "olivia")
     member(partition.cluster.organization, "oscar")  # the owner's member: not told
     now = timezone.now()
-    offer = market.offer_create(
-        actor=owner,
-        cluster=partition.cluster,
-        partition=partition.name,
-        resource="cpu",
-        quantity=100,
-        window_start=now + timedelta(hours=2),
-        window_end=now + timedelta(days=30),
-        reserve_price="1.00",
-        buy_now_price=None,
-        auction_closes_at=now + timedelta(hours=1),
-    )
+    offer = auction_of(partition, owner, quantity=100)
     winner = admin(funded_organization("500", name="Nimbus"), "tom")
     member(winner.organization, "mia")  # a member of the winner: bids are the admins' business
     loser = admin(funded_organization("500", name="Helix"), "hana")
@@ -109,24 +116,54 @@ def test_an_auction_tells_the_winner_the_loser_and_the_owner_once_each(
     assert NoticeBatch.objects.count() == 0
 
 
+def test_an_auctions_notices_are_read_after_its_commit_and_a_withdrawn_bid_is_not_told(
+    django_capture_on_commit_callbacks,
+):
+    """The clearing's transaction writes one row naming the offer; the notices are read from
+    the settled bids once it has committed, so a team whose only bid was withdrawn before the
+    clearing hears nothing of it."""
+    partition = PartitionFactory()
+    owner = admin(partition.cluster.organization, "olga")
+    now = timezone.now()
+    offer = auction_of(partition, owner, quantity=10)
+    winner = admin(funded_organization("500", name="Kestrel"), "kai")
+    gone = admin(funded_organization("500", name="Wren"), "wes")
+    market.bid_place(actor=winner, offer=offer, quantity=10, price="3.00")
+    withdrawn = market.bid_place(actor=gone, offer=offer, quantity=5, price="4.00")
+    market.bid_withdraw(actor=gone, bid=withdrawn)
+    Offer.objects.filter(pk=offer.pk).update(auction_closes_at=now - timedelta(seconds=1))
+
+    with django_capture_on_commit_callbacks():
+        market.auction_clear(offer_id=offer.pk)
+    batch = NoticeBatch.objects.get()
+    assert (batch.events, batch.source, batch.arguments) == (
+        [],
+        "marketplace.notices.auction_cleared_events",
+        {"offer": offer.pk},
+    )
+    notice_batch_record_task(batch.pk)
+
+    assert told("auction_won") == [
+        ("kai", f"auction_won:offer:{offer.uuid}:organization:{winner.organization_id}")
+    ]
+    assert told("bid_outbid") == []
+    [cleared] = Notification.objects.filter(kind="auction_cleared")
+    assert "10 of 10 units sold at 1.00 USD per unit, from 1 bids." in cleared.body
+
+
+def test_a_notice_source_not_named_in_the_settings_is_refused_and_writes_nothing():
+    with pytest.raises(ValueError, match="NOTICE_SOURCES"):
+        notifications_record_after_commit_from("os.system", command="true")
+    assert NoticeBatch.objects.count() == 0
+
+
 def test_a_team_with_many_bids_is_told_once_with_what_it_won_over_all_of_them(
     django_capture_on_commit_callbacks,
 ):
     partition = PartitionFactory()
     owner = admin(partition.cluster.organization, "olivia")
     now = timezone.now()
-    offer = market.offer_create(
-        actor=owner,
-        cluster=partition.cluster,
-        partition=partition.name,
-        resource="cpu",
-        quantity=10,
-        window_start=now + timedelta(hours=2),
-        window_end=now + timedelta(days=30),
-        reserve_price="1.00",
-        buy_now_price=None,
-        auction_closes_at=now + timedelta(hours=1),
-    )
+    offer = auction_of(partition, owner, quantity=10)
     busy = admin(funded_organization("500", name="Nimbus"), "tom")
     loser = admin(funded_organization("500", name="Helix"), "hana")
     for price in ("3.00", "2.50", "2.00"):  # 8 of its 12 units win
@@ -161,18 +198,7 @@ def test_an_auction_s_notices_wait_for_its_commit_and_the_sweep_records_a_lost_t
     partition = PartitionFactory()
     owner = admin(partition.cluster.organization, "olivia")
     now = timezone.now()
-    offer = market.offer_create(
-        actor=owner,
-        cluster=partition.cluster,
-        partition=partition.name,
-        resource="cpu",
-        quantity=10,
-        window_start=now + timedelta(hours=2),
-        window_end=now + timedelta(days=30),
-        reserve_price="1.00",
-        buy_now_price=None,
-        auction_closes_at=now + timedelta(hours=1),
-    )
+    offer = auction_of(partition, owner, quantity=10)
     winner = admin(funded_organization("500", name="Nimbus"), "tom")
     market.bid_place(actor=winner, offer=offer, quantity=10, price="2.00")
     Offer.objects.filter(pk=offer.pk).update(auction_closes_at=now - timedelta(seconds=1))
@@ -202,18 +228,7 @@ def test_a_loser_who_turned_both_off_is_not_told_and_one_who_wants_no_mail_is_no
     partition = PartitionFactory()
     owner = admin(partition.cluster.organization, "olivia")
     now = timezone.now()
-    offer = market.offer_create(
-        actor=owner,
-        cluster=partition.cluster,
-        partition=partition.name,
-        resource="cpu",
-        quantity=10,
-        window_start=now + timedelta(hours=2),
-        window_end=now + timedelta(days=30),
-        reserve_price="1.00",
-        buy_now_price=None,
-        auction_closes_at=now + timedelta(hours=1),
-    )
+    offer = auction_of(partition, owner, quantity=10)
     winner = admin(funded_organization("500", name="Nimbus"), "tom")
     loser = admin(funded_organization("500", name="Helix"), "hana")
     quiet = admin(loser.organization, "quentin")

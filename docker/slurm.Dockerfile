@@ -4,8 +4,8 @@
 # directly: no systemd in a container). The service user and the tenant accounts it acts as
 # through sudo are made by scripts/cluster-setup, the script owners run; testcluster finds it
 # beside itself. Not for production: it is the stack's stand-in for an owner's cluster.
-# (Unless the container runs privileged, /proc cannot be remounted with hidepid in it:
-# cluster-setup warns and goes on, and tenants can list each other's processes there.)
+# (docker-compose.yml gives it CAP_SYS_ADMIN, without AppArmor's mount denial, so that
+# cluster-setup can remount /proc with hidepid, as the cluster's verification requires.)
 # python3: the platform reads job folders on the login node with a small Python reader
 # (hpc/job_folder.py), as an owner's login node has it.
 FROM debian:12

@@ -96,9 +96,19 @@ def _json_list(text: str) -> tuple[Any, ...]:
     return tuple(json.loads(text))
 
 
+def _uuid_text(text: str) -> str:
+    """A UUID's text as PostgreSQL writes it (with hyphens); SQLite keeps the 32 hex digits
+    alone, which the API's paths would not take back."""
+    if len(text) == 32:
+        return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    return text
+
+
 def _offer_row_finish(row: dict[str, Any]) -> dict[str, Any]:
     for name in _AS_TEXT:
         row[name] = row.pop(f"{name}_text")
+    row["uuid"] = _uuid_text(row["uuid"])
+    row["cluster__uuid"] = _uuid_text(row["cluster__uuid"])
     row["partition__gpu_types"] = _json_list(row["partition__gpu_types"])
     row["partition__features"] = _json_list(row["partition__features"])
     row["currency"] = settings.PLATFORM_CURRENCY

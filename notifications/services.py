@@ -7,9 +7,9 @@ auction's clearing) calls `notifications_record_after_commit` instead: one row o
 its transaction, recorded by a task after the commit (`notice_batch_record`), or, with
 `notifications_record_after_commit_from`, one row naming the function that reads them from the
 committed change. Each notification is unique per user and event key, so a second call for the
-same event (a retried task, a sweep that runs again) adds nothing. Mails go after the commit, from a Celery task; a
-mail is marked sent under the row's lock in the transaction that sends it, so a retried or
-duplicated task sends none twice."""
+same event (a retried task, a sweep that runs again) adds nothing. Mails go after the commit,
+from a Celery task; a mail is marked sent under the row's lock in the transaction that sends it,
+so a retried or duplicated task sends none twice."""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ import fcntl
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import time
@@ -81,6 +82,25 @@ def daemon_stopped(name: str) -> Iterator[None]:
             yield
         finally:
             testcluster("up", lock_held=True)
+
+
+@contextmanager
+def controller_paused() -> Iterator[None]:
+    """The test cluster's slurmctld stopped (SIGSTOP) for the block and resumed after it,
+    whatever happens: an sbatch in flight waits for its answer meanwhile (for well under
+    slurm.conf's MessageTimeout), so that what a batch of them has done cannot change while
+    the block runs."""
+    pid_file = next(
+        line.split("=", 1)[1].strip()
+        for line in Path(testcluster_read().slurm_conf).read_text().splitlines()
+        if line.startswith("SlurmctldPidFile=")
+    )
+    pid = int(Path(pid_file).read_text())
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 def drop_connection(client_port: int) -> None:

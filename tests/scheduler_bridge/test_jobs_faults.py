@@ -38,6 +38,7 @@ from tests.factories import MembershipFactory, allocation_bought, funded_organiz
 from tests.scheduler_bridge.faults import (
     ClusterShell,
     SettlementOrder,
+    controller_paused,
     daemon_stopped,
     drop_connection,
     local_queue,
@@ -266,7 +267,10 @@ def test_a_connection_dropped_during_sbatch_loses_no_job_and_submits_none_twice(
     def drop_at_the_first_job() -> None:
         try:
             bought.shell.wait_until_queued(names[0])
-            drop_connection(client_port)
+            # The batch's next sbatch waits on the paused controller while the connection is
+            # found and dropped: an unloaded machine otherwise ran all 20 meanwhile.
+            with controller_paused():
+                drop_connection(client_port)
             dropped.append(True)
         except Exception as error:  # shown by the assertion below
             dropped.append(error)

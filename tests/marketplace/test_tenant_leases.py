@@ -108,7 +108,7 @@ def test_one_team_buying_twice_at_once_gets_one_lease():
         ]
     )
 
-    assert kinds(outcomes) == {"Allocation": 4}
+    assert kinds(outcomes) == {"Allocation": 4}, outcomes
     assert len(active_leases(cluster)) == 1
     assert TenantAccount.objects.filter(cluster=cluster, status="leased").count() == 1
 

@@ -2,6 +2,7 @@
 their owners (`viewer_is_owner`)."""
 
 from collections.abc import Iterable
+from datetime import timedelta
 from typing import Any
 
 from django.core.exceptions import ValidationError
@@ -17,6 +18,7 @@ from django.db.models import (
     When,
 )
 from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from computeshare.errors import NotFound
 from computeshare.ids import id_prefix_q
@@ -158,6 +160,10 @@ def cluster_verification_latest(cluster: Cluster) -> ClusterVerification | None:
     return cluster.verifications.order_by("-created_at", "-id").first()
 
 
+# How long after a verification ended `cluster_verifications_latest` reads its cluster again.
+JUST_FINISHED = timedelta(minutes=1)
+
+
 def cluster_verifications_latest(clusters: Iterable[Cluster]) -> dict[int, ClusterVerification]:
     """The latest verification of each of the clusters that has one, by cluster id, in one
     query however many clusters (an owner's clusters page shows each)."""
@@ -166,7 +172,18 @@ def cluster_verifications_latest(clusters: Iterable[Cluster]) -> dict[int, Clust
         .order_by("-created_at", "-id")
         .values("pk")[:1]
     )
+    clusters = list(clusters)
     found = ClusterVerification.objects.filter(
         cluster__in=[cluster.pk for cluster in clusters], pk=Subquery(latest)
     )
-    return {verification.cluster_id: verification for verification in found}
+    verifications = {verification.cluster_id: verification for verification in found}
+    # The worker commits a verified cluster's status before its verification's end. One that
+    # ended between the caller's read of the clusters and this one would leave the cluster as
+    # it was ("Unverified" beside "Online: ..."), on a finished card that polls no more: a
+    # cluster whose verification ended within the last minute is read again.
+    just_now = timezone.now() - JUST_FINISHED
+    for cluster in clusters:
+        verification = verifications.get(cluster.pk)
+        if verification is not None and (verification.finished_at or just_now) > just_now:
+            cluster.refresh_from_db()
+    return verifications

@@ -1,7 +1,6 @@
 """An owner's clusters: registering one, verifying it live (the card polls the
 verification while it runs), and scrubbing a quarantined tenant account again."""
 
-from datetime import timedelta
 from typing import Any
 
 from django.contrib import messages
@@ -9,7 +8,6 @@ from django.contrib.auth.mixins import LoginRequiredMixin
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import render
 from django.urls import reverse
-from django.utils import timezone
 from django.utils.decorators import method_decorator
 from django.views import View
 from django.views.decorators.cache import never_cache
@@ -23,9 +21,6 @@ from marketplace.models import Cluster
 from organizations import selectors as organization_selectors
 from organizations.models import Membership
 
-# How long after a verification ended its cluster's card reads the cluster again.
-JUST_FINISHED = timedelta(minutes=1)
-
 
 def cluster_card_contexts(clusters: list[Cluster]) -> list[dict[str, Any]]:
     """What each cluster's card shows besides the cluster: its latest verification, with its
@@ -34,15 +29,6 @@ def cluster_card_contexts(clusters: list[Cluster]) -> list[dict[str, Any]]:
     same few queries for one card or a page of them (and one more for each cluster verified
     within the last minute)."""
     verifications = selectors.cluster_verifications_latest(clusters)
-    # The worker commits a verified cluster's status before its verification's end. A
-    # verification that ended between the read of the clusters and its own would show the
-    # cluster as it was ("Unverified" beside "Online: ..."), on a finished card that polls no
-    # more: a cluster whose verification ended within the last minute is read again.
-    just_now = timezone.now() - JUST_FINISHED
-    for cluster in clusters:
-        verification = verifications.get(cluster.pk)
-        if verification is not None and (verification.finished_at or just_now) > just_now:
-            cluster.refresh_from_db()
     pools = selectors.tenant_accounts_by_cluster(clusters)
     return [
         {

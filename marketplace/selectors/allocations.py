@@ -11,6 +11,7 @@ from django.utils import timezone
 from computeshare.errors import NotFound
 from computeshare.ids import id_prefix_q
 from computeshare.models import User
+from computeshare.prepared import PreparedRead
 from marketplace.models import Allocation
 from organizations.models import Membership, Organization
 
@@ -82,28 +83,43 @@ _CLUSTER_NOT_FOR_SUBMISSION = [
 ]
 
 
+def _allocation_with_member(allocation_uuid: Any, user_id: Any) -> QuerySet[Allocation]:
+    return (
+        Allocation.objects.filter(uuid=allocation_uuid, organization__memberships__user_id=user_id)
+        .annotate(
+            **{
+                f"member_{column}": F(f"organization__memberships__{column}")
+                for column in _MEMBER_COLUMNS
+            }
+        )
+        .select_related("organization", "cluster", "partition")
+        .defer(*_CLUSTER_NOT_FOR_SUBMISSION)
+    )
+
+
+# Compiled once: a job's submission asks this on every POST (computeshare/prepared.py).
+_allocation_with_member_read = PreparedRead(
+    _allocation_with_member,
+    parameters={
+        "allocation_uuid": Allocation._meta.get_field("uuid"),
+        "user_id": Membership._meta.get_field("user"),
+    },
+)
+
+
 def allocation_get_for_member(user: User, allocation_uuid: Any) -> tuple[Allocation, Membership]:
     """The allocation `allocation_get_for_user` finds (NotFound otherwise), with what a job's
     submission reads of it (its organization, cluster and partition; not the cluster's
     connection, verification or sales) and the user's membership of its organization, in one
-    query: a job's
-    submission asks this on every POST. The membership is the row a join on the team's
-    members finds, the one the visibility rests on."""
+    query: a job's submission asks this on every POST. The membership is the row a join on
+    the team's members finds, the one the visibility rests on."""
     try:
-        allocation = (
-            Allocation.objects.filter(uuid=allocation_uuid, organization__memberships__user=user)
-            .annotate(
-                **{
-                    f"member_{column}": F(f"organization__memberships__{column}")
-                    for column in _MEMBER_COLUMNS
-                }
-            )
-            .select_related("organization", "cluster", "partition")
-            .defer(*_CLUSTER_NOT_FOR_SUBMISSION)
-            .get()
-        )
-    except (Allocation.DoesNotExist, ValueError, ValidationError) as error:
+        found = _allocation_with_member_read(allocation_uuid=allocation_uuid, user_id=user.pk)
+    except ValidationError as error:  # not a uuid
         raise NotFound("No such allocation.") from error
+    if len(found) != 1:  # a member has one membership of a team (a unique constraint)
+        raise NotFound("No such allocation.")
+    allocation = found[0]
     member = Membership.from_db(
         allocation._state.db,
         _MEMBER_COLUMNS,

@@ -12,6 +12,7 @@ from rest_framework import serializers
 from billing.serializers import Money
 from computeshare.ids import IdPrefixField
 from computeshare.numbers import WholeNumber
+from computeshare.output_serializers import OutputSerializer
 from hpc import sizes
 from marketplace.serializers.fields import Units
 from scheduler_bridge.job_templates import SLUG_MAX_LENGTH
@@ -94,13 +95,13 @@ class JobCreateSerializer(serializers.Serializer):
     )
 
 
-class UsageSerializer(serializers.Serializer):
+class UsageSerializer(OutputSerializer):
     units = Units()
     elapsed_seconds = serializers.IntegerField()
     cpu_seconds = serializers.DecimalField(max_digits=20, decimal_places=3)
 
 
-class EfficiencySerializer(serializers.Serializer):
+class EfficiencySerializer(OutputSerializer):
     cpu = serializers.DecimalField(
         max_digits=5,
         decimal_places=4,
@@ -117,7 +118,7 @@ def _usage(row: Job | JobTask) -> dict[str, Any]:
     }
 
 
-class JobTaskSerializer(serializers.Serializer):
+class JobTaskSerializer(OutputSerializer):
     index = serializers.IntegerField(source="array_task_id")
     scheduler_job_id = serializers.CharField()
     state = serializers.ChoiceField(choices=JobState.choices)
@@ -134,7 +135,7 @@ class JobTaskSerializer(serializers.Serializer):
         return UsageSerializer(_usage(task)).data
 
 
-class JobRunSerializer(serializers.Serializer):
+class JobRunSerializer(OutputSerializer):
     """One run of a task as Slurm's accounting recorded it, and what it was charged."""
 
     task = serializers.IntegerField(
@@ -161,7 +162,7 @@ class JobRunSerializer(serializers.Serializer):
         return not run.is_owner_caused
 
 
-class JobEventSerializer(serializers.Serializer):
+class JobEventSerializer(OutputSerializer):
     state = serializers.ChoiceField(choices=JobState.choices)
     reason = serializers.CharField()
     at = serializers.DateTimeField()
@@ -181,7 +182,7 @@ ORIGIN_HELP = (
 )
 
 
-class JobSerializer(serializers.Serializer):
+class JobSerializer(OutputSerializer):
     """A job as listed; the detail adds its tasks and history."""
 
     id = serializers.UUIDField(source="uuid")
@@ -287,7 +288,7 @@ class JobTemplateSerializer(serializers.Serializer):
         return data
 
 
-class JobInputFileSerializer(serializers.Serializer):
+class JobInputFileSerializer(OutputSerializer):
     name = serializers.CharField(help_text="Its path in the job's folder.")
     size = serializers.IntegerField(help_text="Bytes.")
 

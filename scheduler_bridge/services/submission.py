@@ -14,10 +14,11 @@ from typing import Any
 
 from django.conf import settings
 from django.db import transaction
-from django.db.models import OuterRef
+from django.db.models import OuterRef, QuerySet
 from django.utils import timezone
 
 from computeshare.errors import ValidationFailed
+from computeshare.prepared import PreparedRead
 from computeshare.queue import enqueue_after_commit, enqueue_once_after_commit
 from computeshare.states import status_move, status_move_all
 from marketplace.models import Allocation, Cluster
@@ -177,27 +178,34 @@ def _job_insert(
 _ALLOCATION_RELATED = ("cluster", "partition", "organization")
 
 
-def _allocation_locked(allocation: Allocation) -> tuple[Allocation, int | None]:
-    """The allocation's row read again under its lock, with its cluster, partition and
-    organization, and the id of its team's active tenant lease on the cluster (None without
-    one) in the same query. The related rows the caller has read already (the API reads them
-    with the allocation) are taken as they are, the others are read with it. Only the
-    allocation's own row is locked, as it always was, so a cluster's status read a moment
-    before the lock is as good as one read under it."""
-    known = {
-        name: getattr(allocation, name)
-        for name in _ALLOCATION_RELATED
-        if Allocation._meta.get_field(name).is_cached(allocation)  # type: ignore[union-attr]
-    }
-    unknown = [name for name in _ALLOCATION_RELATED if name not in known]
-    rows = Allocation.objects.select_for_update(of=("self",)).annotate(
-        held_lease_id=tenant_lease_active_id(OuterRef("cluster_id"), OuterRef("organization_id"))
+def _allocation_with_lease(pk: int) -> QuerySet[Allocation]:
+    return (
+        Allocation.objects.select_for_update(of=("self",))
+        .annotate(
+            held_lease_id=tenant_lease_active_id(
+                OuterRef("cluster_id"), OuterRef("organization_id")
+            )
+        )
+        .filter(pk=pk)
     )
-    if unknown:  # select_related() without names would follow every foreign key
-        rows = rows.select_related(*unknown)
-    locked = rows.get(pk=allocation.pk)
-    for name, row in known.items():
-        setattr(locked, name, row)
+
+
+# Compiled once (computeshare/prepared.py): every accepted job runs it.
+_allocation_with_lease_read = PreparedRead(
+    _allocation_with_lease, parameters={"pk": Allocation._meta.get_field("id")}
+)
+
+
+def _allocation_locked(allocation: Allocation) -> tuple[Allocation, int | None]:
+    """The allocation's row read again under its lock, with the id of its team's active tenant
+    lease on the cluster (None without one) in the same query. Its cluster, partition and
+    organization are those the caller read (the API reads them with the allocation), or read
+    when first used: only the allocation's own row is locked, as it always was, so a
+    cluster's status read a moment before the lock is as good as one read under it."""
+    (locked,) = _allocation_with_lease_read(pk=allocation.pk)
+    for name in _ALLOCATION_RELATED:
+        if Allocation._meta.get_field(name).is_cached(allocation):  # type: ignore[union-attr]
+            setattr(locked, name, getattr(allocation, name))
     held_lease_id: int | None = getattr(locked, "held_lease_id")  # noqa: B009 (an annotation)
     return locked, held_lease_id
 

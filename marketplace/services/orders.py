@@ -312,8 +312,9 @@ def _bid_write(
     assert units is not None and minimum is not None and bid_price is not None
     if offer.max_per_buyer is not None:
         # Bids share the offer's lock: one team's bids on a capped offer wait for each other
-        # here, on the team's row, so that two of them never both fit under the cap.
-        Organization.objects.select_for_update().filter(pk=actor.organization_id).first()
+        # here, on the team's row, so that two of them never both fit under the cap (NO KEY
+        # UPDATE, as `tenant_lease_take`'s: the team's holds still refer to the row meanwhile).
+        Organization.objects.select_for_update(no_key=True).filter(pk=actor.organization_id).first()
     _check_cap(offer, actor, units)
     bid_id = uuid.uuid4()
     # Inside this service's own atomic block: a refusal ends it, no savepoint needed.

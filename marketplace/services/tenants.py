@@ -99,7 +99,9 @@ def tenant_lease_take(*, cluster: Cluster, organization_id: int) -> TenantLease 
     lease = _active_lease(cluster, organization_id)
     if lease is not None:
         return lease
-    Organization.objects.select_for_update().filter(pk=organization_id).first()
+    # NO KEY UPDATE: it serializes the team's lease-takings without holding up the rows that
+    # refer to the team (a hold of its other purchase); FOR UPDATE made those two deadlock.
+    Organization.objects.select_for_update(no_key=True).filter(pk=organization_id).first()
     lease = _active_lease(cluster, organization_id)
     if lease is not None:
         return lease

@@ -3,18 +3,23 @@ many teams at once as it has accounts, no account is ever leased to two teams, a
 the accounts it has to the best bids, and a lease ends once its team has nothing left on the
 cluster. The scrub itself talks to the cluster: see tests/scheduler_bridge/test_tenant_scrub.py."""
 
+import threading
+import uuid
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.db import connection, transaction
 from django.utils import timezone
 
 from billing import selectors as billing_selectors
-from billing.models import Hold
+from billing import services as billing
+from billing.models import Hold, ReferenceKind
 from billing.tasks import hold_release_batches_due_task
 from hpc.slurm.tenants import PoolAccount
 from marketplace import errors, services
 from marketplace.models import Allocation, Bid, Offer, TenantAccount, TenantLease
+from marketplace.services.tenants import tenant_lease_take
 from organizations.models import Membership
 from scheduler_bridge import services as job_services
 from scheduler_bridge.models import Job, JobState
@@ -264,3 +269,44 @@ def test_a_scrub_while_another_holds_the_lease_returns_without_touching_the_clus
         "ending",
         held_until,
     )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_team_taking_its_lease_does_not_hold_up_its_other_orders_holds():
+    """Taking a lease locks the team's row to serialize the team's lease-takings, and nothing
+    else: a hold of the same team placed meanwhile (whose row refers to the team, so PostgreSQL
+    checks the reference with a share lock on it) goes on. Under `FOR UPDATE` it waited, and two
+    purchases of one team could deadlock: one holding the team's row and waiting for the wallet,
+    the other holding the wallet and waiting to refer to the team."""
+    cluster = ClusterFactory(tenants=2)
+    buyer = admin_of_team("Helix")
+    locked, finish = threading.Event(), threading.Event()
+
+    def take_and_wait() -> None:
+        try:
+            with transaction.atomic():
+                tenant_lease_take(cluster=cluster, organization_id=buyer.organization_id)
+                locked.set()
+                finish.wait(10)
+        finally:
+            connection.close()
+
+    taker = threading.Thread(target=take_and_wait)
+    taker.start()
+    try:
+        assert locked.wait(10)
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SET LOCAL lock_timeout = '2s'")
+            hold = billing.hold_place(
+                organization=buyer.organization,
+                amount="1.00",
+                reference_kind=ReferenceKind.ALLOCATION,
+                reference=uuid.uuid4(),
+                memo="Another purchase of the team",
+            )
+    finally:
+        finish.set()
+        taker.join(10)
+    assert hold.amount == D("1.00")
+    assert len(active_leases(cluster)) == 1

@@ -1,7 +1,5 @@
 """Template filters of the capacity page and the owners' track record."""
 
-from typing import Any
-
 from django import template
 
 register = template.Library()
@@ -18,9 +16,3 @@ def duration(seconds: int | None) -> str:
         return f"{hours} h {minutes:02d} min"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h"
-
-
-@register.filter
-def record_of(records: dict[int, Any] | None, cluster_id: int) -> Any:
-    """The track record of a cluster from the page's records by cluster."""
-    return (records or {}).get(cluster_id)

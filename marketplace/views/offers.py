@@ -33,6 +33,7 @@ from marketplace.forms.market import (
 )
 from marketplace.models import Capacity, Cluster, Offer
 from marketplace.views.navigation import PAGE_SIZE, next_url, page_query
+from marketplace.views.offer_fragments import LISTED_FIELDS, offer_listings
 from marketplace.views.refusals import SHOWN_ON_FORM, form_add_refusal
 from organizations import selectors as organization_selectors
 from organizations.models import Membership, Organization
@@ -41,7 +42,8 @@ from organizations.models import Membership, Organization
 
 
 class OfferListView(View):
-    """Public: visitors browse the market before they sign up."""
+    """Public: visitors browse the market before they sign up. Each offer's row and card come
+    from the cache when nothing they show has changed (marketplace/views/offer_fragments.py)."""
 
     template_name = "marketplace/market/offer_list.html"
 
@@ -56,12 +58,14 @@ class OfferListView(View):
         with timezone.override(UTC):
             is_valid = filters.is_valid()
             offers = filters.qs if is_valid else selectors.offer_list().none()
-        page = Paginator(offers, PAGE_SIZE).get_page(request.GET.get("page"))
+        # Only what the rows and cards draw is read of the offers, partitions and clusters.
+        page = Paginator(offers.only(*LISTED_FIELDS), PAGE_SIZE).get_page(request.GET.get("page"))
+        # One track record per cluster on the page, read together.
+        records = selectors.track_records({offer.cluster_id for offer in page})
         context = {
             "form": filters.form,
             "page": page,
-            # One track record per cluster on the page, read together.
-            "track_records": selectors.track_records({offer.cluster_id for offer in page}),
+            "listings": offer_listings(page, records),
             "query": page_query(request),
             "currency": settings.PLATFORM_CURRENCY,
         }

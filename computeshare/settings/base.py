@@ -517,6 +517,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["computeshare.parsers.JSONParser"],
     "DEFAULT_PAGINATION_CLASS": "computeshare.api.Pagination",
+    "DEFAULT_CONTENT_NEGOTIATION_CLASS": "computeshare.api.ContentNegotiation",
     "DEFAULT_FILTER_BACKENDS": ["django_filters.rest_framework.DjangoFilterBackend"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "computeshare.api.exception_handler",

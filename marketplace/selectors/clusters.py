@@ -10,6 +10,7 @@ from django.db.models import (
     BooleanField,
     Case,
     Count,
+    IntegerField,
     OuterRef,
     Prefetch,
     QuerySet,
@@ -17,13 +18,14 @@ from django.db.models import (
     Value,
     When,
 )
+from django.db.models.expressions import RawSQL
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from computeshare.errors import NotFound
 from computeshare.ids import id_prefix_q
 from computeshare.models import User
-from marketplace.models import Cluster, ClusterVerification, Partition, TenantAccount
+from marketplace.models import Cluster, ClusterVerification, Offer, Partition, TenantAccount
 from organizations.models import Organization
 from organizations.selectors import organization_ids_of
 
@@ -57,6 +59,31 @@ def tenant_account_counts(cluster: str = "pk") -> dict[str, Coalesce]:
         "tenant_accounts_free": _tenant_account_count(
             OuterRef(cluster), (TenantAccount.Status.AVAILABLE,)
         ),
+    }
+
+
+def tenant_account_counts_of_offers() -> dict[str, RawSQL]:
+    """`tenant_account_counts("cluster")` for a query whose base table is the offers', written
+    as SQL: compiling the ORM's two subqueries was a tenth of the offers list's CPU a request,
+    and a count without a GROUP BY is already 0 for a cluster without accounts. It names the
+    offers table as the outer query calls it, so it serves that query only, never one nested
+    in another (where Django renames the tables)."""
+    accounts = TenantAccount._meta.db_table
+    cluster = f'"{Offer._meta.db_table}"."cluster_id"'
+
+    def count(statuses: tuple[str, ...]) -> RawSQL:
+        marks = ", ".join(["%s"] * len(statuses))
+        # Only the models' own table names go into the text; the statuses are parameters.
+        return RawSQL(  # noqa: S611
+            f'SELECT COUNT(*) FROM "{accounts}" pool '  # noqa: S608
+            f'WHERE pool."cluster_id" = {cluster} AND pool."status" IN ({marks})',
+            [str(status) for status in statuses],
+            output_field=IntegerField(),
+        )
+
+    return {
+        "tenant_accounts_total": count(_POOL_STATUSES),
+        "tenant_accounts_free": count((TenantAccount.Status.AVAILABLE,)),
     }
 
 

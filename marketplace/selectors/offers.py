@@ -21,7 +21,7 @@ from marketplace.models import (
     quantity_unit,
     window_hours,
 )
-from marketplace.selectors.clusters import tenant_account_counts
+from marketplace.selectors.clusters import tenant_account_counts, tenant_account_counts_of_offers
 from organizations.models import Organization
 
 
@@ -71,8 +71,21 @@ class _OfferRowIterable(ValuesIterable):
     queryset's iterable, it keeps the rows lazy: the paginator counts and slices as before."""
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
-        for row in super().__iter__():
-            yield _offer_row_finish(row)
+        # ValuesIterable's own loop, with the columns read as text named as the fields they
+        # are, once per query rather than renamed in every row.
+        query = self.queryset.query
+        compiler = query.get_compiler(self.queryset.db)
+        columns = query.selected or [
+            *query.extra_select,
+            *query.values_select,
+            *query.annotation_select,
+        ]
+        names = [_TEXT_COLUMNS.get(name, name) for name in columns]
+        currency = settings.PLATFORM_CURRENCY
+        for values in compiler.results_iter(
+            chunked_fetch=self.chunked_fetch, chunk_size=self.chunk_size
+        ):
+            yield _offer_row_finish(dict(zip(names, values, strict=True)), currency)
 
 
 _HARDWARE_FIELDS = (
@@ -89,6 +102,8 @@ _HARDWARE_FIELDS = (
 # lists repeat (most are `[]`): each text is parsed once per process, as a tuple no caller
 # can change.
 _AS_TEXT = ("uuid", "cluster__uuid", "partition__gpu_types", "partition__features")
+_TEXT_COLUMNS = {f"{name}_text": name for name in _AS_TEXT}
+_HARDWARE_COLUMNS = tuple((name, f"partition__{name}") for name in _HARDWARE_FIELDS)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -104,14 +119,12 @@ def _uuid_text(text: str) -> str:
     return text
 
 
-def _offer_row_finish(row: dict[str, Any]) -> dict[str, Any]:
-    for name in _AS_TEXT:
-        row[name] = row.pop(f"{name}_text")
+def _offer_row_finish(row: dict[str, Any], currency: str) -> dict[str, Any]:
     row["uuid"] = _uuid_text(row["uuid"])
     row["cluster__uuid"] = _uuid_text(row["cluster__uuid"])
     row["partition__gpu_types"] = _json_list(row["partition__gpu_types"])
     row["partition__features"] = _json_list(row["partition__features"])
-    row["currency"] = settings.PLATFORM_CURRENCY
+    row["currency"] = currency
     row["quantity_unit"] = quantity_unit(row["resource"], row["capacity"])
     row["unit_hours"] = (
         window_hours(row["window_start"], row["window_end"])
@@ -123,7 +136,7 @@ def _offer_row_finish(row: dict[str, Any]) -> dict[str, Any]:
         if row["capacity"] == Capacity.PREEMPTIBLE
         else None
     )
-    row["hardware"] = {name: row[f"partition__{name}"] for name in _HARDWARE_FIELDS}
+    row["hardware"] = {name: row[column] for name, column in _HARDWARE_COLUMNS}
     total, free = row.pop("tenant_accounts_total"), row.pop("tenant_accounts_free")
     runs_as_tenants = backend_runs_jobs_as_tenants(row.pop("cluster__backend"))
     row["tenant_accounts"] = {"total": total, "free": free} if runs_as_tenants else None
@@ -137,7 +150,7 @@ def offer_rows(offers: QuerySet[Offer]) -> QuerySet[Offer, dict[str, Any]]:
     on a cluster whose jobs do not run as tenant accounts, the demo's local backend, which
     serves any number of teams). One query, however many rows."""
     rows: QuerySet[Offer, dict[str, Any]] = offers.annotate(
-        **tenant_account_counts("cluster")
+        **tenant_account_counts_of_offers()
     ).values(
         *(name for name in OFFER_LISTING_FIELDS if name not in _AS_TEXT),
         "cluster__backend",

@@ -30,7 +30,8 @@ def time_text(value: datetime | None) -> str | None:
     offers list writes five per offer."""
     if value is None:
         return None
-    text = value.astimezone(UTC).isoformat()
+    # The database's times are UTC already: no conversion to make.
+    text = (value if value.tzinfo is UTC else value.astimezone(UTC)).isoformat()
     return text[:-6] + "Z" if text.endswith("+00:00") else text
 
 

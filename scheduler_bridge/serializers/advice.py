@@ -5,10 +5,11 @@ from __future__ import annotations
 from rest_framework import serializers
 
 from billing.serializers import Money
+from computeshare.output_serializers import OutputSerializer
 from marketplace.serializers.fields import Units
 
 
-class CoresAdviceSerializer(serializers.Serializer):
+class CoresAdviceSerializer(OutputSerializer):
     asked = serializers.IntegerField(help_text="Cores of one task: ntasks x cpus_per_task.")
     used = serializers.DecimalField(
         max_digits=12, decimal_places=2, help_text="Cores busy on average: CPU time / elapsed."
@@ -22,7 +23,7 @@ class CoresAdviceSerializer(serializers.Serializer):
     text = serializers.CharField()
 
 
-class TimeAdviceSerializer(serializers.Serializer):
+class TimeAdviceSerializer(OutputSerializer):
     limit_minutes = serializers.IntegerField()
     longest_run_seconds = serializers.IntegerField(help_text="sacct's Elapsed of its longest run.")
     suggested_limit_minutes = serializers.IntegerField(allow_null=True)
@@ -37,7 +38,7 @@ class TimeAdviceSerializer(serializers.Serializer):
     text = serializers.CharField()
 
 
-class MemoryAdviceSerializer(serializers.Serializer):
+class MemoryAdviceSerializer(OutputSerializer):
     asked_mib = serializers.IntegerField(
         allow_null=True, help_text="Per task: mem_per_cpu x cpus_per_task; null when not asked."
     )
@@ -46,7 +47,7 @@ class MemoryAdviceSerializer(serializers.Serializer):
     text = serializers.CharField()
 
 
-class SizingAdviceSerializer(serializers.Serializer):
+class SizingAdviceSerializer(OutputSerializer):
     cores = CoresAdviceSerializer()
     time = TimeAdviceSerializer()
     memory = MemoryAdviceSerializer(

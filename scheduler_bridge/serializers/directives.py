@@ -7,8 +7,10 @@ from typing import Any
 
 from rest_framework import serializers
 
+from computeshare.output_serializers import OutputSerializer
 
-class DirectiveHonouredSerializer(serializers.Serializer):
+
+class DirectiveHonouredSerializer(OutputSerializer):
     option = serializers.CharField(help_text="As written in the script: `-c`, `--time`.")
     value = serializers.CharField()
     line = serializers.IntegerField()
@@ -17,14 +19,14 @@ class DirectiveHonouredSerializer(serializers.Serializer):
     )
 
 
-class DirectiveOverriddenSerializer(serializers.Serializer):
+class DirectiveOverriddenSerializer(OutputSerializer):
     option = serializers.CharField(help_text="As written in the script.")
     value = serializers.CharField()
     line = serializers.IntegerField()
     why = serializers.CharField()
 
 
-class EffectiveValueSerializer(serializers.Serializer):
+class EffectiveValueSerializer(OutputSerializer):
     field = serializers.CharField(
         help_text="`name`, `time_limit_minutes`, `nodes`, `ntasks`, `cpus_per_task`, `gpus`, "
         "`memory`, `array`, and the options the job runs with (`output`, `error`, `input`, "
@@ -41,7 +43,7 @@ class EffectiveValueSerializer(serializers.Serializer):
     line = serializers.IntegerField(allow_null=True)
 
 
-class DirectivesSerializer(serializers.Serializer):
+class DirectivesSerializer(OutputSerializer):
     honoured = DirectiveHonouredSerializer(many=True)
     overridden = DirectiveOverriddenSerializer(
         many=True,

@@ -11,8 +11,9 @@ converters. So what it returns is what the queryset would return, and the querys
 one place the read is written.
 
 Only the values named as parameters change between calls; anything else the builder puts in
-the query (a status, a constant) is fixed at the first call. A sample must not equal any other
-value of the query, which `_positions` checks."""
+the query (a status, a constant) is fixed at the first call. The samples are drawn at random (a
+uuid, a large negative number), so that no constant of the query equals one; `_positions`
+refuses a sample it cannot find among the compiled values, and two parameters sharing one."""
 
 from __future__ import annotations
 

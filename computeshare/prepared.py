@@ -42,8 +42,7 @@ class _Compiled:
         self.sql, params = compiler.as_sql()
         self.params = list(params)
         self.compiler = compiler
-        self.connection = compiler.connection
-        self.positions = _positions(self.params, samples, fields, self.connection)
+        self.positions = _positions(self.params, samples, fields, compiler.connection)
         klass_info = compiler.klass_info
         select = compiler.select
         assert klass_info is not None, "a prepared read selects model rows"

@@ -94,6 +94,7 @@ def _allocation_with_member(allocation_uuid: Any, user_id: Any) -> QuerySet[Allo
         )
         .select_related("organization", "cluster", "partition")
         .defer(*_CLUSTER_NOT_FOR_SUBMISSION)
+        .order_by()  # one row: not the model's ordering (`.get()` dropped it too)
     )
 
 

@@ -187,6 +187,7 @@ def _allocation_with_lease(pk: int) -> QuerySet[Allocation]:
             )
         )
         .filter(pk=pk)
+        .order_by()  # one row: not the model's ordering
     )
 
 
